@@ -1,0 +1,71 @@
+"""Actions: what a policy wants done, as plain data. Executors carry them out; policies never do I/O."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+
+class EvictReason(enum.Enum):
+    CPU_SATISFACTION = "cpu_satisfaction"
+    MEMORY_PRESSURE = "memory_pressure"
+    BATCH_OVERCOMMIT = "batch_overcommit"
+    DRAIN_TIMEOUT = "drain_timeout"
+
+
+@dataclass(frozen=True, slots=True)
+class SetBeCpuset:
+    """Confine the BE tier to these CPUs."""
+
+    cpus: tuple[int, ...]
+    reason: str
+    numbers: Mapping[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class SetBeCpuQuota:
+    """Cap the BE tier at this many milli-cores; None lifts the cap."""
+
+    milli_cpu: int | None
+    reason: str
+    numbers: Mapping[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class SetBeCpuIdle:
+    """Put the BE tier in the SCHED_IDLE class (`cpu.idle`)."""
+
+    idle: bool
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class SetBeMemoryHigh:
+    """Throttle BE memory at this many bytes (v2 `memory.high`, v1 soft limit); None lifts it."""
+
+    bytes: int | None
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Evict:
+    """Evict one workload. `release` is what the policy expects to get back from it."""
+
+    key: str
+    reason: EvictReason
+    message: str
+    release_milli_cpu: int = 0
+    release_memory_bytes: int = 0
+    numbers: Mapping[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Hold:
+    """A policy wanted to act but did not (stale data, cool-down, rate limit); made visible on purpose."""
+
+    policy: str
+    reason: str
+
+
+Action = SetBeCpuset | SetBeCpuQuota | SetBeCpuIdle | SetBeMemoryHigh | Evict | Hold

@@ -1,0 +1,133 @@
+"""The immutable picture of one node at one tick: what every policy reads.
+
+Sources build it, policies read it, nothing mutates it. Units are base units throughout:
+CPU in milli-cores (1000 = one core), memory in bytes, times in seconds.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+
+class Tier(enum.Enum):
+    """Kubernetes QoS tier a workload's cgroup sits in."""
+
+    GUARANTEED = "guaranteed"
+    BURSTABLE = "burstable"
+    BESTEFFORT = "besteffort"
+
+
+class Source(enum.Enum):
+    """Who placed the workload on the node."""
+
+    K8S = "k8s"
+    YARN = "yarn"
+    LOCAL = "local"
+
+
+@dataclass(frozen=True, slots=True)
+class Resources:
+    """An amount of CPU and memory; also used for requests and capacity."""
+
+    milli_cpu: int = 0
+    memory_bytes: int = 0
+
+    def __add__(self, other: Resources) -> Resources:
+        return Resources(self.milli_cpu + other.milli_cpu, self.memory_bytes + other.memory_bytes)
+
+    def __sub__(self, other: Resources) -> Resources:
+        return Resources(self.milli_cpu - other.milli_cpu, self.memory_bytes - other.memory_bytes)
+
+    def fits_in(self, other: Resources) -> bool:
+        return self.milli_cpu <= other.milli_cpu and self.memory_bytes <= other.memory_bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """Measured usage over the last sampling window; None where the metric is missing."""
+
+    milli_cpu: float | None = None
+    memory_working_set_bytes: int | None = None
+    cpu_throttled_ratio: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Workload:
+    """One pod, YARN container or local cgroup on the node.
+
+    `key` is stable across ticks and restarts: `k8s/<pod uid>`, `yarn/<container id>` or `local/<cgroup>`.
+    `cgroup` is relative to the agent's cgroup root. `started_at` is wall-clock seconds (newest-first
+    ordering); `sample_age_s` is how old the usage figures are.
+    """
+
+    key: str
+    name: str
+    source: Source
+    tier: Tier
+    be: bool
+    priority: int
+    cgroup: str
+    requests: Resources = Resources()
+    usage: Usage = Usage()
+    sample_age_s: float = 0.0
+    started_at: float = 0.0
+    namespace: str = ""
+    app_id: str | None = None
+    container_seq: int | None = None
+    terminating: bool = False
+    pids: int = 0
+
+    @property
+    def is_yarn_am(self) -> bool:
+        """YARN's ApplicationMaster is container sequence 1 of its application attempt."""
+        return self.source is Source.YARN and self.container_seq == 1
+
+
+@dataclass(frozen=True, slots=True)
+class BeTierState:
+    """What the BE tier's knobs are set to right now (read back from the cgroup files)."""
+
+    cpuset: tuple[int, ...] = ()
+    quota_milli_cpu: int | None = None
+    cpu_idle: bool | None = None
+    memory_high_bytes: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class NodeSnapshot:
+    """One consistent reading of the node.
+
+    `node_usage` is the whole machine (or the configured private node), `hp_usage` the sum of HP
+    workloads, `be_usage` the BE tier, `system_usage` what is neither (daemons, kernel).
+    `stale` maps a source name to a reason; any entry forbids eviction this tick.
+    `hp_cpu_pressure_some_avg10` is PSI of the HP tier (percent) where the kernel has it.
+    """
+
+    taken_at: float
+    capacity: Resources
+    cpus: tuple[int, ...]
+    node_usage: Usage
+    hp_usage: Usage
+    be_usage: Usage
+    system_usage: Usage
+    workloads: tuple[Workload, ...]
+    be_tier: BeTierState = BeTierState()
+    hp_cpu_pressure_some_avg10: float | None = None
+    stale: Mapping[str, str] = field(default_factory=dict)
+    interval_s: float = 1.0
+
+    @property
+    def be_workloads(self) -> tuple[Workload, ...]:
+        return tuple(w for w in self.workloads if w.be)
+
+    @property
+    def hp_workloads(self) -> tuple[Workload, ...]:
+        return tuple(w for w in self.workloads if not w.be)
+
+    def workload(self, key: str) -> Workload | None:
+        for w in self.workloads:
+            if w.key == key:
+                return w
+        return None
