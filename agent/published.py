@@ -1,0 +1,78 @@
+"""What the loop publishes after every tick: one immutable object, swapped in atomically.
+
+Readers on other threads (the metrics server) and other tasks (gRPC, `top`) only ever see a whole
+`Published`; they never touch the loop's working state.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from qos.actions import Action
+from qos.model import NodeSnapshot
+
+
+@dataclass(frozen=True, slots=True)
+class ActionRecord:
+    """One action as it was carried out (or not): what the audit log and `top` show."""
+
+    at: float
+    policy: str
+    kind: str
+    target: str
+    outcome: str  # applied | dry_run | skipped | failed
+    reason: str
+    numbers: Mapping[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Counters:
+    """Monotonic counts since the process started; label tuples are low-cardinality enums."""
+
+    ticks: int = 0
+    tick_errors: int = 0
+    evictions: Mapping[tuple[str, str], int] = field(default_factory=dict)  # (reason, source) -> n
+    eviction_failures: Mapping[str, int] = field(default_factory=dict)  # reason -> n
+    holds: Mapping[tuple[str, str], int] = field(default_factory=dict)  # (policy, reason) -> n
+    admissions_refused: Mapping[str, int] = field(default_factory=dict)  # reason -> n
+    cgroup_writes: int = 0
+    cgroup_write_errors: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Published:
+    """The agent's state after one tick."""
+
+    tick: int
+    tick_started_at: float  # wall clock
+    tick_monotonic: float  # time.monotonic() at tick start: health checks compare against it
+    tick_duration_s: float
+    collect_duration_s: float
+    interval_s: float
+    snapshot: NodeSnapshot | None
+    be_cpu_granted_milli: int | None  # what suppression currently lets BE use
+    be_cpu_policy: str
+    recent_actions: tuple[ActionRecord, ...] = ()
+    pending_actions: tuple[Action, ...] = ()
+    source_age_s: Mapping[str, float] = field(default_factory=dict)
+    sources_synced: bool = False
+    dry_run: bool = False
+    counters: Counters = Counters()
+
+
+class Board:
+    """Holds the latest `Published`; the loop sets it, anyone reads it. Assignment is atomic in CPython,
+    the lock only orders writers."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._current: Published | None = None
+
+    def publish(self, value: Published) -> None:
+        with self._lock:
+            self._current = value
+
+    def get(self) -> Published | None:
+        return self._current
