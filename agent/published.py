@@ -60,6 +60,7 @@ class Published:
     sources_synced: bool = False
     dry_run: bool = False
     counters: Counters = Counters()
+    be_cpu_floor_milli: int | None = None  # the least suppression will leave BE (for "suppressed to floor")
 
 
 class Board:

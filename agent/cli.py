@@ -1,0 +1,44 @@
+"""`coloc-agent` command line: one entry point, one module per subcommand (imported only when used)."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+COMMANDS: dict[str, tuple[str, str]] = {
+    "run": ("agent.run", "run the agent (--config FILE)"),
+    "demo": ("agent.demo", "show the agent working on this machine, on a private cgroup hierarchy"),
+    "inspect": ("agent.inspect", "sample this machine's cgroups and print the hierarchy"),
+    "status": ("agent.status_cli", "node, lifecycle, ledger and last actions, over the agent's socket"),
+    "top": ("agent.top", "live view of tiers, BE budget, ledger and recent actions"),
+    "recover": ("agent.recovery.cli", "scheduler-side recovery: rebuild cluster state from agents"),
+    "decommission": ("agent.drain_cli", "gracefully decommission this node"),
+    "recommission": ("agent.drain_cli", "return a decommissioning or decommissioned node to service"),
+}
+
+
+def usage() -> str:
+    lines = ["usage: coloc-agent COMMAND [ARGS...]", "", "commands:"]
+    lines += [f"  {name:<14}{help_}" for name, (_, help_) in COMMANDS.items()]
+    lines.append("\n`coloc-agent COMMAND --help` for a command's options.")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if not args or args[0] in ("-h", "--help", "help"):
+        print(usage())
+        return 0
+    name, rest = args[0], args[1:]
+    if name not in COMMANDS:
+        print(f"coloc-agent: unknown command {name!r}\n\n{usage()}", file=sys.stderr)
+        return 2
+    module = importlib.import_module(COMMANDS[name][0])
+    if name in ("decommission", "recommission"):
+        rest = [name, *rest]
+    code: int = module.main(rest)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,199 @@
+"""Turn cgroup counters and workload lists into one immutable NodeSnapshot per tick.
+
+CPU figures are rates, so the collector keeps the previous counter of each cgroup (keyed by cgroup path) and
+reports a workload's CPU as missing (None) on its first sighting. A cgroup that vanished between listing and
+reading is a workload that ended: it is dropped from the snapshot, never an error.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from collections import deque
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from cgroups.errors import CgroupError, CgroupGone
+from cgroups.node import NodeCpuMeter, read_meminfo
+from cgroups.reader import CgroupReader, CgroupSample
+from qos.model import BeTierState, NodeSnapshot, Resources, Usage, Workload
+
+log = logging.getLogger("coloc.collect")
+
+
+@dataclass(frozen=True, slots=True)
+class _Prev:
+    at: float
+    cpu_ns: int
+    throttled: int
+    periods: int
+
+
+@dataclass(frozen=True, slots=True)
+class TierPaths:
+    root: str  # "" = the agent's cgroup root itself
+    besteffort: str
+
+
+class Collector:
+    """Samples the root, the tiers and every workload; `collect` is called once per tick."""
+
+    def __init__(self, reader: CgroupReader, tiers: TierPaths, capacity: Resources, cpus: tuple[int, ...],
+                 scope: str, interval_s: float, proc_root: str = "/proc") -> None:
+        self._reader = reader
+        self._tiers = tiers
+        self._capacity = capacity
+        self._cpus = cpus
+        self._scope = scope
+        self._interval_s = interval_s
+        self._proc_root = proc_root
+        self._prev: dict[str, _Prev] = {}
+        # (monotonic time, root cpu ns, besteffort cpu ns): the fast path adds points between ticks so the
+        # tier rates at a tick cover a short recent window instead of the whole interval.
+        self._tier_hist: deque[tuple[float, int, int]] = deque(maxlen=256)
+        self.tier_window_s = min(interval_s, 0.25)
+        self._node_cpu = NodeCpuMeter(proc_root=proc_root)
+        self.last_duration_s = 0.0
+
+    def _rate(self, rel: str, s: CgroupSample, now: float) -> Usage:
+        prev = self._prev.get(rel)
+        self._prev[rel] = _Prev(now, s.cpu_usage_ns, s.nr_throttled, s.nr_periods)
+        ws = s.memory_working_set_bytes
+        if prev is None or now <= prev.at or s.cpu_usage_ns < prev.cpu_ns:
+            return Usage(None, ws, None)
+        milli = (s.cpu_usage_ns - prev.cpu_ns) / 1e6 / (now - prev.at)
+        periods = s.nr_periods - prev.periods
+        throttled = (s.nr_throttled - prev.throttled) / periods if periods > 0 else 0.0
+        return Usage(milli, ws, throttled)
+
+    def _sample(self, rel: str, now: float) -> tuple[CgroupSample, Usage] | None:
+        try:
+            s = self._reader.sample(rel)
+        except CgroupGone:
+            self._prev.pop(rel, None)
+            self._reader.forget(rel)
+            return None
+        return s, self._rate(rel, s, now)
+
+    def collect(self, workloads: Iterable[Workload], terminating: frozenset[str],
+                stale: Mapping[str, str], now_wall: float | None = None) -> NodeSnapshot:
+        started = time.perf_counter()
+        now = time.monotonic()
+        stale = dict(stale)
+        out: list[Workload] = []
+        seen: set[str] = set()
+        psi: float | None = None
+        for w in workloads:
+            got = self._sample(w.cgroup, now)
+            seen.add(w.cgroup)
+            if got is None:
+                continue
+            sample, usage = got
+            if not w.be and sample.cpu_psi is not None:
+                psi = sample.cpu_psi.some_avg10 if psi is None else max(psi, sample.cpu_psi.some_avg10)
+            out.append(dataclasses.replace(
+                w, usage=usage, sample_age_s=0.0, pids=sample.nr_pids if sample.nr_pids is not None else 0,
+                terminating=w.terminating or w.key in terminating))
+
+        root = self._sample(self._tiers.root, now)
+        be = self._sample(self._tiers.besteffort, now)
+        if root is None:
+            stale["cgroups"] = f"cgroup root {self._tiers.root or '/'} cannot be read"
+        if be is None:
+            stale.setdefault("cgroups", f"besteffort tier {self._tiers.besteffort} cannot be read")
+        root_u = root[1] if root else Usage()
+        be_u = be[1] if be else Usage()
+        if root and be:
+            self._tier_hist.append((now, root[0].cpu_usage_ns, be[0].cpu_usage_ns))
+            rates = self._tier_rates(self.tier_window_s)
+            if rates is not None:
+                root_u = dataclasses.replace(root_u, milli_cpu=rates[0])
+                be_u = dataclasses.replace(be_u, milli_cpu=rates[1])
+        hp_u = Usage(
+            _sub(root_u.milli_cpu, be_u.milli_cpu),
+            _isub(root_u.memory_working_set_bytes, be_u.memory_working_set_bytes),
+        )
+        node_u, system_u = self._node_usage(root_u, stale)
+        knobs = self._be_knobs()
+        for rel in list(self._prev):
+            if rel not in seen and rel not in (self._tiers.root, self._tiers.besteffort):
+                del self._prev[rel]
+                self._reader.forget(rel)
+        self.last_duration_s = time.perf_counter() - started
+        return NodeSnapshot(
+            taken_at=now_wall if now_wall is not None else time.time(),
+            capacity=self._capacity,
+            cpus=self._cpus,
+            node_usage=node_u,
+            hp_usage=hp_u,
+            be_usage=be_u,
+            system_usage=system_u,
+            workloads=tuple(out),
+            be_tier=knobs,
+            hp_cpu_pressure_some_avg10=psi,
+            stale=stale,
+            interval_s=self._interval_s,
+        )
+
+    def poll_tiers(self, window_s: float) -> tuple[float, float] | None:
+        """Read the root and BE tier counters now; return (root, BE) milli-cores over the last `window_s`."""
+        try:
+            root = self._reader.sample(self._tiers.root)
+            be = self._reader.sample(self._tiers.besteffort)
+        except CgroupError:
+            return None
+        self._tier_hist.append((time.monotonic(), root.cpu_usage_ns, be.cpu_usage_ns))
+        return self._tier_rates(window_s)
+
+    def _tier_rates(self, window_s: float) -> tuple[float, float] | None:
+        if len(self._tier_hist) < 2:
+            return None
+        t1, r1, b1 = self._tier_hist[-1]
+        base = self._tier_hist[0]
+        for point in reversed(self._tier_hist):
+            if point[0] <= t1 - window_s:
+                base = point
+                break
+        t0, r0, b0 = base
+        if t1 <= t0 or r1 < r0 or b1 < b0:
+            return None
+        dt_ms = (t1 - t0) * 1e3
+        return (r1 - r0) / 1e3 / dt_ms, (b1 - b0) / 1e3 / dt_ms
+
+    def _node_usage(self, root_u: Usage, stale: dict[str, str]) -> tuple[Usage, Usage]:
+        if self._scope == "cgroup-root":
+            return root_u, Usage(0.0 if root_u.milli_cpu is not None else None, 0)
+        try:
+            cpu = self._node_cpu.sample()
+            mem = read_meminfo(self._proc_root)
+        except (OSError, CgroupError) as err:
+            stale["node"] = f"cannot read node usage: {err}"
+            return Usage(), Usage()
+        used_mem = mem.total_bytes - mem.available_bytes
+        node = Usage(cpu, used_mem)
+        system = Usage(_sub(cpu, root_u.milli_cpu, floor=0.0),
+                       _isub(used_mem, root_u.memory_working_set_bytes, floor=0))
+        return node, system
+
+    def _be_knobs(self) -> BeTierState:
+        try:
+            k = self._reader.read_knobs(self._tiers.besteffort)
+        except CgroupError:
+            return BeTierState()
+        quota = None if k.quota_us is None else k.quota_us * 1000 // max(1, k.period_us)
+        return BeTierState(cpuset=tuple(k.cpuset), quota_milli_cpu=quota, cpu_idle=k.cpu_idle)
+
+
+def _sub(a: float | None, b: float | None, floor: float | None = None) -> float | None:
+    if a is None or b is None:
+        return None
+    v = a - b
+    return max(floor, v) if floor is not None else max(0.0, v)
+
+
+def _isub(a: int | None, b: int | None, floor: int | None = 0) -> int | None:
+    if a is None or b is None:
+        return None
+    v = a - b
+    return max(floor, v) if floor is not None else v

@@ -1,0 +1,146 @@
+"""The agent's configuration: one YAML file, every field validated, errors name the field."""
+
+from __future__ import annotations
+
+import os
+import socket
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+import yaml
+
+from agent.configload import ConfigError, from_mapping, parse_bytes
+from agent.standalone import StandaloneConfig
+from qos.policies import PolicyConfig
+
+__all__ = ["AgentConfig", "ConfigError", "load_config"]
+
+
+@dataclass(frozen=True)
+class NodeConfig:
+    """The node the agent manages. Capacity defaults to the machine's.
+
+    `scope: cgroup-root` measures node usage as the usage of the agent's cgroup root, so that a private
+    root (tests, the demo) behaves as a small node of its own on a shared machine.
+    """
+
+    name: str = ""
+    cpus: float | None = None
+    memory: int | str | None = None
+    scope: Literal["machine", "cgroup-root"] = "machine"
+    reserved_milli_cpu: int = 0
+
+    def __post_init__(self) -> None:
+        if self.cpus is not None and not 0 < self.cpus <= 4096:
+            raise ConfigError(f"node.cpus: must be in (0, 4096], got {self.cpus}")
+        if self.memory is not None and self.memory_bytes is not None and self.memory_bytes <= 0:
+            raise ConfigError(f"node.memory: must be positive, got {self.memory!r}")
+        if self.reserved_milli_cpu < 0:
+            raise ConfigError("node.reserved_milli_cpu: must be ≥ 0")
+
+    @property
+    def memory_bytes(self) -> int | None:
+        return None if self.memory is None else parse_bytes(self.memory, "node.memory")
+
+    @property
+    def node_name(self) -> str:
+        return self.name or os.environ.get("NODE_NAME") or socket.gethostname()
+
+
+@dataclass(frozen=True)
+class CgroupConfig:
+    """Where the agent's cgroups are: `root` is relative to each hierarchy's mount (no leading slash)."""
+
+    mount: str = "/sys/fs/cgroup"
+    root: str = "kubepods"
+    driver: Literal["auto", "cgroupfs", "systemd"] = "auto"
+    yarn_hierarchy: str = "hadoop-yarn"
+    setup_tiers: bool = False
+    cleanup_on_exit: bool = False
+
+    def __post_init__(self) -> None:
+        if self.root.startswith("/") or ".." in Path(self.root).parts or not self.root.strip("/"):
+            raise ConfigError(f"cgroups.root: must be a relative path without '..', got {self.root!r}")
+        if "/" in self.yarn_hierarchy or self.yarn_hierarchy in ("", ".", ".."):
+            raise ConfigError(f"cgroups.yarn_hierarchy: must be one directory name, got {self.yarn_hierarchy!r}")
+
+
+@dataclass(frozen=True)
+class LoopConfig:
+    interval_s: float = 1.0
+    fast_path: bool = True
+    fast_poll_s: float = 0.05
+    fast_hp_jump_milli_cpu: int = 200
+    fast_psi_stall_ratio: float = 0.05
+    stale_after_s: float = 5.0
+
+    def __post_init__(self) -> None:
+        if not 0.05 <= self.interval_s <= 60:
+            raise ConfigError(f"loop.interval_s: must be in [0.05, 60], got {self.interval_s}")
+        if not 0.005 <= self.fast_poll_s <= self.interval_s:
+            raise ConfigError(f"loop.fast_poll_s: must be in [0.005, interval_s], got {self.fast_poll_s}")
+        if self.stale_after_s < 2 * self.interval_s:
+            raise ConfigError(f"loop.stale_after_s: must be ≥ 2 × interval_s, got {self.stale_after_s}")
+        if not 0 < self.fast_psi_stall_ratio <= 1:
+            raise ConfigError("loop.fast_psi_stall_ratio: must be in (0, 1]")
+
+
+@dataclass(frozen=True)
+class EvictionConfig:
+    """How evictions are carried out: rate limit (token bucket), grace period, dry run."""
+
+    dry_run: bool = False
+    rate_per_minute: float = 10.0
+    burst: int = 3
+    grace_period_s: float = 5.0
+    recheck_cooldown_s: float = 30.0
+
+    def __post_init__(self) -> None:
+        if self.rate_per_minute <= 0:
+            raise ConfigError("eviction.rate_per_minute: must be > 0")
+        if self.burst < 1:
+            raise ConfigError("eviction.burst: must be ≥ 1")
+        if not 0 <= self.grace_period_s <= 600:
+            raise ConfigError("eviction.grace_period_s: must be in [0, 600]")
+
+
+@dataclass(frozen=True)
+class AuditConfig:
+    """Where audit records go: a JSON-lines file, or "" for the log only."""
+
+    path: str = ""
+
+
+@dataclass(frozen=True)
+class LogConfig:
+    level: Literal["debug", "info", "warning", "error"] = "info"
+    format: Literal["auto", "json", "text"] = "auto"
+
+
+@dataclass(frozen=True)
+class AgentConfig:
+    node: NodeConfig = field(default_factory=NodeConfig)
+    cgroups: CgroupConfig = field(default_factory=CgroupConfig)
+    loop: LoopConfig = field(default_factory=LoopConfig)
+    eviction: EvictionConfig = field(default_factory=EvictionConfig)
+    audit: AuditConfig = field(default_factory=AuditConfig)
+    log: LogConfig = field(default_factory=LogConfig)
+    standalone: StandaloneConfig = field(default_factory=StandaloneConfig)
+    policies: PolicyConfig = field(default_factory=PolicyConfig)
+
+
+def load_config(path: str | Path) -> AgentConfig:
+    """Read and validate a YAML config file; raise ConfigError naming the file and the field."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as err:
+        raise ConfigError(f"{path}: cannot read config: {err.strerror}") from err
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{path}: not valid YAML: {err}") from err
+    try:
+        return from_mapping(AgentConfig, data)
+    except ConfigError as err:
+        raise ConfigError(f"{path}: {err}") from err

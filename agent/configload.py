@@ -1,0 +1,135 @@
+"""Build frozen config dataclasses from plain YAML data, naming the field whenever something is wrong.
+
+Every config dataclass in the agent is loaded through `from_mapping`: unknown keys, wrong types and values
+its `__post_init__` rejects all raise `ConfigError` with the dotted path of the field.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import re
+import types
+import typing
+from collections.abc import Mapping
+from typing import Any, TypeVar, Union, get_args, get_origin, get_type_hints
+
+T = TypeVar("T")
+
+_QUANTITY = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*(Ki|Mi|Gi|Ti|K|M|G|T|m)?\s*$")
+_FACTORS = {
+    None: 1,
+    "Ki": 1024,
+    "Mi": 1024**2,
+    "Gi": 1024**3,
+    "Ti": 1024**4,
+    "K": 1000,
+    "M": 1000**2,
+    "G": 1000**3,
+    "T": 1000**4,
+}
+
+
+class ConfigError(ValueError):
+    """A config value is wrong; the message starts with the dotted path of the field."""
+
+
+def parse_bytes(value: object, where: str) -> int:
+    """Accept an int or a Kubernetes-style quantity string such as `2Gi` or `512Mi`."""
+    if isinstance(value, bool):
+        raise ConfigError(f"{where}: expected a byte quantity, got {value!r}")
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str):
+        m = _QUANTITY.match(value)
+        if m and m.group(2) != "m":
+            return int(float(m.group(1)) * _FACTORS[m.group(2)])
+    raise ConfigError(f"{where}: expected a byte quantity like 2Gi or 1073741824, got {value!r}")
+
+
+def from_mapping(cls: type[T], data: object, where: str = "") -> T:
+    """Build dataclass `cls` from `data` (a mapping from YAML); missing keys take their defaults."""
+    if data is None:
+        data = {}
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{where or '<top>'}: expected a mapping, got {type(data).__name__}")
+    if not dataclasses.is_dataclass(cls):
+        raise TypeError(f"{cls!r} is not a dataclass")
+    hints = get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    unknown = sorted(set(map(str, data)) - set(fields))
+    if unknown:
+        prefix = f"{where}." if where else ""
+        raise ConfigError(
+            f"{prefix}{unknown[0]}: unknown field (known: {', '.join(sorted(fields))})"
+        )
+    kwargs: dict[str, Any] = {}
+    for name, value in data.items():
+        path = f"{where}.{name}" if where else str(name)
+        kwargs[name] = _convert(hints[name], value, path)
+    try:
+        return cls(**kwargs)
+    except ConfigError:
+        raise
+    except (ValueError, TypeError) as err:
+        raise ConfigError(f"{where or '<top>'}: {err}") from err
+
+
+def _convert(tp: Any, value: object, where: str) -> Any:
+    origin = get_origin(tp)
+    if origin is Union or origin is types.UnionType:
+        args = [a for a in get_args(tp) if a is not type(None)]
+        if value is None:
+            if len(args) != len(get_args(tp)):
+                return None
+            raise ConfigError(f"{where}: may not be null")
+        errors = []
+        for arg in args:
+            try:
+                return _convert(arg, value, where)
+            except ConfigError as err:
+                errors.append(str(err))
+        raise ConfigError(errors[0])
+    if origin is typing.Literal:
+        if value in get_args(tp):
+            return value
+        allowed = ", ".join(repr(a) for a in get_args(tp))
+        raise ConfigError(f"{where}: must be one of {allowed}, got {value!r}")
+    if origin in (tuple, list):
+        if not isinstance(value, list | tuple):
+            raise ConfigError(f"{where}: expected a list, got {value!r}")
+        args = get_args(tp)
+        item = args[0] if args else Any
+        items = [_convert(item, v, f"{where}[{i}]") for i, v in enumerate(value)]
+        return tuple(items) if origin is tuple else items
+    if origin in (dict, Mapping) or tp is dict:
+        if not isinstance(value, Mapping):
+            raise ConfigError(f"{where}: expected a mapping, got {value!r}")
+        return dict(value)
+    if tp is Any:
+        return value
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
+        return from_mapping(tp, value, where)
+    if isinstance(tp, type) and issubclass(tp, enum.Enum):
+        for member in tp:
+            if value in (member.value, member.name):
+                return member
+        allowed = ", ".join(repr(m.value) for m in tp)
+        raise ConfigError(f"{where}: must be one of {allowed}, got {value!r}")
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        raise ConfigError(f"{where}: expected true or false, got {value!r}")
+    if tp is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        raise ConfigError(f"{where}: expected an integer, got {value!r}")
+    if tp is float:
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return float(value)
+        raise ConfigError(f"{where}: expected a number, got {value!r}")
+    if tp is str:
+        if isinstance(value, str):
+            return value
+        raise ConfigError(f"{where}: expected a string, got {value!r}")
+    raise ConfigError(f"{where}: cannot load a value of type {tp!r}")

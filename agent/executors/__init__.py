@@ -1,0 +1,1 @@
+"""Executors: carry out actions decided by the policies; they never decide."""

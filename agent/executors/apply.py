@@ -1,0 +1,220 @@
+"""Carry out a tick's actions: knobs through the cgroup writer, evictions through the evictor of their source.
+
+Evictions are the dangerous part, so this is where the last guards sit, whatever a policy said: never on a
+stale snapshot, never an HP workload, never twice in flight, at most the token bucket's rate, and under
+`dry_run` only recorded. Kills run as tasks (a grace period is seconds long); their keys stay `terminating`
+until the kill is confirmed, so the policies count those releases as pending and never over-evict.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import Counter
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from agent.executors.ratelimit import TokenBucket
+from agent.published import ActionRecord
+from cgroups.errors import CgroupError
+from cgroups.writer import CgroupWriter
+from qos.actions import Action, Evict, Hold, SetBeCpuIdle, SetBeCpuQuota, SetBeCpuset, SetBeMemoryHigh
+from qos.model import NodeSnapshot, Source, Workload
+
+log = logging.getLogger("coloc.executor")
+
+CFS_PERIOD_US = 100_000
+MIN_QUOTA_US = 2_000
+
+
+@dataclass(frozen=True, slots=True)
+class EvictOutcome:
+    ok: bool
+    detail: str
+    try_next: bool = False  # e.g. a PodDisruptionBudget said no: the next victim may be taken
+
+
+class Evictor(Protocol):
+    async def evict(self, workload: Workload, action: Evict) -> EvictOutcome: ...
+
+
+AuditSink = Callable[[ActionRecord], None]
+
+
+class ActionExecutor:
+    """Applies actions; owns the rate limit, the in-flight set and the counters of what it did."""
+
+    def __init__(
+        self,
+        writer: CgroupWriter,
+        be_tier: str,
+        be_descendants: Callable[[], Sequence[str]],
+        evictors: Mapping[Source, Evictor],
+        *,
+        dry_run: bool,
+        rate_per_s: float,
+        burst: int,
+        recheck_cooldown_s: float,
+        audit: AuditSink,
+        now: float,
+    ) -> None:
+        self._writer = writer
+        self._be_tier = be_tier
+        self._be_descendants = be_descendants
+        self._evictors = evictors
+        self.dry_run = dry_run
+        self._bucket = TokenBucket(rate_per_s, burst, now)
+        self._cooldown_s = recheck_cooldown_s
+        self._audit = audit
+        self._in_flight: dict[str, asyncio.Task[None]] = {}
+        self._recently: dict[str, float] = {}
+        self.evictions: Counter[tuple[str, str]] = Counter()
+        self.eviction_failures: Counter[str] = Counter()
+        self.holds: Counter[tuple[str, str]] = Counter()
+        self.cgroup_write_errors = 0
+
+    @property
+    def terminating(self) -> frozenset[str]:
+        """Keys whose eviction is in flight: the collector marks them `terminating`."""
+        return frozenset(self._in_flight)
+
+    def _record(self, policy: str, kind: str, target: str, outcome: str, reason: str,
+                numbers: Mapping[str, float] | None = None) -> ActionRecord:
+        rec = ActionRecord(time.time(), policy, kind, target, outcome, reason, dict(numbers or {}))
+        self._audit(rec)
+        return rec
+
+    async def execute(self, actions: Sequence[Action], snapshot: NodeSnapshot) -> list[ActionRecord]:
+        records: list[ActionRecord] = []
+        for action in actions:
+            if isinstance(action, Hold):
+                self.holds[(action.policy, action.reason)] += 1
+                continue
+            if isinstance(action, Evict):
+                records.append(self._evict(action, snapshot))
+            else:
+                rec = self._knob(action)
+                if rec is not None:
+                    records.append(rec)
+        return records
+
+    def _knob(self, action: Action) -> ActionRecord | None:
+        """Apply one knob; record it only when it changed something (or failed)."""
+        tier = self._be_tier
+        try:
+            if isinstance(action, SetBeCpuset):
+                kind, target, numbers = "set_be_cpuset", ",".join(map(str, action.cpus)), action.numbers
+                if self.dry_run:
+                    return self._record("suppression", kind, target, "dry_run", action.reason, numbers)
+                changed = self._apply_cpuset(action.cpus)
+                reason = action.reason
+            elif isinstance(action, SetBeCpuQuota):
+                kind, numbers = "set_be_cpu_quota", action.numbers
+                quota = None if action.milli_cpu is None else max(
+                    MIN_QUOTA_US, action.milli_cpu * CFS_PERIOD_US // 1000)
+                target = "max" if quota is None else str(quota)
+                if self.dry_run:
+                    return self._record("suppression", kind, target, "dry_run", action.reason, numbers)
+                changed = self._writer.set_cpu_quota(tier, quota, CFS_PERIOD_US)
+                reason = action.reason
+            elif isinstance(action, SetBeCpuIdle):
+                kind, target, numbers = "set_be_cpu_idle", str(int(action.idle)), {}
+                if self.dry_run:
+                    return self._record("suppression", kind, target, "dry_run", action.reason)
+                changed = self._writer.set_cpu_idle(tier, action.idle)
+                reason = action.reason
+            elif isinstance(action, SetBeMemoryHigh):
+                kind, target, numbers = "set_be_memory_high", str(action.bytes), {}
+                if self.dry_run:
+                    return self._record("memory", kind, target, "dry_run", action.reason)
+                changed = self._writer.set_memory_high(tier, action.bytes)
+                reason = action.reason
+            else:  # pragma: no cover - the Action union is closed
+                raise TypeError(f"unknown action {action!r}")
+        except CgroupError as err:
+            self.cgroup_write_errors += 1
+            log.warning("cgroup write failed", extra={"fields": {"action": repr(action), "error": str(err)}})
+            return self._record("suppression", type(action).__name__, tier, "failed", str(err))
+        if changed:
+            return self._record("suppression", kind, target, "applied", reason, numbers)
+        return None
+
+    def _apply_cpuset(self, cpus: tuple[int, ...]) -> bool:
+        """A v1 parent may not drop CPUs a child still has, so the writer's batch order matters here:
+        children first when shrinking, the tier first when growing (the writer sorts the batch)."""
+        targets = [self._be_tier, *self._be_descendants()]
+        changed = False
+        for rel in sorted(targets, key=lambda r: r.count("/"), reverse=True):
+            try:
+                changed = self._writer.set_cpuset(rel, cpus) or changed
+            except CgroupError:
+                if rel == self._be_tier:
+                    raise
+                # A child that ended or refuses is re-asserted next tick; the tier is what confines BE.
+                continue
+        if not changed:
+            return False
+        # Widening goes parent first: a second pass top-down picks up what the bottom-up pass could not.
+        for rel in sorted(targets, key=lambda r: r.count("/")):
+            try:
+                self._writer.set_cpuset(rel, cpus)
+            except CgroupError:
+                continue
+        return True
+
+    def _evict(self, action: Evict, snapshot: NodeSnapshot) -> ActionRecord:
+        now = time.monotonic()
+        key = action.key
+        w = snapshot.workload(key)
+        numbers = dict(action.numbers)
+        policy = action.reason.value
+
+        def refuse(why: str) -> ActionRecord:
+            self.holds[(policy, why)] += 1
+            return self._record(policy, "evict", key, "skipped", f"{why}: {action.message}", numbers)
+
+        if snapshot.stale:
+            return refuse("stale_data")
+        if w is None:
+            return refuse("workload_gone")
+        if not w.be:
+            return refuse("not_best_effort")
+        if key in self._in_flight:
+            return refuse("already_terminating")
+        if now - self._recently.get(key, -1e18) < self._cooldown_s:
+            return refuse("cooldown")
+        if self.dry_run:
+            return self._record(policy, "evict", key, "dry_run", action.message, numbers)
+        if not self._bucket.take(now):
+            return refuse("rate_limited")
+        evictor = self._evictors.get(w.source)
+        if evictor is None:
+            return refuse(f"no_evictor_for_{w.source.value}")
+        self._recently[key] = now
+        self._in_flight[key] = asyncio.create_task(self._run_evict(evictor, w, action))
+        return self._record(policy, "evict", key, "started", action.message, numbers)
+
+    async def _run_evict(self, evictor: Evictor, w: Workload, action: Evict) -> None:
+        policy = action.reason.value
+        try:
+            outcome = await evictor.evict(w, action)
+        except Exception as err:  # an evictor bug must not kill the loop
+            log.exception("evictor failed", extra={"fields": {"key": w.key}})
+            outcome = EvictOutcome(False, f"evictor error: {err}")
+        finally:
+            self._in_flight.pop(w.key, None)
+        if outcome.ok:
+            self.evictions[(policy, w.source.value)] += 1
+        else:
+            self.eviction_failures[policy] += 1
+        self._record(policy, "evict", w.key, "done" if outcome.ok else "failed", outcome.detail,
+                     {"release_milli_cpu": action.release_milli_cpu,
+                      "release_memory_bytes": action.release_memory_bytes})
+
+    async def drain(self, timeout_s: float) -> None:
+        """Wait for in-flight evictions (at shutdown)."""
+        tasks: list[Awaitable[None]] = list(self._in_flight.values())
+        if tasks:
+            await asyncio.wait([asyncio.ensure_future(t) for t in tasks], timeout=timeout_s)

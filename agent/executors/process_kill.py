@@ -1,0 +1,105 @@
+"""Evict a local workload by killing every process in its cgroup: SIGTERM, then SIGKILL after a grace period.
+
+Done is confirmed by an empty `cgroup.procs`, not by our own bookkeeping. psutil guards against signalling
+a recycled PID (it checks the process's create time before every signal).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import time
+from dataclasses import dataclass
+
+import psutil
+
+from agent.executors.apply import EvictOutcome
+from cgroups.errors import CgroupError, CgroupGone
+from cgroups.reader import CgroupReader
+from cgroups.writer import CgroupWriter
+from qos.actions import Evict
+from qos.model import Workload
+
+
+@dataclass(frozen=True, slots=True)
+class KillOutcome:
+    cgroup: str
+    ok: bool
+    escalated: bool  # SIGKILL was needed
+    seconds: float
+    detail: str
+
+
+def _procs(reader: CgroupReader, rel: str) -> list[psutil.Process]:
+    out = []
+    for pid in reader.pids(rel):
+        try:
+            p = psutil.Process(pid)
+            p.create_time()  # pins identity so a recycled PID is never signalled
+            out.append(p)
+        except psutil.NoSuchProcess:
+            continue
+    return out
+
+
+def _signal_all(procs: list[psutil.Process], sig: int) -> None:
+    for p in procs:
+        try:
+            p.send_signal(sig)
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+
+
+async def kill_cgroup(
+    reader: CgroupReader,
+    writer: CgroupWriter,
+    rel: str,
+    grace_period_s: float,
+    poll_s: float = 0.05,
+    confirm_timeout_s: float = 10.0,
+) -> KillOutcome:
+    """Kill everything in cgroup `rel` and wait until `cgroup.procs` is empty."""
+    started = time.monotonic()
+    try:
+        procs = _procs(reader, rel)
+        writer.thaw(rel)  # a frozen v1 task acts on signals only once thawed
+        _signal_all(procs, signal.SIGTERM)
+        deadline = started + grace_period_s
+        while reader.pids(rel) and time.monotonic() < deadline:
+            await asyncio.sleep(poll_s)
+        escalated = False
+        if reader.pids(rel):
+            escalated = True
+            writer.kill_all(rel, signal.SIGKILL)
+            _signal_all(_procs(reader, rel), signal.SIGKILL)
+        confirm_by = time.monotonic() + confirm_timeout_s
+        while reader.pids(rel):
+            if time.monotonic() > confirm_by:
+                left = len(reader.pids(rel))
+                return KillOutcome(rel, False, escalated, time.monotonic() - started,
+                                   f"{left} processes still in the cgroup after SIGKILL")
+            await asyncio.sleep(poll_s)
+        return KillOutcome(rel, True, escalated, time.monotonic() - started, "cgroup empty")
+    except CgroupGone:
+        return KillOutcome(rel, True, False, time.monotonic() - started, "cgroup gone")
+
+
+class LocalEvictor:
+    """Evicts local (standalone) workloads and YARN-style containers that no NodeManager owns."""
+
+    def __init__(self, reader: CgroupReader, writer: CgroupWriter, grace_period_s: float,
+                 remove_cgroup: bool = True) -> None:
+        self._reader = reader
+        self._writer = writer
+        self._grace = grace_period_s
+        self._remove = remove_cgroup
+
+    async def evict(self, workload: Workload, action: Evict) -> EvictOutcome:
+        out = await kill_cgroup(self._reader, self._writer, workload.cgroup, self._grace)
+        if out.ok and self._remove:
+            try:
+                self._writer.rmdir(workload.cgroup)
+            except CgroupError:
+                pass  # an empty cgroup left behind is harmless; the next scan reports it idle
+        how = "SIGKILL after grace period" if out.escalated else "SIGTERM"
+        return EvictOutcome(out.ok, f"{out.detail} ({how}, {out.seconds:.2f}s)")

@@ -1,0 +1,168 @@
+"""The tick loop: collect → snapshot → policies → actions → execute → record, every interval.
+
+Between ticks a fast path polls the HP tier (its CPU over the last ~100 ms, and PSI stall time where the
+kernel has it) and wakes the loop at once when HP load jumps, so suppression reacts well under a tick.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from agent.collect import Collector
+from agent.executors.apply import ActionExecutor
+from agent.published import ActionRecord, Board, Counters, Published
+from qos.actions import Action, SetBeCpuQuota, SetBeCpuset
+from qos.model import NodeSnapshot, Workload
+from qos.policies import PolicyConfig, PolicyState, decide
+
+log = logging.getLogger("coloc.loop")
+
+WorkloadLister = Callable[[], tuple[list[Workload], dict[str, str]]]
+TickHook = Callable[[NodeSnapshot, list[Action], list[ActionRecord]], None]
+
+
+@dataclass(frozen=True, slots=True)
+class LoopTiming:
+    interval_s: float
+    fast_path: bool
+    fast_poll_s: float
+    fast_hp_jump_milli_cpu: int
+
+
+class TickLoop:
+    """Owns the policy state; everything it learns goes out through the Board and the hooks."""
+
+    def __init__(self, collector: Collector, list_workloads: WorkloadLister, executor: ActionExecutor,
+                 policy_cfg: PolicyConfig, board: Board, timing: LoopTiming,
+                 hooks: tuple[TickHook, ...] = (), sources_synced: Callable[[], bool] = lambda: True,
+                 source_ages: Callable[[], dict[str, float]] = dict) -> None:
+        self._collector = collector
+        self._list = list_workloads
+        self._executor = executor
+        self._policy_cfg = policy_cfg
+        self._policy_state = PolicyState()
+        self._board = board
+        self._timing = timing
+        self._hooks = hooks
+        self._sources_synced = sources_synced
+        self._source_ages = source_ages
+        self._wake = asyncio.Event()
+        self._recent: deque[ActionRecord] = deque(maxlen=50)
+        self._tick = 0
+        self._tick_errors = 0
+        self._last: NodeSnapshot | None = None
+        self._granted: int | None = None
+        self._policy_name = ""
+        self.wakeups = 0
+
+    @property
+    def last_snapshot(self) -> NodeSnapshot | None:
+        return self._last
+
+    def tick(self, cause: str = "interval") -> Published:
+        """One synchronous pass (cgroup I/O takes microseconds); evictions continue as tasks."""
+        started_mono = time.monotonic()
+        started_wall = time.time()
+        self._tick += 1
+        workloads, stale = self._list()
+        snap = self._collector.collect(workloads, self._executor.terminating, stale, started_wall)
+        actions, self._policy_state = decide(snap, self._policy_cfg, self._policy_state)
+        records = self._execute_sync(actions, snap)
+        for a in actions:
+            if isinstance(a, SetBeCpuset):
+                self._granted, self._policy_name = len(a.cpus) * 1000, "cpuset"
+            elif isinstance(a, SetBeCpuQuota):
+                self._granted, self._policy_name = a.milli_cpu, "cfsQuota"
+        self._recent.extend(records)
+        for hook in self._hooks:
+            try:
+                hook(snap, actions, records)
+            except Exception:
+                log.exception("tick hook failed")
+        self._last = snap
+        pub = Published(
+            tick=self._tick,
+            tick_started_at=started_wall,
+            tick_monotonic=started_mono,
+            tick_duration_s=time.monotonic() - started_mono,
+            collect_duration_s=self._collector.last_duration_s,
+            interval_s=self._timing.interval_s,
+            snapshot=snap,
+            be_cpu_granted_milli=self._granted,
+            be_cpu_policy=self._policy_name,
+            recent_actions=tuple(self._recent),
+            pending_actions=tuple(actions),
+            source_age_s=self._source_ages(),
+            sources_synced=self._sources_synced(),
+            dry_run=self._executor.dry_run,
+            counters=Counters(
+                ticks=self._tick,
+                tick_errors=self._tick_errors,
+                evictions=dict(self._executor.evictions),
+                eviction_failures=dict(self._executor.eviction_failures),
+                holds=dict(self._executor.holds),
+                cgroup_writes=self._executor.writer_stats()[0],
+                cgroup_write_errors=self._executor.cgroup_write_errors,
+            ),
+        )
+        self._board.publish(pub)
+        if cause != "interval":
+            log.debug("tick", extra={"fields": {"cause": cause, "tick": self._tick}})
+        return pub
+
+    def _execute_sync(self, actions: list[Action], snap: NodeSnapshot) -> list[ActionRecord]:
+        # execute() awaits nothing for knobs and only spawns tasks for evictions, so it completes in one
+        # step; driving it here keeps a tick atomic with respect to other tasks.
+        coro = self._executor.execute(actions, snap)
+        try:
+            coro.send(None)
+        except StopIteration as done:
+            result: list[ActionRecord] = done.value
+            return result
+        coro.close()
+        raise RuntimeError("executor awaited during a tick")
+
+    async def run(self, stop: asyncio.Event) -> None:
+        fast = asyncio.create_task(self._fast_path(stop)) if self._timing.fast_path else None
+        try:
+            while not stop.is_set():
+                started = time.monotonic()
+                try:
+                    self.tick("fast" if self._wake.is_set() else "interval")
+                except Exception:
+                    self._tick_errors += 1
+                    log.exception("tick failed")
+                self._wake.clear()
+                remaining = self._timing.interval_s - (time.monotonic() - started)
+                waiters = [asyncio.ensure_future(self._wake.wait()), asyncio.ensure_future(stop.wait())]
+                await asyncio.wait(waiters, timeout=max(0.0, remaining), return_when=asyncio.FIRST_COMPLETED)
+                for w in waiters:
+                    w.cancel()
+        finally:
+            if fast is not None:
+                fast.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await fast
+
+    async def _fast_path(self, stop: asyncio.Event) -> None:
+        """Wake the loop when HP CPU over the last few polls exceeds what the last tick assumed."""
+        poll = self._timing.fast_poll_s
+        window = max(2 * poll, 0.1)
+        while not stop.is_set():
+            await asyncio.sleep(poll)
+            last = self._last
+            if last is None or self._wake.is_set():
+                continue
+            rates = self._collector.poll_tiers(window)
+            if rates is None or last.hp_usage.milli_cpu is None:
+                continue
+            hp_now = rates[0] - rates[1]
+            if hp_now - last.hp_usage.milli_cpu > self._timing.fast_hp_jump_milli_cpu:
+                self.wakeups += 1
+                self._wake.set()

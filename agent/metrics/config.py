@@ -1,0 +1,47 @@
+"""Settings of the metrics and health server."""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass
+
+from agent.configload import ConfigError
+
+DEFAULT_PORT = 9316
+
+
+@dataclass(frozen=True)
+class MetricsConfig:
+    """Where `/metrics`, `/healthz` and `/readyz` listen, and how many per-workload series to export.
+
+    `bind` defaults to loopback on purpose: the prometheus-client default (0.0.0.0) would expose the port on
+    the node IP of a hostNetwork pod. `port` 0 picks a free port (tests). `top_n` bounds the per-workload
+    series (top N by CPU and top N by memory; 0 turns them off). `max_label_values` bounds every counter
+    whose label values come from policies (holds, refusals): the rest are summed under `other`.
+    `stall_intervals` is how many loop intervals without a tick turn `/healthz` red.
+    `startup_grace_s` is how long `/healthz` stays green before the first tick.
+    """
+
+    enabled: bool = True
+    bind: str = "127.0.0.1"
+    port: int = DEFAULT_PORT
+    top_n: int = 10
+    max_label_values: int = 32
+    stall_intervals: float = 3.0
+    startup_grace_s: float = 60.0
+
+    def __post_init__(self) -> None:
+        try:
+            ipaddress.ip_address(self.bind)
+        except ValueError as err:
+            raise ConfigError(f"metrics.bind: must be an IP address, got {self.bind!r}") from err
+        if not 0 <= self.port <= 65535:
+            raise ConfigError(f"metrics.port: must be in [0, 65535], got {self.port}")
+        if not 0 <= self.top_n <= 1000:
+            raise ConfigError(f"metrics.top_n: must be in [0, 1000], got {self.top_n}")
+        if not 1 <= self.max_label_values <= 1000:
+            raise ConfigError(f"metrics.max_label_values: must be in [1, 1000], got {self.max_label_values}")
+        if not 1 <= self.stall_intervals <= 100:
+            raise ConfigError(f"metrics.stall_intervals: must be in [1, 100], got {self.stall_intervals}")
+        if not 0 <= self.startup_grace_s <= 3600:
+            raise ConfigError(f"metrics.startup_grace_s: must be in [0, 3600], got {self.startup_grace_s}")

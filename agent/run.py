@@ -1,0 +1,57 @@
+"""`coloc-agent run --config FILE`: the agent process."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import signal
+import sys
+
+from agent.config import ConfigError, load_config
+from agent.runtime import build
+
+log = logging.getLogger("coloc.run")
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="coloc-agent run", description="Run the co-location agent.")
+    p.add_argument("--config", required=True, help="YAML config file (see examples/standalone.yaml)")
+    p.add_argument("--dry-run", action="store_true", help="decide and record actions, apply none")
+    return p.parse_args(argv)
+
+
+async def serve(config_path: str, dry_run: bool = False, ready: asyncio.Event | None = None) -> int:
+    cfg = load_config(config_path)
+    if dry_run:
+        import dataclasses
+
+        cfg = dataclasses.replace(cfg, eviction=dataclasses.replace(cfg.eviction, dry_run=True))
+    rt = build(cfg)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(sig, stop.set)
+    log.info("agent started", extra={"fields": {"node": cfg.node.node_name, "root": cfg.cgroups.root,
+                                                  "dry_run": cfg.eviction.dry_run}})
+    try:
+        if ready is not None:
+            ready.set()
+        await rt.loop.run(stop)
+    finally:
+        await rt.executor.drain(timeout_s=cfg.eviction.grace_period_s + 2)
+        rt.close()
+        log.info("agent stopped")
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    args = parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    try:
+        return asyncio.run(serve(args.config, args.dry_run))
+    except ConfigError as err:
+        print(f"coloc-agent: invalid config: {err}", file=sys.stderr)
+        return 2

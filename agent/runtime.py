@@ -1,0 +1,153 @@
+"""Wire the agent together from its config: cgroups, sources, collector, policies, executors, loop, APIs."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+
+from agent.audit import AuditLog
+from agent.collect import Collector, TierPaths
+from agent.config import AgentConfig
+from agent.executors.apply import ActionExecutor, Evictor
+from agent.executors.process_kill import LocalEvictor
+from agent.loop import LoopTiming, TickLoop
+from agent.published import Board
+from agent.standalone import StandaloneScanner
+from cgroups.discovery import Hierarchy, discover
+from cgroups.errors import CgroupError
+from cgroups.reader import CgroupReader
+from cgroups.writer import CgroupWriter
+from qos.model import Resources, Source, Workload
+
+log = logging.getLogger("coloc.runtime")
+
+BE_TIER = "besteffort"
+BURSTABLE_TIER = "burstable"
+BE_SHARES = 2  # what the kubelet gives the besteffort tier
+
+
+@dataclass
+class Runtime:
+    """Everything the running agent holds; built by `build`, torn down by `close`."""
+
+    cfg: AgentConfig
+    hierarchy: Hierarchy
+    reader: CgroupReader
+    writer: CgroupWriter
+    collector: Collector
+    scanner: StandaloneScanner
+    executor: ActionExecutor
+    loop: TickLoop
+    board: Board
+    audit: AuditLog
+    created_root: bool = False
+    extra_tasks: list[asyncio.Task[None]] = field(default_factory=list)
+
+    def list_workloads(self) -> tuple[list[Workload], dict[str, str]]:
+        try:
+            return self.scanner.scan(), {}
+        except CgroupError as err:
+            return [], {"standalone": f"cannot list cgroups: {err}"}
+
+    def close(self) -> None:
+        self.reader.close()
+        self.audit.close()
+        if self.created_root and self.cfg.cgroups.cleanup_on_exit:
+            remove_tree(self.writer, self.reader, "")
+
+
+def machine_capacity() -> tuple[Resources, tuple[int, ...]]:
+    cpus = tuple(sorted(os.sched_getaffinity(0)))
+    return Resources(len(cpus) * 1000, psutil.virtual_memory().total), cpus
+
+
+def node_capacity(cfg: AgentConfig) -> tuple[Resources, tuple[int, ...]]:
+    machine, cpus = machine_capacity()
+    milli = int(cfg.node.cpus * 1000) if cfg.node.cpus is not None else machine.milli_cpu
+    mem = cfg.node.memory_bytes if cfg.node.memory_bytes is not None else machine.memory_bytes
+    ncpu = max(1, min(len(cpus), -(-milli // 1000)))
+    return Resources(milli, mem), cpus[:ncpu]
+
+
+def setup_tiers(writer: CgroupWriter, reader: CgroupReader, cpus: tuple[int, ...], yarn: str) -> bool:
+    """Lay the tiers out as the kubelet does (besteffort `cpu.shares` 2); return whether the root was new."""
+    created = not reader.exists("")
+    writer.mkdir("")
+    writer.set_cpuset("", cpus)
+    for tier in (BURSTABLE_TIER, BE_TIER, f"{BE_TIER}/{yarn}"):
+        writer.mkdir(tier)
+        writer.set_cpuset(tier, cpus)
+    writer.set_cpu_shares(BE_TIER, BE_SHARES)
+    return created
+
+
+def remove_tree(writer: CgroupWriter, reader: CgroupReader, rel: str) -> None:
+    """Kill what is left and remove `rel` and everything below it, deepest first."""
+    for child in reader.children(rel):
+        remove_tree(writer, reader, f"{rel}/{child}" if rel else child)
+    with contextlib.suppress(CgroupError):
+        if reader.pids(rel):
+            writer.kill_all(rel, 9)
+            deadline = time.monotonic() + 5
+            while reader.pids(rel) and time.monotonic() < deadline:
+                time.sleep(0.02)
+    with contextlib.suppress(CgroupError):
+        writer.rmdir(rel)
+
+
+def be_descendants(reader: CgroupReader, tier: str) -> list[str]:
+    out: list[str] = []
+    stack = [tier]
+    while stack:
+        rel = stack.pop()
+        try:
+            kids = reader.children(rel)
+        except CgroupError:
+            continue
+        for k in kids:
+            out.append(f"{rel}/{k}")
+            stack.append(f"{rel}/{k}")
+    return out
+
+
+def build(cfg: AgentConfig, board: Board | None = None) -> Runtime:
+    from qos.policies import PolicyConfig
+
+    hierarchy = discover(base=Path(cfg.cgroups.mount))
+    root = cfg.cgroups.root.strip("/")
+    reader = CgroupReader(hierarchy, root)
+    writer = CgroupWriter(hierarchy, root)
+    capacity, cpus = node_capacity(cfg)
+    created = False
+    if cfg.cgroups.setup_tiers:
+        created = setup_tiers(writer, reader, cpus, cfg.cgroups.yarn_hierarchy)
+    collector = Collector(reader, TierPaths(root="", besteffort=BE_TIER), capacity, cpus,
+                          cfg.node.scope, cfg.loop.interval_s)
+    scanner = StandaloneScanner(
+        cfg.standalone, reader.children, BE_TIER, BURSTABLE_TIER, cfg.cgroups.yarn_hierarchy,
+        lambda rel: str(hierarchy.controller_dir("cpu") / root / rel))
+    audit = AuditLog(cfg.audit.path)
+    local = LocalEvictor(reader, writer, cfg.eviction.grace_period_s)
+    evictors: dict[Source, Evictor] = {Source.LOCAL: local, Source.YARN: local}
+    executor = ActionExecutor(
+        writer, BE_TIER, lambda: be_descendants(reader, BE_TIER), evictors,
+        dry_run=cfg.eviction.dry_run, rate_per_s=cfg.eviction.rate_per_minute / 60.0,
+        burst=cfg.eviction.burst, recheck_cooldown_s=cfg.eviction.recheck_cooldown_s, audit=audit,
+        now=time.monotonic())
+    board = board or Board()
+    rt_holder: list[Runtime] = []
+    loop = TickLoop(
+        collector, lambda: rt_holder[0].list_workloads(), executor,
+        cfg.policies if isinstance(cfg.policies, PolicyConfig) else PolicyConfig(), board,
+        LoopTiming(cfg.loop.interval_s, cfg.loop.fast_path, cfg.loop.fast_poll_s,
+                   cfg.loop.fast_hp_jump_milli_cpu))
+    rt = Runtime(cfg, hierarchy, reader, writer, collector, scanner, executor, loop, board, audit, created)
+    rt_holder.append(rt)
+    return rt

@@ -1,0 +1,137 @@
+"""Standalone mode, the embedded default: workloads come from scanning the agent's cgroup root.
+
+Children of the besteffort tier are BE, `<besteffort>/<yarn hierarchy>/container_*` are YARN BE containers,
+children of the burstable tier and every other child of the root are HP (guaranteed pods sit directly under
+the root, as the kubelet lays them out). Priorities and requests come from config, keyed by cgroup.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from agent.configload import ConfigError, parse_bytes
+from qos.model import Resources, Source, Tier, Workload
+
+log = logging.getLogger("coloc.standalone")
+
+# container_[e<epoch>_]<clusterTs>_<appSeq>_<attempt>_<containerSeq>
+_YARN_CONTAINER = re.compile(r"^container_(?:e(\d{1,9})_)?(\d{10,14})_(\d{4,9})_(\d{2,9})_(\d{6,12})$")
+
+
+@dataclass(frozen=True)
+class LocalWorkload:
+    """Config of one local workload: its cgroup (relative to the root), priority and requests."""
+
+    cgroup: str
+    priority: int | None = None
+    milli_cpu: int = 0
+    memory: int | str = 0
+
+    def __post_init__(self) -> None:
+        if self.cgroup.startswith("/") or ".." in Path(self.cgroup).parts:
+            raise ConfigError(f"cgroup: must be relative without '..', got {self.cgroup!r}")
+        if self.priority is not None and not 0 <= self.priority <= 1_000_000_000:
+            raise ConfigError(f"priority: out of range: {self.priority}")
+        if not 0 <= self.milli_cpu <= 4_096_000:
+            raise ConfigError(f"milli_cpu: out of range: {self.milli_cpu}")
+        if not 0 <= parse_bytes(self.memory, "memory") <= 1 << 50:
+            raise ConfigError(f"memory: out of range: {self.memory!r}")
+
+
+@dataclass(frozen=True)
+class StandaloneConfig:
+    enabled: bool = True
+    be_priority: int = 3000
+    hp_priority: int = 9000
+    workloads: tuple[LocalWorkload, ...] = field(default_factory=tuple)
+
+
+def parse_yarn_container(name: str) -> tuple[str, int] | None:
+    """`container_…` → (application id, container sequence), or None when the name is not a container id."""
+    m = _YARN_CONTAINER.match(name)
+    if not m:
+        return None
+    _epoch, ts, app, _attempt, seq = m.groups()
+    return f"application_{ts}_{app}", int(seq)
+
+
+class StandaloneScanner:
+    """Lists the workloads under the root. `children(rel)` lists sub-cgroups (from the cgroup reader)."""
+
+    def __init__(self, cfg: StandaloneConfig, children: Callable[[str], list[str]], be_tier: str, burstable_tier: str,
+                 yarn_hierarchy: str, cgroup_dir: Callable[[str], str]) -> None:
+        self._cfg = cfg
+        self._children = children
+        self._be = be_tier
+        self._burstable = burstable_tier
+        self._yarn = yarn_hierarchy
+        self._dir_of = cgroup_dir
+        self._by_cgroup = {w.cgroup.strip("/"): w for w in cfg.workloads}
+        self._first_seen: dict[str, float] = {}
+        self._warned: set[str] = set()
+
+    def _started(self, rel: str) -> float:
+        if rel not in self._first_seen:
+            try:
+                self._first_seen[rel] = os.stat(self._dir_of(rel)).st_ctime
+            except OSError:
+                self._first_seen[rel] = time.time()
+        return self._first_seen[rel]
+
+    def _make(self, rel: str, tier: Tier, be: bool, source: Source,
+              app_id: str | None = None, seq: int | None = None) -> Workload:
+        conf = self._by_cgroup.get(rel)
+        default_prio = self._cfg.be_priority if be else self._cfg.hp_priority
+        prio = conf.priority if conf and conf.priority is not None else default_prio
+        req = Resources(conf.milli_cpu, parse_bytes(conf.memory, "memory")) if conf else Resources()
+        key = f"yarn/{rel.rsplit('/', 1)[-1]}" if source is Source.YARN else f"local/{rel}"
+        return Workload(key=key, name=rel.rsplit("/", 1)[-1], source=source, tier=tier, be=be, priority=prio,
+                        cgroup=rel, requests=req, started_at=self._started(rel), app_id=app_id,
+                        container_seq=seq)
+
+    def scan(self) -> list[Workload]:
+        out: list[Workload] = []
+        seen: set[str] = set()
+        for name in self._children(""):
+            if name == self._be:
+                for child in self._children(self._be):
+                    rel = f"{self._be}/{child}"
+                    if child == self._yarn:
+                        out.extend(self._scan_yarn(rel, seen))
+                    else:
+                        out.append(self._make(rel, Tier.BESTEFFORT, True, Source.LOCAL))
+                        seen.add(rel)
+            elif name == self._burstable:
+                for child in self._children(self._burstable):
+                    rel = f"{self._burstable}/{child}"
+                    out.append(self._make(rel, Tier.BURSTABLE, False, Source.LOCAL))
+                    seen.add(rel)
+            else:
+                out.append(self._make(name, Tier.GUARANTEED, False, Source.LOCAL))
+                seen.add(name)
+        for gone in set(self._first_seen) - seen:
+            del self._first_seen[gone]
+        return out
+
+    def _scan_yarn(self, yarn_rel: str, seen: set[str]) -> list[Workload]:
+        out = []
+        for child in self._children(yarn_rel):
+            rel = f"{yarn_rel}/{child}"
+            parsed = parse_yarn_container(child)
+            if parsed is None:
+                if rel not in self._warned:
+                    self._warned.add(rel)
+                    log.warning("ignoring cgroup in the YARN hierarchy: not a container id",
+                                extra={"fields": {"cgroup": rel}})
+                continue
+            app_id, seq = parsed
+            out.append(self._make(rel, Tier.BESTEFFORT, True, Source.YARN, app_id, seq))
+            seen.add(rel)
+        return out
+

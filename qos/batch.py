@@ -1,0 +1,412 @@
+"""One batch ledger for two schedulers: Kubernetes BE pods and YARN containers share `origin_batch_total`.
+
+`origin` comes from the node annotation `node.koordinator.sh/originExtendedAllocatable` or is computed
+locally (usage policy: `capacity − safety_margin − max(system_used, reserved) − Σ HP_used`). When
+`k8s_requested + yarn_requested > origin` the node is overcommitted: new batch admissions are refused and
+allocations are released, lowest priority first, newest first among equals, until the ledger fits.
+Pure: no I/O, no clock (time is the snapshot's `taken_at`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Literal
+
+from qos.actions import Action, Evict, EvictReason, Hold
+from qos.model import NodeSnapshot, Resources, Source, Workload
+from qos.quantity import QuantityError, to_int
+
+BATCH_CPU = "kubernetes.io/batch-cpu"
+BATCH_MEMORY = "kubernetes.io/batch-memory"
+ORIGIN_ANNOTATION = "node.koordinator.sh/originExtendedAllocatable"
+THIRD_PARTY_ANNOTATION = "node.koordinator.sh/thirdPartyAllocations"
+POLICY = "batch_overcommit"
+
+# Sanity bounds for values read from annotations: a node of a million cores or an exbibyte is a typo.
+MAX_MILLI_CPU = 10**9
+MAX_MEMORY_BYTES = 2**60
+
+
+class BatchAnnotationError(ValueError):
+    """A batch annotation is malformed; the message names the annotation and what is wrong."""
+
+
+@dataclass(frozen=True, slots=True)
+class BatchConfig:
+    """Batch ledger settings. `origin`: where origin_batch_total comes from.
+
+    `pending_release_s`: a victim already chosen is not chosen again for this long; its release counts as
+    pending meanwhile so the ledger never over-evicts while pods terminate.
+    """
+
+    origin: Literal["annotation", "local"] = "annotation"
+    cpu_reclaim_threshold_percent: int = 60
+    memory_reclaim_threshold_percent: int = 65
+    reserved_milli_cpu: int = 0
+    reserved_memory_bytes: int = 0
+    diff_threshold: float = 0.1
+    update_interval_s: float = 300.0
+    evict: bool = True
+    pending_release_s: float = 60.0
+
+    def __post_init__(self) -> None:
+        for name in ("cpu_reclaim_threshold_percent", "memory_reclaim_threshold_percent"):
+            v = getattr(self, name)
+            if not 0 <= v <= 100:
+                raise ValueError(f"batch.{name}: must be in [0, 100], got {v}")
+        if not 0 <= self.reserved_milli_cpu <= MAX_MILLI_CPU:
+            raise ValueError(f"batch.reserved_milli_cpu: must be in [0, {MAX_MILLI_CPU}]")
+        if not 0 <= self.reserved_memory_bytes <= MAX_MEMORY_BYTES:
+            raise ValueError("batch.reserved_memory_bytes: must be in [0, 2^60]")
+        if not 0 <= self.diff_threshold < 10:
+            raise ValueError(f"batch.diff_threshold: must be in [0, 10), got {self.diff_threshold}")
+        if not 1 <= self.update_interval_s <= 86400:
+            raise ValueError(f"batch.update_interval_s: must be in [1, 86400], got {self.update_interval_s}")
+        if not 0 < self.pending_release_s <= 3600:
+            raise ValueError(f"batch.pending_release_s: must be in (0, 3600], got {self.pending_release_s}")
+        if self.origin not in ("annotation", "local"):
+            raise ValueError(f"batch.origin: must be 'annotation' or 'local', got {self.origin!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class BatchState:
+    """What the ledger remembers between ticks: the damped origin and the victims whose release is pending."""
+
+    origin: Resources | None = None
+    origin_at: float = 0.0
+    pending: Mapping[str, tuple[float, Resources]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class BatchLedgerView:
+    """The ledger at one tick. `overcommit` is how far requests exceed origin (0 where they fit)."""
+
+    origin: Resources
+    k8s_requested: Resources
+    yarn_requested: Resources
+
+    @property
+    def requested(self) -> Resources:
+        return self.k8s_requested + self.yarn_requested
+
+    @property
+    def overcommit(self) -> Resources:
+        over = self.requested - self.origin
+        return Resources(max(0, over.milli_cpu), max(0, over.memory_bytes))
+
+    @property
+    def overcommitted(self) -> bool:
+        o = self.overcommit
+        return o.milli_cpu > 0 or o.memory_bytes > 0
+
+    @property
+    def free(self) -> Resources:
+        f = self.origin - self.requested
+        return Resources(max(0, f.milli_cpu), max(0, f.memory_bytes))
+
+    def numbers(self) -> dict[str, float]:
+        o = self.overcommit
+        return {
+            "origin_milli_cpu": self.origin.milli_cpu,
+            "origin_memory_bytes": self.origin.memory_bytes,
+            "k8s_milli_cpu": self.k8s_requested.milli_cpu,
+            "k8s_memory_bytes": self.k8s_requested.memory_bytes,
+            "yarn_milli_cpu": self.yarn_requested.milli_cpu,
+            "yarn_memory_bytes": self.yarn_requested.memory_bytes,
+            "overcommit_milli_cpu": o.milli_cpu,
+            "overcommit_memory_bytes": o.memory_bytes,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Admission:
+    accepted: bool
+    reason: str
+
+
+# ---------------------------------------------------------------- annotations
+
+
+def _resource_pair(resources: object, where: str) -> Resources:
+    if not isinstance(resources, Mapping):
+        raise BatchAnnotationError(f"{where}: 'resources' must be an object, got {type(resources).__name__}")
+    values: dict[str, int] = {}
+    for name in (BATCH_CPU, BATCH_MEMORY):
+        raw = resources.get(name, "0")
+        try:
+            v = to_int(raw)
+        except QuantityError as err:
+            raise BatchAnnotationError(f"{where}: {name}: {err}") from err
+        bound = MAX_MILLI_CPU if name == BATCH_CPU else MAX_MEMORY_BYTES
+        if not 0 <= v <= bound:
+            raise BatchAnnotationError(f"{where}: {name}: {v} is out of range [0, {bound}]")
+        values[name] = v
+    return Resources(values[BATCH_CPU], values[BATCH_MEMORY])
+
+
+def _load_json(text: object, where: str) -> object:
+    if not isinstance(text, str):
+        raise BatchAnnotationError(f"{where}: expected a JSON string, got {type(text).__name__}")
+    if len(text) > 65536:
+        raise BatchAnnotationError(f"{where}: {len(text)} characters, more than 65536")
+    try:
+        return json.loads(text)
+    except ValueError as err:
+        raise BatchAnnotationError(f"{where}: not valid JSON: {err}") from err
+
+
+def parse_origin_annotation(text: object) -> Resources:
+    """`{"resources":{"kubernetes.io/batch-cpu":"<milli>","kubernetes.io/batch-memory":"<bytes>"}}`."""
+    data = _load_json(text, ORIGIN_ANNOTATION)
+    if not isinstance(data, Mapping) or "resources" not in data:
+        raise BatchAnnotationError(f"{ORIGIN_ANNOTATION}: expected an object with 'resources'")
+    return _resource_pair(data["resources"], ORIGIN_ANNOTATION)
+
+
+def parse_third_party_allocations(text: object) -> dict[str, Resources]:
+    """Allocation name → resources, from `{"allocations":[{"name","priority","resources"}, …]}`."""
+    data = _load_json(text, THIRD_PARTY_ANNOTATION)
+    allocs = data.get("allocations") if isinstance(data, Mapping) else None
+    if not isinstance(allocs, list):
+        raise BatchAnnotationError(f"{THIRD_PARTY_ANNOTATION}: expected an object with an 'allocations' list")
+    out: dict[str, Resources] = {}
+    for i, a in enumerate(allocs):
+        where = f"{THIRD_PARTY_ANNOTATION}: allocations[{i}]"
+        if not isinstance(a, Mapping) or not isinstance(a.get("name"), str):
+            raise BatchAnnotationError(f"{where}: expected an object with a string 'name'")
+        out[a["name"]] = _resource_pair(a.get("resources", {}), where)
+    return out
+
+
+def third_party_allocations_json(yarn: Resources, name: str = "hadoop-yarn",
+                                 priority: str = "koord-batch") -> str:
+    """The koordinator-compatible annotation value for YARN's allocations (batch-cpu milli, memory bytes)."""
+    doc = {"allocations": [{
+        "name": name,
+        "priority": priority,
+        "resources": {BATCH_CPU: str(max(0, yarn.milli_cpu)), BATCH_MEMORY: str(max(0, yarn.memory_bytes))},
+    }]}
+    return json.dumps(doc, separators=(",", ":"), sort_keys=True)
+
+
+# ---------------------------------------------------------------- origin
+
+
+def local_origin(snapshot: NodeSnapshot, cfg: BatchConfig) -> Resources | None:
+    """The usage policy; None when the system usage is not measured (the formula cannot be trusted)."""
+    sys_cpu = snapshot.system_usage.milli_cpu
+    sys_mem = snapshot.system_usage.memory_working_set_bytes
+    if sys_cpu is None or sys_mem is None:
+        return None
+    hp_cpu = 0.0
+    hp_mem = 0
+    for w in snapshot.hp_workloads:
+        hp_cpu += w.usage.milli_cpu if w.usage.milli_cpu is not None else w.requests.milli_cpu
+        ws = w.usage.memory_working_set_bytes
+        hp_mem += ws if ws is not None else w.requests.memory_bytes
+    cap = snapshot.capacity
+    margin_cpu = cap.milli_cpu * (100 - cfg.cpu_reclaim_threshold_percent) / 100
+    margin_mem = cap.memory_bytes * (100 - cfg.memory_reclaim_threshold_percent) / 100
+    cpu = cap.milli_cpu - margin_cpu - max(sys_cpu, cfg.reserved_milli_cpu) - hp_cpu
+    mem = cap.memory_bytes - margin_mem - max(sys_mem, cfg.reserved_memory_bytes) - hp_mem
+    return Resources(max(0, int(cpu)), max(0, int(mem)))
+
+
+def damp(prev: Resources | None, prev_at: float, new: Resources, now: float,
+         cfg: BatchConfig) -> tuple[Resources, float]:
+    """Keep `prev` unless a dimension moved by more than diff_threshold or it is older than the interval."""
+    if prev is None or now - prev_at >= cfg.update_interval_s:
+        return new, now
+
+    def moved(old: int, cur: int) -> bool:
+        if old == 0:
+            return cur != 0
+        return abs(cur - old) / old > cfg.diff_threshold
+
+    if moved(prev.milli_cpu, new.milli_cpu) or moved(prev.memory_bytes, new.memory_bytes):
+        return new, now
+    return prev, prev_at
+
+
+def origin_batch_total(snapshot: NodeSnapshot, cfg: BatchConfig, state: BatchState,
+                       annotation: str | None = None) -> tuple[Resources | None, BatchState]:
+    """The origin in force and the updated state. Raises BatchAnnotationError on a malformed annotation."""
+    if cfg.origin == "annotation":
+        if annotation is None:
+            return None, state
+        return parse_origin_annotation(annotation), state
+    computed = local_origin(snapshot, cfg)
+    if computed is None:
+        return state.origin, state
+    value, at = damp(state.origin, state.origin_at, computed, snapshot.taken_at, cfg)
+    return value, replace(state, origin=value, origin_at=at)
+
+
+# ---------------------------------------------------------------- ledger
+
+
+def _is_batch(w: Workload, source: Source) -> bool:
+    return w.be and w.source is source
+
+
+def k8s_requested(workloads: Iterable[Workload]) -> Resources:
+    """Σ requests of BE pods (terminating ones too: they hold their allocation until gone)."""
+    total = Resources()
+    for w in workloads:
+        if _is_batch(w, Source.K8S):
+            total = total + w.requests
+    return total
+
+
+def yarn_requested(workloads: Iterable[Workload]) -> Resources:
+    """Σ allocated vcores×1000 / MiB of live YARN containers."""
+    total = Resources()
+    for w in workloads:
+        if _is_batch(w, Source.YARN):
+            total = total + w.requests
+    return total
+
+
+def ledger_view(origin: Resources, workloads: Iterable[Workload]) -> BatchLedgerView:
+    ws = tuple(workloads)
+    return BatchLedgerView(origin, k8s_requested(ws), yarn_requested(ws))
+
+
+def admit_batch(view: BatchLedgerView | None, request: Resources,
+                stale: Mapping[str, str] | None = None) -> Admission:
+    """Whether a new batch allocation of `request` may be placed on this node now."""
+    if request.milli_cpu < 0 or request.memory_bytes < 0:
+        return Admission(False, "invalid request: negative resources")
+    if stale:
+        which = ", ".join(f"{k}: {v}" for k, v in sorted(stale.items()))
+        return Admission(False, f"stale data ({which})")
+    if view is None:
+        return Admission(False, "batch origin unknown")
+    if view.overcommitted:
+        o = view.overcommit
+        return Admission(False, f"batch overcommitted by {o.milli_cpu}m CPU / {o.memory_bytes} B memory")
+    if not request.fits_in(view.free):
+        f = view.free
+        return Admission(False, f"does not fit: free {f.milli_cpu}m CPU / {f.memory_bytes} B memory")
+    return Admission(True, "fits")
+
+
+def _yarn_order(w: Workload) -> tuple[int, ...]:
+    """Newest YARN container sorts highest: by its id's numbers (cluster ts, app, attempt, epoch, seq)."""
+    name = w.key.removeprefix("yarn/")
+    parts = name.split("_")[1:]
+    epoch = 0
+    if parts and parts[0].startswith("e"):
+        epoch = int(parts[0][1:]) if parts[0][1:].isdigit() else 0
+        parts = parts[1:]
+    nums = [int(p) if p.isdigit() else 0 for p in parts]
+    if len(nums) == 4:
+        return (nums[0], nums[1], nums[2], epoch, nums[3])
+    return ()
+
+
+def victim_order(workloads: Iterable[Workload]) -> list[Workload]:
+    """Lowest priority first; newest first among equals (start time, then YARN id, then key)."""
+    return sorted(workloads, key=lambda w: (w.priority, -w.started_at, _neg(_yarn_order(w)), _neg_str(w.key)))
+
+
+def _neg(t: tuple[int, ...]) -> tuple[int, ...]:
+    return tuple(-x for x in t)
+
+
+def _neg_str(s: str) -> tuple[int, ...]:
+    return tuple(-ord(c) for c in s)
+
+
+def select_victims(candidates: Iterable[Workload], need: Resources,
+                   all_workloads: Iterable[Workload]) -> list[Workload]:
+    """Pick victims in `victim_order` until `need` is covered. A YARN AM is only taken when no other
+    container of its application remains (every sibling is already chosen or terminating)."""
+    ordered = victim_order(candidates)
+    siblings: dict[str, set[str]] = {}
+    for w in all_workloads:
+        if w.source is Source.YARN and w.app_id and not w.terminating:
+            siblings.setdefault(w.app_id, set()).add(w.key)
+    chosen: list[Workload] = []
+    taken: set[str] = set()
+    cpu, mem = need.milli_cpu, need.memory_bytes
+    progress = True
+    while (cpu > 0 or mem > 0) and progress:
+        progress = False
+        for w in ordered:
+            if cpu <= 0 and mem <= 0:
+                break
+            if w.key in taken:
+                continue
+            if not ((cpu > 0 and w.requests.milli_cpu > 0) or (mem > 0 and w.requests.memory_bytes > 0)):
+                continue
+            if w.is_yarn_am and w.app_id and (siblings.get(w.app_id, set()) - taken - {w.key}):
+                continue
+            chosen.append(w)
+            taken.add(w.key)
+            cpu -= w.requests.milli_cpu
+            mem -= w.requests.memory_bytes
+            progress = True
+            if w.is_yarn_am:
+                break  # re-scan: an AM taken may not change others, but order must stay stable
+    return chosen
+
+
+def decide_batch(snapshot: NodeSnapshot, cfg: BatchConfig, state: BatchState, *,
+                 origin_annotation: str | None = None) -> tuple[list[Action], BatchState]:
+    """Release allocations until `k8s + yarn ≤ origin`; hold (with the reason) when it may not act."""
+    try:
+        origin, state = origin_batch_total(snapshot, cfg, state, origin_annotation)
+    except BatchAnnotationError as err:
+        return [Hold(POLICY, f"origin unusable: {err}")], state
+    if origin is None:
+        return [Hold(POLICY, "origin unknown")], state
+    now = snapshot.taken_at
+    present = {w.key: w for w in snapshot.workloads}
+    pending = {k: v for k, v in state.pending.items()
+               if k in present and now - v[0] < cfg.pending_release_s}
+    state = replace(state, pending=pending)
+    view = ledger_view(origin, snapshot.workloads)
+    if not view.overcommitted:
+        return [], state
+    if snapshot.stale:
+        which = ", ".join(f"{k}: {v}" for k, v in sorted(snapshot.stale.items()))
+        return [Hold(POLICY, f"overcommitted but data is stale ({which})")], state
+    if not cfg.evict:
+        return [Hold(POLICY, "overcommitted; eviction disabled, admissions refused")], state
+    releasing = Resources()
+    for key, w in present.items():
+        if key in pending:
+            releasing = releasing + pending[key][1]
+        elif w.terminating and w.be and w.source in (Source.K8S, Source.YARN):
+            releasing = releasing + w.requests
+    over = view.overcommit
+    need = Resources(max(0, over.milli_cpu - releasing.milli_cpu),
+                     max(0, over.memory_bytes - releasing.memory_bytes))
+    if need.milli_cpu <= 0 and need.memory_bytes <= 0:
+        return [Hold(POLICY, "overcommitted; waiting for pending releases")], state
+    candidates = [w for w in snapshot.workloads
+                  if w.be and w.source in (Source.K8S, Source.YARN) and not w.terminating
+                  and w.key not in pending]
+    victims = select_victims(candidates, need, snapshot.workloads)
+    numbers = view.numbers()
+    numbers["pending_release_milli_cpu"] = releasing.milli_cpu
+    numbers["pending_release_memory_bytes"] = releasing.memory_bytes
+    actions: list[Action] = []
+    new_pending = dict(pending)
+    msg_head = (f"batch overcommitted by {over.milli_cpu}m CPU / {over.memory_bytes} B memory: "
+                f"k8s {view.k8s_requested.milli_cpu}m + yarn {view.yarn_requested.milli_cpu}m "
+                f"> origin {origin.milli_cpu}m")
+    for v in victims:
+        actions.append(Evict(
+            key=v.key, reason=EvictReason.BATCH_OVERCOMMIT,
+            message=f"{msg_head}; releasing {v.requests.milli_cpu}m / {v.requests.memory_bytes} B",
+            release_milli_cpu=v.requests.milli_cpu, release_memory_bytes=v.requests.memory_bytes,
+            numbers=numbers))
+        new_pending[v.key] = (now, v.requests)
+    got = sum((v.requests for v in victims), Resources())
+    if got.milli_cpu < need.milli_cpu or got.memory_bytes < need.memory_bytes:
+        actions.append(Hold(POLICY, "not enough evictable batch allocations to fit the ledger"))
+    return actions, replace(state, pending=new_pending)
