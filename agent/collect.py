@@ -13,6 +13,7 @@ import time
 from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 from cgroups.errors import CgroupError, CgroupGone
 from cgroups.node import NodeCpuMeter, read_meminfo
@@ -53,7 +54,7 @@ class Collector:
         # tier rates at a tick cover a short recent window instead of the whole interval.
         self._tier_hist: deque[tuple[float, int, int]] = deque(maxlen=256)
         self.tier_window_s = min(interval_s, 0.25)
-        self._node_cpu = NodeCpuMeter(proc_root=proc_root)
+        self._node_cpu = NodeCpuMeter(Path(proc_root))
         self.last_duration_s = 0.0
 
     def _rate(self, rel: str, s: CgroupSample, now: float) -> Usage:
@@ -90,10 +91,11 @@ class Collector:
             if got is None:
                 continue
             sample, usage = got
-            if not w.be and sample.cpu_psi is not None:
-                psi = sample.cpu_psi.some_avg10 if psi is None else max(psi, sample.cpu_psi.some_avg10)
+            pressure = sample.cpu_pressure if not w.be else None
+            if pressure is not None:
+                psi = pressure.some_avg10 if psi is None else max(psi, pressure.some_avg10)
             out.append(dataclasses.replace(
-                w, usage=usage, sample_age_s=0.0, pids=sample.nr_pids if sample.nr_pids is not None else 0,
+                w, usage=usage, sample_age_s=0.0, pids=sample.pids or 0,
                 terminating=w.terminating or w.key in terminating))
 
         root = self._sample(self._tiers.root, now)
@@ -165,12 +167,13 @@ class Collector:
         if self._scope == "cgroup-root":
             return root_u, Usage(0.0 if root_u.milli_cpu is not None else None, 0)
         try:
-            cpu = self._node_cpu.sample()
-            mem = read_meminfo(self._proc_root)
+            node_cpu = self._node_cpu.update()
+            mem = read_meminfo(Path(self._proc_root))
         except (OSError, CgroupError) as err:
             stale["node"] = f"cannot read node usage: {err}"
             return Usage(), Usage()
-        used_mem = mem.total_bytes - mem.available_bytes
+        used_mem = mem.used_bytes
+        cpu = node_cpu.milli_cpu if node_cpu is not None else None
         node = Usage(cpu, used_mem)
         system = Usage(_sub(cpu, root_u.milli_cpu, floor=0.0),
                        _isub(used_mem, root_u.memory_working_set_bytes, floor=0))
@@ -181,8 +184,9 @@ class Collector:
             k = self._reader.read_knobs(self._tiers.besteffort)
         except CgroupError:
             return BeTierState()
-        quota = None if k.quota_us is None else k.quota_us * 1000 // max(1, k.period_us)
-        return BeTierState(cpuset=tuple(k.cpuset), quota_milli_cpu=quota, cpu_idle=k.cpu_idle)
+        quota = None if k.quota_us is None else k.quota_us * 1000 // max(1, k.period_us or 100_000)
+        return BeTierState(cpuset=tuple(k.cpuset or ()), quota_milli_cpu=quota, cpu_idle=k.cpu_idle,
+                           memory_high_bytes=k.memory_high_bytes)
 
 
 def _sub(a: float | None, b: float | None, floor: float | None = None) -> float | None:

@@ -98,10 +98,10 @@ def _convert(tp: Any, value: object, where: str) -> Any:
     if origin in (tuple, list):
         if not isinstance(value, list | tuple):
             raise ConfigError(f"{where}: expected a list, got {value!r}")
-        args = get_args(tp)
-        item = args[0] if args else Any
+        targs = get_args(tp)
+        item = targs[0] if targs else Any
         items = [_convert(item, v, f"{where}[{i}]") for i, v in enumerate(value)]
-        return tuple(items) if origin is tuple else items
+        return tuple(items) if origin is tuple else list(items)
     if origin in (dict, Mapping) or tp is dict:
         if not isinstance(value, Mapping):
             raise ConfigError(f"{where}: expected a mapping, got {value!r}")

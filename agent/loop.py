@@ -17,9 +17,10 @@ from dataclasses import dataclass
 from agent.collect import Collector
 from agent.executors.apply import ActionExecutor
 from agent.published import ActionRecord, Board, Counters, Published
-from qos.actions import Action, SetBeCpuQuota, SetBeCpuset
+from qos.actions import Action
 from qos.model import NodeSnapshot, Workload
 from qos.policies import PolicyConfig, PolicyState, decide
+from qos.suppression import bounds
 
 log = logging.getLogger("coloc.loop")
 
@@ -74,11 +75,9 @@ class TickLoop:
         snap = self._collector.collect(workloads, self._executor.terminating, stale, started_wall)
         actions, self._policy_state = decide(snap, self._policy_cfg, self._policy_state)
         records = self._execute_sync(actions, snap)
-        for a in actions:
-            if isinstance(a, SetBeCpuset):
-                self._granted, self._policy_name = len(a.cpus) * 1000, "cpuset"
-            elif isinstance(a, SetBeCpuQuota):
-                self._granted, self._policy_name = a.milli_cpu, "cfsQuota"
+        sup = self._policy_state.suppression
+        self._policy_name = self._policy_cfg.suppression.policy
+        self._granted = sup.budget_milli
         self._recent.extend(records)
         for hook in self._hooks:
             try:
@@ -96,6 +95,7 @@ class TickLoop:
             snapshot=snap,
             be_cpu_granted_milli=self._granted,
             be_cpu_policy=self._policy_name,
+            be_cpu_floor_milli=bounds(snap, self._policy_cfg.suppression)[0],
             recent_actions=tuple(self._recent),
             pending_actions=tuple(actions),
             source_age_s=self._source_ages(),
@@ -107,7 +107,7 @@ class TickLoop:
                 evictions=dict(self._executor.evictions),
                 eviction_failures=dict(self._executor.eviction_failures),
                 holds=dict(self._executor.holds),
-                cgroup_writes=self._executor.writer_stats()[0],
+                cgroup_writes=self._executor.cgroup_writes,
                 cgroup_write_errors=self._executor.cgroup_write_errors,
             ),
         )

@@ -47,6 +47,8 @@ class Runtime:
     loop: TickLoop
     board: Board
     audit: AuditLog
+    capacity: Resources
+    cpus: tuple[int, ...]
     created_root: bool = False
     extra_tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
@@ -89,32 +91,27 @@ def setup_tiers(writer: CgroupWriter, reader: CgroupReader, cpus: tuple[int, ...
 
 
 def remove_tree(writer: CgroupWriter, reader: CgroupReader, rel: str) -> None:
-    """Kill what is left and remove `rel` and everything below it, deepest first."""
-    for child in reader.children(rel):
-        remove_tree(writer, reader, f"{rel}/{child}" if rel else child)
+    """Kill what is left in `rel` and below, then remove the whole subtree, deepest first."""
+    try:
+        tree = reader.walk(rel)
+    except CgroupError:
+        return
+    for sub in reversed(tree):
+        with contextlib.suppress(CgroupError):
+            if reader.pids(sub):
+                writer.kill_all(sub, 9)
+                deadline = time.monotonic() + 5
+                while reader.pids(sub) and time.monotonic() < deadline:
+                    time.sleep(0.02)
     with contextlib.suppress(CgroupError):
-        if reader.pids(rel):
-            writer.kill_all(rel, 9)
-            deadline = time.monotonic() + 5
-            while reader.pids(rel) and time.monotonic() < deadline:
-                time.sleep(0.02)
-    with contextlib.suppress(CgroupError):
-        writer.rmdir(rel)
+        writer.rmdir(rel, recursive=True)
 
 
 def be_descendants(reader: CgroupReader, tier: str) -> list[str]:
-    out: list[str] = []
-    stack = [tier]
-    while stack:
-        rel = stack.pop()
-        try:
-            kids = reader.children(rel)
-        except CgroupError:
-            continue
-        for k in kids:
-            out.append(f"{rel}/{k}")
-            stack.append(f"{rel}/{k}")
-    return out
+    try:
+        return reader.walk(tier)[1:]
+    except CgroupError:
+        return []
 
 
 def build(cfg: AgentConfig, board: Board | None = None) -> Runtime:
@@ -131,7 +128,7 @@ def build(cfg: AgentConfig, board: Board | None = None) -> Runtime:
     collector = Collector(reader, TierPaths(root="", besteffort=BE_TIER), capacity, cpus,
                           cfg.node.scope, cfg.loop.interval_s)
     scanner = StandaloneScanner(
-        cfg.standalone, reader.children, BE_TIER, BURSTABLE_TIER, cfg.cgroups.yarn_hierarchy,
+        cfg.standalone, lambda rel: [c.rsplit("/", 1)[-1] for c in reader.children(rel)], BE_TIER, BURSTABLE_TIER, cfg.cgroups.yarn_hierarchy,
         lambda rel: str(hierarchy.controller_dir("cpu") / root / rel))
     audit = AuditLog(cfg.audit.path)
     local = LocalEvictor(reader, writer, cfg.eviction.grace_period_s)
@@ -148,6 +145,7 @@ def build(cfg: AgentConfig, board: Board | None = None) -> Runtime:
         cfg.policies if isinstance(cfg.policies, PolicyConfig) else PolicyConfig(), board,
         LoopTiming(cfg.loop.interval_s, cfg.loop.fast_path, cfg.loop.fast_poll_s,
                    cfg.loop.fast_hp_jump_milli_cpu))
-    rt = Runtime(cfg, hierarchy, reader, writer, collector, scanner, executor, loop, board, audit, created)
+    rt = Runtime(cfg, hierarchy, reader, writer, collector, scanner, executor, loop, board, audit, capacity, cpus,
+                 created)
     rt_holder.append(rt)
     return rt

@@ -64,8 +64,8 @@ def parse_yarn_container(name: str) -> tuple[str, int] | None:
 class StandaloneScanner:
     """Lists the workloads under the root. `children(rel)` lists sub-cgroups (from the cgroup reader)."""
 
-    def __init__(self, cfg: StandaloneConfig, children: Callable[[str], list[str]], be_tier: str, burstable_tier: str,
-                 yarn_hierarchy: str, cgroup_dir: Callable[[str], str]) -> None:
+    def __init__(self, cfg: StandaloneConfig, children: Callable[[str], list[str]], be_tier: str,
+                 burstable_tier: str, yarn_hierarchy: str, cgroup_dir: Callable[[str], str]) -> None:
         self._cfg = cfg
         self._children = children
         self._be = be_tier

@@ -349,8 +349,6 @@ def select_victims(candidates: Iterable[Workload], need: Resources,
             cpu -= w.requests.milli_cpu
             mem -= w.requests.memory_bytes
             progress = True
-            if w.is_yarn_am:
-                break  # re-scan: an AM taken may not change others, but order must stay stable
     return chosen
 
 

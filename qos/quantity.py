@@ -48,9 +48,9 @@ def parse_quantity(value: object) -> Fraction:
     if m is None:
         raise QuantityError(f"not a quantity: {value!r}")
     number, suffix = m.group(1), m.group(2)
-    if suffix is not None and suffix[0] in "eE" and len(suffix) > 1:
-        return Fraction(number) * Fraction(10) ** int(suffix[1:])
-    return Fraction(number) * _SUFFIX[suffix]
+    if suffix in _SUFFIX:  # before the exponent case: "Ei" and "E" are suffixes, "E3" is an exponent
+        return Fraction(number) * _SUFFIX[suffix]
+    return Fraction(number) * Fraction(10) ** int(suffix[1:])
 
 
 def ceil_int(q: Fraction) -> int:

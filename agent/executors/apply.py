@@ -76,6 +76,10 @@ class ActionExecutor:
         self.cgroup_write_errors = 0
 
     @property
+    def cgroup_writes(self) -> int:
+        return self._writer.stats.writes
+
+    @property
     def terminating(self) -> frozenset[str]:
         """Keys whose eviction is in flight: the collector marks them `terminating`."""
         return frozenset(self._in_flight)

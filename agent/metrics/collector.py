@@ -13,7 +13,7 @@ import math
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
@@ -31,6 +31,8 @@ log = logging.getLogger("coloc.metrics")
 LedgerView = Callable[[], object | None]
 Section = Callable[[Published | None, LedgerFigures | None], Iterable[Metric]]
 
+K = TypeVar("K", bound=tuple[str, ...])
+
 LABEL_VALUE_MAX = 64
 OTHER = "other"
 
@@ -44,9 +46,10 @@ def _label(value: object) -> str:
     return text if len(text) <= LABEL_VALUE_MAX else text[: LABEL_VALUE_MAX - 1] + "~"
 
 
-def fold(counts: Mapping[tuple[str, ...], float], limit: int) -> dict[tuple[str, ...], float]:
+def fold(counts: Mapping[K, float], limit: int) -> dict[tuple[str, ...], float]:
     """Keep the `limit` largest label sets and sum the rest under `other` (at most limit + 1 series)."""
-    items = sorted(((tuple(_label(v) for v in k), n) for k, n in counts.items()), key=lambda kv: (-kv[1], kv[0]))
+    labelled = ((tuple(_label(v) for v in k), n) for k, n in counts.items())
+    items = sorted(labelled, key=lambda kv: (-kv[1], kv[0]))
     kept: dict[tuple[str, ...], float] = {}
     for key, n in items[:limit]:
         kept[key] = kept.get(key, 0) + n
@@ -59,9 +62,9 @@ def fold(counts: Mapping[tuple[str, ...], float], limit: int) -> dict[tuple[str,
 class ErrorTally:
     """Counts of collector sections that failed, by section name."""
 
-    def __init__(self) -> None:
+    def __init__(self, sections: Iterable[str] = ()) -> None:
         self._lock = threading.Lock()
-        self._counts: dict[str, int] = {}
+        self._counts: dict[str, int] = dict.fromkeys(sections, 0)
 
     def inc(self, section: str) -> None:
         with self._lock:
@@ -76,7 +79,17 @@ class ColocCollector(Collector):
     """Builds the `coloc_` families from the board (and the ledger view where there is one)."""
 
     SECTIONS = (
-        "agent", "loop", "node", "tiers", "be", "batch", "ledger", "sources", "counters", "actions", "workloads",
+        "agent",
+        "loop",
+        "node",
+        "tiers",
+        "be",
+        "batch",
+        "ledger",
+        "sources",
+        "counters",
+        "actions",
+        "workloads",
     )
 
     def __init__(
@@ -97,9 +110,7 @@ class ColocCollector(Collector):
         self._actions = actions
         self._ledger_view = ledger_view
         self._clock = clock
-        self.errors = ErrorTally()
-        for name in self.SECTIONS + ("ledger_view",):
-            self.errors._counts.setdefault(name, 0)
+        self.errors = ErrorTally((*self.SECTIONS, "ledger_view"))
 
     def collect(self) -> Iterator[Metric]:
         published = self._board.get()
@@ -126,7 +137,8 @@ class ColocCollector(Collector):
                 continue
             yield from families
         errors = CounterMetricFamily(
-            "coloc_collector_errors", "Collector sections that failed and were left out of a scrape.",
+            "coloc_collector_errors",
+            "Collector sections that failed and were left out of a scrape.",
             labels=["section"],
         )
         for name, n in sorted(self.errors.get().items()):
@@ -149,11 +161,15 @@ class ColocCollector(Collector):
     def _agent(self, p: Published | None, _: LedgerFigures | None) -> Iterable[Metric]:
         info = GaugeMetricFamily("coloc_build_info", "Always 1; the agent's version.", labels=["version"])
         info.add_metric([self._version], 1)
-        synced = GaugeMetricFamily("coloc_sources_synced", "1 when every source has delivered a first sample.")
+        synced = GaugeMetricFamily(
+            "coloc_sources_synced", "1 when every source has delivered a first sample."
+        )
         synced.add_metric([], 1 if p is not None and p.sources_synced else 0)
         out: list[Metric] = [info, synced]
         if p is not None:
-            dry = GaugeMetricFamily("coloc_dry_run", "1 when actions are logged and counted but not carried out.")
+            dry = GaugeMetricFamily(
+                "coloc_dry_run", "1 when actions are logged and counted but not carried out."
+            )
             dry.add_metric([], 1 if p.dry_run else 0)
             out.append(dry)
         return out
@@ -172,7 +188,8 @@ class ColocCollector(Collector):
         )
         last.add_metric([], p.tick_started_at)
         age = GaugeMetricFamily(
-            "coloc_loop_tick_age_seconds", "Seconds since the latest published tick started (monotonic clock)."
+            "coloc_loop_tick_age_seconds",
+            "Seconds since the latest published tick started (monotonic clock).",
         )
         age.add_metric([], max(0.0, self._clock() - p.tick_monotonic))
         return [ticks, errors, interval, last, age]
@@ -181,26 +198,38 @@ class ColocCollector(Collector):
         snap = p.snapshot if p else None
         if snap is None:
             return []
-        cap_cpu = GaugeMetricFamily("coloc_node_cpu_capacity_cores", "CPU capacity of the node the agent manages.")
+        cap_cpu = GaugeMetricFamily(
+            "coloc_node_cpu_capacity_cores", "CPU capacity of the node the agent manages."
+        )
         cap_cpu.add_metric([], _cores(snap.capacity.milli_cpu))
-        cap_mem = GaugeMetricFamily("coloc_node_memory_capacity_bytes", "Memory capacity of the managed node.")
+        cap_mem = GaugeMetricFamily(
+            "coloc_node_memory_capacity_bytes", "Memory capacity of the managed node."
+        )
         cap_mem.add_metric([], snap.capacity.memory_bytes)
         cpus = GaugeMetricFamily("coloc_node_cpus", "CPUs the node's cpuset holds.")
         cpus.add_metric([], len(snap.cpus))
-        taken = GaugeMetricFamily("coloc_snapshot_timestamp_seconds", "Wall-clock time of the latest snapshot.")
+        taken = GaugeMetricFamily(
+            "coloc_snapshot_timestamp_seconds", "Wall-clock time of the latest snapshot."
+        )
         taken.add_metric([], snap.taken_at)
         cpu = GaugeMetricFamily(
             "coloc_cpu_usage_cores", "CPU used by scope: node, hp, be, system.", labels=["scope"]
         )
         mem = GaugeMetricFamily(
-            "coloc_memory_working_set_bytes", "Memory working set by scope: node, hp, be, system.", labels=["scope"]
+            "coloc_memory_working_set_bytes",
+            "Memory working set by scope: node, hp, be, system.",
+            labels=["scope"],
         )
         thr = GaugeMetricFamily(
-            "coloc_cpu_throttled_ratio", "Share of CFS periods throttled over the last window, by scope.",
+            "coloc_cpu_throttled_ratio",
+            "Share of CFS periods throttled over the last window, by scope.",
             labels=["scope"],
         )
         scopes: dict[str, Usage] = {
-            "node": snap.node_usage, "hp": snap.hp_usage, "be": snap.be_usage, "system": snap.system_usage,
+            "node": snap.node_usage,
+            "hp": snap.hp_usage,
+            "be": snap.be_usage,
+            "system": snap.system_usage,
         }
         for scope, usage in scopes.items():
             if usage.milli_cpu is not None:
@@ -235,20 +264,32 @@ class ColocCollector(Collector):
             req_mem[tier] += w.requests.memory_bytes
             count[(tier, w.source.value)] += 1
         fams = (
-            GaugeMetricFamily("coloc_tier_cpu_usage_cores", "CPU used by the workloads of a QoS tier.",
-                              labels=["tier"]),
-            GaugeMetricFamily("coloc_tier_memory_working_set_bytes", "Memory working set of a QoS tier's workloads.",
-                              labels=["tier"]),
-            GaugeMetricFamily("coloc_tier_cpu_requests_cores", "CPU requested by a QoS tier's workloads.",
-                              labels=["tier"]),
-            GaugeMetricFamily("coloc_tier_memory_requests_bytes", "Memory requested by a QoS tier's workloads.",
-                              labels=["tier"]),
+            GaugeMetricFamily(
+                "coloc_tier_cpu_usage_cores", "CPU used by the workloads of a QoS tier.", labels=["tier"]
+            ),
+            GaugeMetricFamily(
+                "coloc_tier_memory_working_set_bytes",
+                "Memory working set of a QoS tier's workloads.",
+                labels=["tier"],
+            ),
+            GaugeMetricFamily(
+                "coloc_tier_cpu_requests_cores", "CPU requested by a QoS tier's workloads.", labels=["tier"]
+            ),
+            GaugeMetricFamily(
+                "coloc_tier_memory_requests_bytes",
+                "Memory requested by a QoS tier's workloads.",
+                labels=["tier"],
+            ),
         )
-        for fam, values, scale in zip(fams, (cpu, mem, req_cpu, req_mem), (1e-3, 1.0, 1e-3, 1.0), strict=True):
+        for fam, values, scale in zip(
+            fams, (cpu, mem, req_cpu, req_mem), (1e-3, 1.0, 1e-3, 1.0), strict=True
+        ):
             for tier, v in values.items():
                 fam.add_metric([tier], v * scale)
         workloads = GaugeMetricFamily(
-            "coloc_workloads", "Workloads on the node by QoS tier and by who placed them.", labels=["tier", "source"]
+            "coloc_workloads",
+            "Workloads on the node by QoS tier and by who placed them.",
+            labels=["tier", "source"],
         )
         for (tier, source), n in count.items():
             workloads.add_metric([tier, source], n)
@@ -260,14 +301,17 @@ class ColocCollector(Collector):
         out: list[Metric] = []
         if p.be_cpu_granted_milli is not None:
             granted = GaugeMetricFamily(
-                "coloc_be_cpu_granted_cores", "CPU that suppression currently lets the BE tier use, by policy.",
+                "coloc_be_cpu_granted_cores",
+                "CPU that suppression currently lets the BE tier use, by policy.",
                 labels=["policy"],
             )
             granted.add_metric([_label(p.be_cpu_policy or "none")], _cores(p.be_cpu_granted_milli))
             out.append(granted)
         floor = getattr(p, "be_cpu_floor_milli", None)
         if floor is not None:
-            fl = GaugeMetricFamily("coloc_be_cpu_floor_cores", "The least CPU suppression leaves the BE tier.")
+            fl = GaugeMetricFamily(
+                "coloc_be_cpu_floor_cores", "The least CPU suppression leaves the BE tier."
+            )
             fl.add_metric([], _cores(floor))
             out.append(fl)
         snap = p.snapshot
@@ -287,7 +331,9 @@ class ColocCollector(Collector):
             idle.add_metric([], 1 if tier.cpu_idle else 0)
             out.append(idle)
         if tier.memory_high_bytes is not None:
-            high = GaugeMetricFamily("coloc_be_memory_high_bytes", "memory.high (or soft limit) of the BE tier.")
+            high = GaugeMetricFamily(
+                "coloc_be_memory_high_bytes", "memory.high (or soft limit) of the BE tier."
+            )
             high.add_metric([], tier.memory_high_bytes)
             out.append(high)
         return out
@@ -302,11 +348,13 @@ class ColocCollector(Collector):
         out: list[Metric] = []
         if k8s is not None or yarn is not None:
             req_cpu = GaugeMetricFamily(
-                "coloc_batch_requested_cpu_cores", "Batch CPU requested on the node, by scheduler (k8s, yarn).",
+                "coloc_batch_requested_cpu_cores",
+                "Batch CPU requested on the node, by scheduler (k8s, yarn).",
                 labels=["scheduler"],
             )
             req_mem = GaugeMetricFamily(
-                "coloc_batch_requested_memory_bytes", "Batch memory requested on the node, by scheduler.",
+                "coloc_batch_requested_memory_bytes",
+                "Batch memory requested on the node, by scheduler.",
                 labels=["scheduler"],
             )
             for name, res in (("k8s", k8s), ("yarn", yarn)):
@@ -317,7 +365,9 @@ class ColocCollector(Collector):
         origin = ledger.batch_origin if ledger else None
         if origin is None:
             return out
-        o_cpu = GaugeMetricFamily("coloc_batch_origin_cpu_cores", "Batch CPU the node offers (origin_batch_total).")
+        o_cpu = GaugeMetricFamily(
+            "coloc_batch_origin_cpu_cores", "Batch CPU the node offers (origin_batch_total)."
+        )
         o_cpu.add_metric([], _cores(origin.milli_cpu))
         o_mem = GaugeMetricFamily("coloc_batch_origin_memory_bytes", "Batch memory the node offers.")
         o_mem.add_metric([], origin.memory_bytes)
@@ -329,7 +379,8 @@ class ColocCollector(Collector):
             )
             over_cpu.add_metric([], _cores(max(0, used.milli_cpu - origin.milli_cpu)))
             over_mem = GaugeMetricFamily(
-                "coloc_batch_overcommit_memory_bytes", "Batch memory requested beyond the origin (0 when within)."
+                "coloc_batch_overcommit_memory_bytes",
+                "Batch memory requested beyond the origin (0 when within).",
             )
             over_mem.add_metric([], max(0, used.memory_bytes - origin.memory_bytes))
             out += [over_cpu, over_mem]
@@ -345,7 +396,8 @@ class ColocCollector(Collector):
             out.append(rev)
         if ledger.lifecycle is not None:
             state = GaugeMetricFamily(
-                "coloc_node_lifecycle_state", "1 for the node's current lifecycle state, 0 for the others.",
+                "coloc_node_lifecycle_state",
+                "1 for the node's current lifecycle state, 0 for the others.",
                 labels=["state"],
             )
             states = list(LIFECYCLE_STATES)
@@ -362,7 +414,8 @@ class ColocCollector(Collector):
             out.append(deadline)
         if ledger.allocations or ledger.revision is not None:
             allocs = GaugeMetricFamily(
-                "coloc_ledger_allocations", "Allocations in the ledger by source and phase.",
+                "coloc_ledger_allocations",
+                "Allocations in the ledger by source and phase.",
                 labels=["source", "phase"],
             )
             for key, n in sorted(fold(ledger.allocations, self._limit).items()):
@@ -379,7 +432,9 @@ class ColocCollector(Collector):
             "coloc_source_sample_age_seconds", "Age of the latest sample from each source.", labels=["source"]
         )
         flag = GaugeMetricFamily(
-            "coloc_source_stale", "1 when a source's data is stale or missing (eviction is held).", labels=["source"]
+            "coloc_source_stale",
+            "1 when a source's data is stale or missing (eviction is held).",
+            labels=["source"],
         )
         for name in names:
             if name in p.source_age_s:
@@ -390,7 +445,8 @@ class ColocCollector(Collector):
     def _counters(self, p: Published | None, _: LedgerFigures | None) -> Iterable[Metric]:
         c = p.counters if p else None
         evictions = CounterMetricFamily(
-            "coloc_evictions", "Workloads evicted or killed, by reason and by source (k8s, yarn, local).",
+            "coloc_evictions",
+            "Workloads evicted or killed, by reason and by source (k8s, yarn, local).",
             labels=["reason", "source"],
         )
         ev: dict[tuple[str, ...], float] = {(r.value, s.value): 0 for r in EvictReason for s in Source}
@@ -407,7 +463,8 @@ class ColocCollector(Collector):
         for key, n in sorted(fold(fa, max(self._limit, len(EvictReason))).items()):
             failures.add_metric(list(key), n)
         holds = CounterMetricFamily(
-            "coloc_holds", "Times a policy wanted to act and held back, by policy and reason.",
+            "coloc_holds",
+            "Times a policy wanted to act and held back, by policy and reason.",
             labels=["policy", "reason"],
         )
         refused = CounterMetricFamily(
@@ -416,7 +473,9 @@ class ColocCollector(Collector):
         if c:
             for key, n in sorted(fold(c.holds, self._limit).items()):
                 holds.add_metric(list(key), n)
-            for key, n in sorted(fold({(k,): v for k, v in c.admissions_refused.items()}, self._limit).items()):
+            for key, n in sorted(
+                fold({(k,): v for k, v in c.admissions_refused.items()}, self._limit).items()
+            ):
                 refused.add_metric(list(key), n)
         writes = CounterMetricFamily("coloc_cgroup_writes", "cgroup files written.")
         writes.add_metric([], c.cgroup_writes if c else 0)
@@ -427,11 +486,13 @@ class ColocCollector(Collector):
     def _action_families(self, p: Published | None, _: LedgerFigures | None) -> Iterable[Metric]:
         tally = self._actions.get()
         total = CounterMetricFamily(
-            "coloc_actions", "Actions carried out (or not), by policy, kind and outcome.",
+            "coloc_actions",
+            "Actions carried out (or not), by policy, kind and outcome.",
             labels=["policy", "kind", "outcome"],
         )
         last = GaugeMetricFamily(
-            "coloc_last_action_timestamp_seconds", "Wall-clock time of the latest action by policy, kind, outcome.",
+            "coloc_last_action_timestamp_seconds",
+            "Wall-clock time of the latest action by policy, kind, outcome.",
             labels=["policy", "kind", "outcome"],
         )
         counts = fold({k: v[0] for k, v in tally.items()}, self._limit)
@@ -459,12 +520,14 @@ class ColocCollector(Collector):
             return []
         labels = ["namespace", "name", "source", "tier"]
         cpu = GaugeMetricFamily(
-            "coloc_workload_cpu_usage_cores", "CPU used by the top-N workloads by CPU (N = metrics.top_n).",
+            "coloc_workload_cpu_usage_cores",
+            "CPU used by the top-N workloads by CPU (N = metrics.top_n).",
             labels=labels,
         )
         mem = GaugeMetricFamily(
             "coloc_workload_memory_working_set_bytes",
-            "Memory working set of the top-N workloads by memory (N = metrics.top_n).", labels=labels,
+            "Memory working set of the top-N workloads by memory (N = metrics.top_n).",
+            labels=labels,
         )
         by_cpu = _top(snap.workloads, self._top_n, lambda w: w.usage.milli_cpu)
         by_mem = _top(snap.workloads, self._top_n, lambda w: w.usage.memory_working_set_bytes)
@@ -491,7 +554,9 @@ def _requested(snap: NodeSnapshot, source: Source) -> Resources:
     return total
 
 
-def _top(workloads: Iterable[Workload], n: int, value: Callable[[Workload], float | int | None]) -> list[Workload]:
+def _top(
+    workloads: Iterable[Workload], n: int, value: Callable[[Workload], float | int | None]
+) -> list[Workload]:
     known = [(v, w.key, w) for w in workloads if (v := value(w)) is not None and math.isfinite(v)]
     known.sort(key=lambda t: (-t[0], t[1]))
     return [w for _, _, w in known[:n]]

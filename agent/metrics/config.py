@@ -14,6 +14,8 @@ DEFAULT_PORT = 9316
 class MetricsConfig:
     """Where `/metrics`, `/healthz` and `/readyz` listen, and how many per-workload series to export.
 
+    `enabled` False means the agent does not start the server (the caller checks it).
+
     `bind` defaults to loopback on purpose: the prometheus-client default (0.0.0.0) would expose the port on
     the node IP of a hostNetwork pod. `port` 0 picks a free port (tests). `top_n` bounds the per-workload
     series (top N by CPU and top N by memory; 0 turns them off). `max_label_values` bounds every counter

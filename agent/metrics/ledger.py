@@ -1,8 +1,8 @@
 """What the metrics read from the state ledger, with every field optional.
 
-The ledger's own view may be any object with some of these attribute names (or a `LedgerFigures`);
-`ledger_figures` reads what is there and leaves the rest None, so the metrics work before the ledger
-exists, and with a ledger that does not track everything.
+`ledger_figures` accepts a `LedgerFigures`, the ledger's own `LedgerView` (agent.state.records: `node`,
+`revision`, `allocations`), or any object with some of `LedgerFigures`' attribute names; it reads what is
+there and leaves the rest None, so the metrics work before the ledger exists and with a partial one.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from qos.model import Resources
+from qos.model import Resources, Source
 
 LIFECYCLE_STATES = ("recovering", "schedulable", "decommissioning", "decommissioned")
 
@@ -58,10 +58,45 @@ def _number(value: object) -> float | None:
     return float(value)
 
 
+def _from_ledger_view(view: object, node: object) -> LedgerFigures:
+    """The ledger's LedgerView: node record (lifecycle, drain, batch allocatable) plus allocation records."""
+    lifecycle = _label(getattr(node, "lifecycle", None))
+    drain = getattr(node, "drain", None)
+    draining = lifecycle in ("decommissioning", "decommissioned")
+    origin = _resources(getattr(node, "batch_allocatable", None))
+    if draining:  # allocatable reads 0 while draining; the budget that was offered is kept for rollback
+        origin = _resources(getattr(drain, "previous_batch_allocatable", None)) or origin
+    deadline = _number(getattr(drain, "deadline", None)) if lifecycle == "decommissioning" else None
+    requested = {Source.K8S: Resources(), Source.YARN: Resources()}
+    counts: dict[tuple[str, str], int] = {}
+    for a in getattr(view, "allocations", ()):
+        res = _resources(a.resources) or Resources()
+        if a.source in requested:
+            requested[a.source] = requested[a.source] + res
+        key = (_label(a.source) or "unknown", _label(a.phase) or "unknown")
+        counts[key] = counts.get(key, 0) + 1
+    revision = _number(getattr(view, "revision", None))
+    return LedgerFigures(
+        revision=None if revision is None else int(revision),
+        lifecycle=lifecycle,
+        drain_deadline=deadline,
+        batch_origin=origin,
+        k8s_requested=requested[Source.K8S],
+        yarn_requested=requested[Source.YARN],
+        allocations=counts,
+    )
+
+
 def ledger_figures(view: object) -> LedgerFigures:
     """Read the known attributes of a ledger view; raise TypeError naming the field that is malformed."""
     if isinstance(view, LedgerFigures):
         return view
+    node = getattr(view, "node", None)
+    if node is not None:
+        try:
+            return _from_ledger_view(view, node)
+        except (TypeError, ValueError, AttributeError) as err:
+            raise TypeError(f"ledger view {type(view).__name__}: {err}") from err
     try:
         revision = _number(getattr(view, "revision", None))
         deadline = _number(getattr(view, "drain_deadline", None))

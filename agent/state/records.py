@@ -59,7 +59,7 @@ class Application:
 
 @dataclass(frozen=True, slots=True)
 class Allocation:
-    """One BE allocation. `key` is the Workload key (`yarn/<container id>`, `k8s/<pod uid>`, `local/<cgroup>`)."""
+    """One BE allocation; `key` is the Workload key (`yarn/<container>`, `k8s/<uid>`, `local/<cgroup>`)."""
 
     key: str
     application_id: str
@@ -104,10 +104,10 @@ class DrainStatus:
 @dataclass(frozen=True, slots=True)
 class NodeRecord:
     node_id: str
-    capacity: Resources = Resources()
-    batch_allocatable: Resources = Resources()
+    capacity: Resources = field(default_factory=Resources)
+    batch_allocatable: Resources = field(default_factory=Resources)
     lifecycle: Lifecycle = Lifecycle.RECOVERING
-    drain: DrainStatus = DrainStatus()
+    drain: DrainStatus = field(default_factory=DrainStatus)
     highest_epoch: int = 0
     acked_epoch: int = 0
     acked_revision: int = 0
@@ -195,3 +195,27 @@ class AdmitResult:
 class AckResult:
     lifecycle: Lifecycle
     revision: int
+
+
+@dataclass(frozen=True, slots=True)
+class Figures:
+    """The ledger's numbers under the attribute names the metrics read (`agent.metrics.ledger`)."""
+
+    revision: int
+    lifecycle: Lifecycle
+    drain_deadline: float | None
+    batch_origin: Resources
+    k8s_requested: Resources
+    yarn_requested: Resources
+    allocations: dict[tuple[str, str], int]  # (source, phase) -> count
+
+
+def figures(view: LedgerView) -> Figures:
+    by_source = {s: Resources() for s in Source}
+    counts: dict[tuple[str, str], int] = {}
+    for a in view.allocations:
+        by_source[a.source] = by_source[a.source] + a.resources
+        k = (a.source.value, a.phase.value.lower())
+        counts[k] = counts.get(k, 0) + 1
+    return Figures(view.revision, view.node.lifecycle, view.node.drain.deadline, view.node.batch_allocatable,
+                   by_source[Source.K8S], by_source[Source.YARN], counts)

@@ -1,0 +1,177 @@
+"""Ledger records ↔ `coloc.v1` messages. Times travel as integer milliseconds."""
+
+from __future__ import annotations
+
+from agent.api.coloc.v1 import agent_pb2 as pb
+from agent.state.errors import InvalidRequest
+from agent.state.records import (
+    AdmitRequest,
+    Allocation,
+    Application,
+    DrainPhase,
+    DrainStatus,
+    EventType,
+    Identity,
+    Lifecycle,
+    NodeRecord,
+    Notice,
+    Phase,
+    Refusal,
+    Tags,
+)
+from qos.model import Resources, Source
+
+PROTOCOL = "coloc.v1"
+
+SOURCE_TO_PB = {Source.K8S: pb.SOURCE_K8S, Source.YARN: pb.SOURCE_YARN, Source.LOCAL: pb.SOURCE_LOCAL}
+SOURCE_FROM_PB = {v: k for k, v in SOURCE_TO_PB.items()}
+PHASE_TO_PB = {Phase.PENDING_LAUNCH: pb.PHASE_PENDING_LAUNCH, Phase.RUNNING: pb.PHASE_RUNNING,
+               Phase.TERMINATING: pb.PHASE_TERMINATING}
+PHASE_FROM_PB = {v: k for k, v in PHASE_TO_PB.items()}
+LIFECYCLE_TO_PB = {Lifecycle.RECOVERING: pb.LIFECYCLE_RECOVERING,
+                   Lifecycle.SCHEDULABLE: pb.LIFECYCLE_SCHEDULABLE,
+                   Lifecycle.DECOMMISSIONING: pb.LIFECYCLE_DECOMMISSIONING,
+                   Lifecycle.DECOMMISSIONED: pb.LIFECYCLE_DECOMMISSIONED}
+LIFECYCLE_FROM_PB = {v: k for k, v in LIFECYCLE_TO_PB.items()}
+DRAIN_TO_PB = {DrainPhase.NONE: pb.DRAIN_PHASE_NONE,
+               DrainPhase.WAIT_ALLOCATIONS: pb.DRAIN_PHASE_WAIT_ALLOCATIONS,
+               DrainPhase.WAIT_APPS: pb.DRAIN_PHASE_WAIT_APPS, DrainPhase.TIMED_OUT: pb.DRAIN_PHASE_TIMED_OUT,
+               DrainPhase.DRAINED: pb.DRAIN_PHASE_DRAINED}
+DRAIN_FROM_PB = {v: k for k, v in DRAIN_TO_PB.items()}
+EVENT_TO_PB = {EventType.ADDED: pb.EVENT_TYPE_ADDED, EventType.MODIFIED: pb.EVENT_TYPE_MODIFIED,
+               EventType.DELETED: pb.EVENT_TYPE_DELETED, EventType.NOTICE: pb.EVENT_TYPE_NOTICE}
+EVENT_FROM_PB = {v: k for k, v in EVENT_TO_PB.items()}
+REFUSAL_TO_PB = {Refusal.NOT_SCHEDULABLE: pb.REFUSAL_NOT_SCHEDULABLE, Refusal.INSUFFICIENT_CPU:
+                 pb.REFUSAL_INSUFFICIENT_CPU, Refusal.INSUFFICIENT_MEMORY: pb.REFUSAL_INSUFFICIENT_MEMORY,
+                 Refusal.KEY_CONFLICT: pb.REFUSAL_KEY_CONFLICT}
+REFUSAL_FROM_PB = {v: k for k, v in REFUSAL_TO_PB.items()}
+
+
+def ms(t: float) -> int:
+    return round(t * 1000)
+
+
+def sec(t_ms: int) -> float:
+    return t_ms / 1000.0
+
+
+def resources_pb(r: Resources) -> pb.Resources:
+    return pb.Resources(milli_cpu=r.milli_cpu, memory_bytes=r.memory_bytes)
+
+
+def resources_from(r: pb.Resources) -> Resources:
+    return Resources(r.milli_cpu, r.memory_bytes)
+
+
+def tags_pb(tags: Tags) -> list[pb.Tag]:
+    return [pb.Tag(key=k, value=v) for k, v in tags]
+
+
+def tags_from(tags: object) -> Tags:
+    return tuple((t.key, t.value) for t in tags)  # type: ignore[attr-defined]
+
+
+def identity_pb(i: Identity) -> pb.Identity:
+    return pb.Identity(node_id=i.node_id, incarnation=i.incarnation, boot_id=i.boot_id,
+                       started_unix_ms=ms(i.started_at), agent_version=i.agent_version,
+                       protocol_version=PROTOCOL, restarts=i.restarts)
+
+
+def identity_from(m: pb.Identity) -> Identity:
+    return Identity(m.node_id, m.incarnation, m.boot_id, sec(m.started_unix_ms), m.agent_version, m.restarts)
+
+
+def drain_pb(d: DrainStatus) -> pb.DrainStatus:
+    out = pb.DrainStatus(phase=DRAIN_TO_PB[d.phase], graceful=d.graceful, wait_for_apps=d.wait_for_apps,
+                         started_unix_ms=ms(d.started_at), has_deadline=d.deadline is not None,
+                         deadline_unix_ms=0 if d.deadline is None else ms(d.deadline),
+                         request_id=d.request_id, reason=d.reason,
+                         waiting_applications=d.waiting_applications)
+    if d.previous_batch_allocatable is not None:
+        out.previous_batch_allocatable.CopyFrom(resources_pb(d.previous_batch_allocatable))
+    return out
+
+
+def drain_from(m: pb.DrainStatus) -> DrainStatus:
+    return DrainStatus(
+        phase=DRAIN_FROM_PB.get(m.phase, DrainPhase.NONE), graceful=m.graceful, wait_for_apps=m.wait_for_apps,
+        started_at=sec(m.started_unix_ms), deadline=sec(m.deadline_unix_ms) if m.has_deadline else None,
+        previous_batch_allocatable=(resources_from(m.previous_batch_allocatable)
+                                    if m.HasField("previous_batch_allocatable") else None),
+        request_id=m.request_id, reason=m.reason, waiting_applications=tuple(m.waiting_applications),
+    )
+
+
+def node_pb(n: NodeRecord) -> pb.Node:
+    return pb.Node(node_id=n.node_id, capacity=resources_pb(n.capacity),
+                   batch_allocatable=resources_pb(n.batch_allocatable),
+                   lifecycle=LIFECYCLE_TO_PB[n.lifecycle], drain=drain_pb(n.drain),
+                   highest_scheduler_epoch=n.highest_epoch, acked_epoch=n.acked_epoch,
+                   acked_revision=n.acked_revision, revision=n.revision)
+
+
+def node_from(m: pb.Node) -> NodeRecord:
+    return NodeRecord(m.node_id, resources_from(m.capacity), resources_from(m.batch_allocatable),
+                      LIFECYCLE_FROM_PB.get(m.lifecycle, Lifecycle.RECOVERING), drain_from(m.drain),
+                      m.highest_scheduler_epoch, m.acked_epoch, m.acked_revision, m.revision)
+
+
+def application_pb(a: Application) -> pb.Application:
+    return pb.Application(application_id=a.application_id, source=SOURCE_TO_PB[a.source],
+                          created_unix_ms=ms(a.created_at), revision=a.revision)
+
+
+def application_from(m: pb.Application) -> Application:
+    return Application(m.application_id, SOURCE_FROM_PB.get(m.source, Source.LOCAL), sec(m.created_unix_ms),
+                       m.revision)
+
+
+def allocation_pb(a: Allocation) -> pb.Allocation:
+    return pb.Allocation(
+        key=a.key, application_id=a.application_id, source=SOURCE_TO_PB[a.source],
+        resources=resources_pb(a.resources), phase=PHASE_TO_PB[a.phase], priority=a.priority, cgroup=a.cgroup,
+        name=a.name, namespace=a.namespace, created_unix_ms=ms(a.created_at),
+        started_unix_ms=ms(a.started_at), scheduler_epoch=a.scheduler_epoch, request_id=a.request_id,
+        tags=tags_pb(a.tags), revision=a.revision,
+    )
+
+
+def allocation_from(m: pb.Allocation) -> Allocation:
+    return Allocation(
+        key=m.key, application_id=m.application_id, source=SOURCE_FROM_PB.get(m.source, Source.LOCAL),
+        resources=resources_from(m.resources), phase=PHASE_FROM_PB.get(m.phase, Phase.RUNNING),
+        priority=m.priority, cgroup=m.cgroup, name=m.name, namespace=m.namespace,
+        created_at=sec(m.created_unix_ms), started_at=sec(m.started_unix_ms),
+        scheduler_epoch=m.scheduler_epoch, request_id=m.request_id, tags=tags_from(m.tags),
+        revision=m.revision,
+    )
+
+
+def notice_pb(n: Notice) -> pb.Notice:
+    return pb.Notice(kind=n.kind, message=n.message, fields=tags_pb(n.fields), at_unix_ms=ms(n.at))
+
+
+def notice_from(m: pb.Notice) -> Notice:
+    return Notice(m.kind, m.message, tags_from(m.fields), sec(m.at_unix_ms))
+
+
+def admit_request_from(m: pb.AllocationSpec) -> AdmitRequest:
+    """The request as the ledger takes it; enum and presence errors name the field."""
+    if m.source not in SOURCE_FROM_PB:
+        raise InvalidRequest("allocation.source", "must be SOURCE_K8S, SOURCE_YARN or SOURCE_LOCAL")
+    if not m.key:
+        raise InvalidRequest("allocation.key", "required")
+    if not m.application_id:
+        raise InvalidRequest("allocation.application_id", "required")
+    return AdmitRequest(
+        key=m.key, application_id=m.application_id, source=SOURCE_FROM_PB[m.source],
+        resources=resources_from(m.resources), priority=m.priority, request_id=m.request_id, name=m.name,
+        namespace=m.namespace, tags=tags_from(m.tags),
+    )
+
+
+def allocation_spec_pb(r: AdmitRequest) -> pb.AllocationSpec:
+    return pb.AllocationSpec(key=r.key, application_id=r.application_id, source=SOURCE_TO_PB[r.source],
+                             resources=resources_pb(r.resources), priority=r.priority,
+                             request_id=r.request_id, name=r.name, namespace=r.namespace,
+                             tags=tags_pb(r.tags))

@@ -1,0 +1,282 @@
+"""The `coloc.v1.NodeAgent` handlers over the ledger (grpc.aio; runs on the ledger's event loop thread).
+
+GetSnapshot and Watch return pre-serialized bytes (`agent.api.wire`), so they are registered with a
+pass-through serializer; the other methods use the generated messages.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import Any, NoReturn
+
+import grpc
+
+from agent.api import convert
+from agent.api.coloc.v1 import agent_pb2 as pb
+from agent.api.wire import Encoder
+from agent.published import Board
+from agent.state.errors import (
+    InvalidRequest,
+    LedgerError,
+    LifecycleError,
+    RevisionAhead,
+    RevisionGone,
+    StaleEpoch,
+    StateFileError,
+    WatcherDropped,
+)
+from agent.state.ledger import Ledger
+from agent.state.records import Allocation, Application, Event, EventType, LedgerView, NodeRecord
+from agent.state.validate import check_epoch
+
+log = logging.getLogger("coloc.api")
+
+SERVICE = "coloc.v1.NodeAgent"
+
+# Trailing metadata key carrying a machine-readable reason next to the status code.
+REASON_KEY = "coloc-reason"
+
+_CODES: list[tuple[type[LedgerError], grpc.StatusCode, str]] = [
+    (InvalidRequest, grpc.StatusCode.INVALID_ARGUMENT, "invalid_argument"),
+    (RevisionAhead, grpc.StatusCode.INVALID_ARGUMENT, "revision_ahead"),
+    (StaleEpoch, grpc.StatusCode.FAILED_PRECONDITION, "stale_epoch"),
+    (LifecycleError, grpc.StatusCode.FAILED_PRECONDITION, "lifecycle"),
+    (RevisionGone, grpc.StatusCode.OUT_OF_RANGE, "revision_gone"),
+    (WatcherDropped, grpc.StatusCode.RESOURCE_EXHAUSTED, "watcher_dropped"),
+    (StateFileError, grpc.StatusCode.UNAVAILABLE, "not_durable"),
+]
+
+
+def status_of(err: LedgerError) -> tuple[grpc.StatusCode, str]:
+    for cls, code, reason in _CODES:
+        if isinstance(err, cls):
+            return code, reason
+    return grpc.StatusCode.INTERNAL, "internal"
+
+
+async def abort(context: grpc.aio.ServicerContext[Any, Any], code: grpc.StatusCode, reason: str,
+                message: str) -> NoReturn:
+    context.set_trailing_metadata(((REASON_KEY, reason),))
+    await context.abort(code, message)
+    raise AssertionError("unreachable")  # abort raises
+
+
+async def _abort(context: grpc.aio.ServicerContext[Any, Any], err: LedgerError) -> NoReturn:
+    code, reason = status_of(err)
+    await abort(context, code, reason, str(err))
+
+
+class NodeAgentService:
+    def __init__(self, ledger: Ledger, *, max_streams: int, bookmark_interval_s: float,
+                 max_events_per_message: int, max_message_bytes: int, board: Board | None = None) -> None:
+        self._ledger = ledger
+        self._max_streams = max_streams
+        self._bookmark_s = bookmark_interval_s
+        self._max_events = max_events_per_message
+        self._max_chunk_bytes = max(64 << 10, max_message_bytes // 2)
+        self._board = board
+        self._enc = Encoder(event_cache=max(8192, 2 * ledger.cfg.ring_size))
+        self.streams = 0
+
+    # ---- registration ---------------------------------------------------------------------------------
+
+    def handler(self) -> grpc.GenericRpcHandler[Any, Any]:
+        def raw(data: bytes) -> bytes:
+            return data
+
+        def unary(fn: Callable[..., Any], req: Any, resp: Any = None) -> grpc.RpcMethodHandler[Any, Any]:
+            return grpc.unary_unary_rpc_method_handler(
+                fn, request_deserializer=req.FromString,
+                response_serializer=raw if resp is None else resp.SerializeToString)
+
+        return grpc.method_handlers_generic_handler(SERVICE, {
+            "GetSnapshot": unary(self.get_snapshot, pb.GetSnapshotRequest),
+            "Watch": grpc.unary_stream_rpc_method_handler(
+                self.watch, request_deserializer=pb.WatchRequest.FromString, response_serializer=raw),
+            "AckRecovery": unary(self.ack_recovery, pb.AckRecoveryRequest, pb.AckRecoveryResponse),
+            "Admit": unary(self.admit, pb.AdmitRequest, pb.AdmitResponse),
+            "GetStatus": unary(self.get_status, pb.GetStatusRequest, pb.Status),
+            "Drain": unary(self.unimplemented, pb.DrainRequest, pb.DrainResponse),
+            "Recommission": unary(self.unimplemented, pb.RecommissionRequest, pb.DrainResponse),
+        })
+
+    # ---- reads ----------------------------------------------------------------------------------------
+
+    async def get_snapshot(self, request: pb.GetSnapshotRequest, context: grpc.aio.ServicerContext[Any, Any]
+                           ) -> bytes:
+        return self._enc.snapshot(self._ledger.view())
+
+    async def watch(self, request: pb.WatchRequest, context: grpc.aio.ServicerContext[Any, Any]
+                    ) -> AsyncIterator[bytes]:
+        ledger = self._ledger
+        if self.streams >= self._max_streams:
+            await abort(context, grpc.StatusCode.RESOURCE_EXHAUSTED, "too_many_streams",
+                        f"too many watch streams (limit {self._max_streams}); retry later")
+        start = request.WhichOneof("start")
+        inc = ledger.identity.incarnation
+        if start is None:
+            await abort(context, grpc.StatusCode.INVALID_ARGUMENT, "invalid_argument",
+                        "start: set either from_revision or send_initial")
+        if start == "from_revision" and not request.incarnation:
+            await abort(context, grpc.StatusCode.INVALID_ARGUMENT, "invalid_argument",
+                        "incarnation: required with from_revision (revisions are per incarnation)")
+        if request.incarnation and request.incarnation != inc:
+            await self._wrong_incarnation(request.incarnation, context)
+        if start == "send_initial" and not request.send_initial:
+            await abort(context, grpc.StatusCode.INVALID_ARGUMENT, "invalid_argument",
+                        "send_initial: must be true when set")
+        limit = min(request.max_events_per_message or self._max_events, self._max_events)
+        # Backlog (or view) and subscription are taken in one step of the event loop: no gap, no overlap.
+        view: LedgerView | None = None
+        backlog: list[Event] = []
+        try:
+            if start == "send_initial":
+                view = ledger.view()
+            else:
+                backlog = ledger.events_after(request.from_revision)
+            sub = ledger.subscribe(None)
+        except LedgerError as err:
+            await _abort(context, err)
+        synced_at = ledger.revision
+        self.streams += 1
+        try:
+            if view is not None:
+                objs: list[NodeRecord | Application | Allocation] = [
+                    view.node, *view.applications, *view.allocations]
+                for chunk in self._chunks([self._enc.initial(view.revision, o) for o in objs], limit):
+                    yield chunk
+            else:
+                for chunk in self._chunks([self._enc.event(inc, e) for e in backlog], limit):
+                    yield chunk
+            yield Encoder.watch_response([Encoder.marker(synced_at, pb.EVENT_TYPE_INITIAL_SYNC_END)])
+            while True:
+                try:
+                    batch = await sub.next_batch(limit, self._bookmark_s)
+                except WatcherDropped as err:
+                    await _abort(context, err)
+                if batch:
+                    yield Encoder.watch_response([self._enc.event(inc, e) for e in batch])
+                else:
+                    yield Encoder.watch_response([Encoder.marker(ledger.revision, pb.EVENT_TYPE_BOOKMARK)])
+        finally:
+            self.streams -= 1
+            ledger.unsubscribe(sub)
+
+    def _chunks(self, events: list[bytes], limit: int) -> list[bytes]:
+        out: list[bytes] = []
+        cur: list[bytes] = []
+        size = 0
+        for e in events:
+            if cur and (len(cur) >= limit or size + len(e) > self._max_chunk_bytes):
+                out.append(Encoder.watch_response(cur))
+                cur, size = [], 0
+            cur.append(e)
+            size += len(e) + 8
+        if cur:
+            out.append(Encoder.watch_response(cur))
+        return out
+
+    async def get_status(self, request: pb.GetStatusRequest, context: grpc.aio.ServicerContext[Any, Any]
+                         ) -> pb.Status:
+        ledger = self._ledger
+        view = ledger.view()
+        n = min(request.recent or 10, 200)
+        out = pb.Status(identity=convert.identity_pb(view.identity), revision=view.revision,
+                        node=convert.node_pb(view.node), applications=len(view.applications),
+                        batch_allocated=convert.resources_pb(view.batch_allocated),
+                        watchers=ledger.watcher_count, dropped_watchers=ledger.dropped_watchers,
+                        startup_problem=ledger.startup_problem or "", state_unsaved=ledger.unsaved_changes)
+        counts: dict[tuple[int, int], list[int]] = {}
+        for a in view.allocations:
+            c = counts.setdefault((convert.SOURCE_TO_PB[a.source], convert.PHASE_TO_PB[a.phase]), [0, 0, 0])
+            c[0] += 1
+            c[1] += a.resources.milli_cpu
+            c[2] += a.resources.memory_bytes
+        for (src, phase), (k, cpu, mem) in sorted(counts.items()):
+            out.allocations.append(pb.PhaseCount(source=src, phase=phase, count=k,  # type: ignore[arg-type]
+                                                 resources=pb.Resources(milli_cpu=cpu, memory_bytes=mem)))
+        notices = [e for e in ledger.recent_events(4 * n + 64) if e.type is EventType.NOTICE][-n:]
+        for e in notices:
+            out.recent_notices.append(pb.Event.FromString(self._enc.event(view.identity.incarnation, e)))
+        pub = self._board.get() if self._board is not None else None
+        if pub is not None:
+            out.tick = pub.tick
+            out.tick_age_s = max(0.0, time.monotonic() - pub.tick_monotonic)
+            for r in pub.recent_actions[-n:]:
+                out.recent_actions.append(pb.ActionRecord(at_unix_ms=convert.ms(r.at), policy=r.policy,
+                                                          kind=r.kind, target=r.target, outcome=r.outcome,
+                                                          reason=r.reason))
+        return out
+
+    # ---- mutations ------------------------------------------------------------------------------------
+
+    async def _epoch(self, fence: pb.Fence, has_fence: bool, context: grpc.aio.ServicerContext[Any, Any]
+                     ) -> int:
+        if not has_fence:
+            await abort(context, grpc.StatusCode.INVALID_ARGUMENT, "invalid_argument",
+                        "fence: required on every mutating call")
+        try:
+            check_epoch(fence.scheduler_epoch)
+        except InvalidRequest as err:
+            await _abort(context, err)
+        return fence.scheduler_epoch
+
+    async def _check_incarnation(self, given: str, required: bool,
+                                 context: grpc.aio.ServicerContext[Any, Any]) -> None:
+        if not given and required:
+            await abort(context, grpc.StatusCode.INVALID_ARGUMENT, "invalid_argument",
+                        "incarnation: required")
+        if given and given != self._ledger.identity.incarnation:
+            await self._wrong_incarnation(given, context)
+
+    async def _wrong_incarnation(self, given: str, context: grpc.aio.ServicerContext[Any, Any]) -> NoReturn:
+        mine = self._ledger.identity.incarnation
+        await abort(context, grpc.StatusCode.FAILED_PRECONDITION, "incarnation_mismatch",
+                    f"incarnation: {given} is not this agent's incarnation {mine} "
+                    "(the agent restarted); take a new snapshot")
+
+    async def _durable(self, context: grpc.aio.ServicerContext[Any, Any]) -> None:
+        try:
+            await self._ledger.flush()
+        except StateFileError as err:
+            await abort(context, grpc.StatusCode.UNAVAILABLE, "not_durable",
+                        f"recorded but not yet durable ({err}); retry the same request")
+
+    async def ack_recovery(self, request: pb.AckRecoveryRequest, context: grpc.aio.ServicerContext[Any, Any]
+                           ) -> pb.AckRecoveryResponse:
+        epoch = await self._epoch(request.fence, request.HasField("fence"), context)
+        await self._check_incarnation(request.incarnation, True, context)
+        try:
+            result = self._ledger.ack_recovery(epoch, request.applied_revision)
+        except LedgerError as err:
+            await _abort(context, err)
+        await self._durable(context)
+        return pb.AckRecoveryResponse(lifecycle=convert.LIFECYCLE_TO_PB[result.lifecycle],
+                                      revision=result.revision)
+
+    async def admit(self, request: pb.AdmitRequest, context: grpc.aio.ServicerContext[Any, Any]
+                    ) -> pb.AdmitResponse:
+        epoch = await self._epoch(request.fence, request.HasField("fence"), context)
+        await self._check_incarnation(request.incarnation, False, context)
+        if not request.HasField("allocation"):
+            await abort(context, grpc.StatusCode.INVALID_ARGUMENT, "invalid_argument", "allocation: required")
+        try:
+            result = self._ledger.admit(convert.admit_request_from(request.allocation), epoch)
+        except LedgerError as err:
+            await _abort(context, err)
+        if result.accepted:
+            await self._durable(context)
+        out = pb.AdmitResponse(accepted=result.accepted, already_admitted=result.already_admitted,
+                               message=result.message, revision=result.revision,
+                               batch_free=convert.resources_pb(result.batch_free))
+        if result.refusal is not None:
+            out.refusal = convert.REFUSAL_TO_PB[result.refusal]
+        if result.allocation is not None:
+            out.allocation.CopyFrom(convert.allocation_pb(result.allocation))
+        return out
+
+    async def unimplemented(self, request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> NoReturn:
+        await abort(context, grpc.StatusCode.UNIMPLEMENTED, "unimplemented",
+                    "decommission is not supported by this agent yet")

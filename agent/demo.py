@@ -1,0 +1,222 @@
+"""`coloc-agent demo`: the agent at work on this very machine, on a private cgroup hierarchy.
+
+It builds `coloc-demo-<pid>` under every cgroup controller, starts a real HP service (CPU-bound, reporting
+its throughput), real BE work (CPU burners, YARN-style containers, later a memory hog that grows), then:
+
+1. HP alone; 2. HP beside BE, no agent; 3. HP beside BE with the agent (HP load comes and goes, so the BE
+budget shrinks and grows back); 4. the memory hog pushes the private node's working set over the threshold
+and the agent evicts exactly enough, lowest priority first. It prints a live view and a summary, and removes
+everything it made, also on Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from agent.config import AgentConfig, CgroupConfig, EvictionConfig, LoopConfig, NodeConfig
+from agent.published import ActionRecord
+from agent.runtime import BE_TIER, Runtime, build, remove_tree
+from agent.spawn import spawn_in_cgroup, workload_argv
+from agent.standalone import LocalWorkload, StandaloneConfig
+from agent.workloads import read_counter
+
+YARN_APP = "1700000000000_0001"
+HP = "hp-service"
+
+
+@dataclass
+class Demo:
+    rt: Runtime
+    tmp: Path
+    procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    counters: list[Path] = field(default_factory=list)
+    samples: list[dict[str, float]] = field(default_factory=list)
+    t0: float = field(default_factory=time.monotonic)
+
+    def start(self, name: str, rel: str, argv: list[str]) -> None:
+        self.procs[name] = spawn_in_cgroup(self.rt.hierarchy, self.rt.cfg.cgroups.root, rel, argv,
+                                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def stop(self, name: str) -> None:
+        p = self.procs.pop(name, None)
+        if p is not None and p.poll() is None:
+            p.kill()
+            p.wait()
+
+    def start_hp(self, name: str, threads: int) -> None:
+        counter = self.tmp / f"{name}.count"
+        self.counters.append(counter)
+        self.start(name, HP, workload_argv("hp", threads, counter))
+
+    def hp_count(self) -> int:
+        return sum(read_counter(str(c)) for c in self.counters)
+
+
+def demo_config(root: str, memory: str, interval: float) -> AgentConfig:
+    be = [LocalWorkload(f"{BE_TIER}/batch-hog", priority=3000, memory="512Mi"),
+          LocalWorkload(f"{BE_TIER}/batch-low", priority=3500, milli_cpu=1000),
+          LocalWorkload(f"{BE_TIER}/batch-mid", priority=5000, milli_cpu=1000)]
+    return AgentConfig(
+        node=NodeConfig(name="demo-node", memory=memory, scope="cgroup-root"),
+        cgroups=CgroupConfig(root=root, setup_tiers=True, cleanup_on_exit=True),
+        loop=LoopConfig(interval_s=interval, stale_after_s=max(5.0, 3 * interval)),
+        eviction=EvictionConfig(grace_period_s=1.0, rate_per_minute=30, burst=3),
+        standalone=StandaloneConfig(workloads=tuple(be)),
+    )
+
+
+def _fmt_cpus(cpus: tuple[int, ...]) -> str:
+    return ",".join(map(str, cpus)) if cpus else "-"
+
+
+async def measure(demo: Demo, seconds: float, phase: str, live: bool) -> float:
+    """HP work units per second over `seconds`, printing one live line per second."""
+    start_count, start = demo.hp_count(), time.monotonic()
+    last_count, last = start_count, start
+    while time.monotonic() - start < seconds:
+        await asyncio.sleep(1.0)
+        now, count = time.monotonic(), demo.hp_count()
+        rate = (count - last_count) / (now - last)
+        last_count, last = count, now
+        pub = demo.rt.board.get()
+        snap = pub.snapshot if pub else None
+        be_cpu = snap.be_usage.milli_cpu if snap and snap.be_usage.milli_cpu is not None else 0.0
+        mem = snap.node_usage.memory_working_set_bytes if snap else None
+        cap = demo.rt.capacity.memory_bytes
+        budget = pub.be_cpu_granted_milli if pub and pub.be_cpu_granted_milli is not None else -1
+        row = {"t": round(now - demo.t0, 1), "phase": phase, "hp_units_per_s": round(rate),
+               "be_budget_milli_cpu": budget,
+               "be_cpus": _fmt_cpus(snap.be_tier.cpuset) if snap else "-",
+               "be_milli_cpu": round(be_cpu), "mem_pct": round(100 * mem / cap, 1) if mem else 0.0,
+               "evictions": sum(pub.counters.evictions.values()) if pub else 0}
+        demo.samples.append({k: v for k, v in row.items() if isinstance(v, int | float)})
+        if live:
+            grant = f"{budget:>5}m" if budget >= 0 else "    -"
+            print(f"{row['t']:6.1f}s  {phase:<22} HP {row['hp_units_per_s']:>7}/s  BE budget {grant}"
+                  f" cpus {row['be_cpus']:<4} used {row['be_milli_cpu']:>5}m  mem {row['mem_pct']:>5}%"
+                  f"  evictions {row['evictions']}", flush=True)
+    return (demo.hp_count() - start_count) / (time.monotonic() - start)
+
+
+async def run_demo(scale: float, memory: str, live: bool, out: Path | None) -> dict[str, object]:
+    root = f"coloc-demo-{os.getpid()}"
+    rt = build(demo_config(root, memory, 0.5))
+    tmp = Path(tempfile.mkdtemp(prefix="coloc-demo-"))
+    demo = Demo(rt, tmp)
+    stop = asyncio.Event()
+    agent_task: asyncio.Task[None] | None = None
+    try:
+        rt.writer.mkdir(HP)
+        for rel in ("batch-low", "batch-mid", "batch-hog", f"hadoop-yarn/container_e01_{YARN_APP}_01_000001",
+                    f"hadoop-yarn/container_e01_{YARN_APP}_01_000002"):
+            rt.writer.mkdir(f"{BE_TIER}/{rel}")
+            rt.writer.set_cpuset(f"{BE_TIER}/{rel}", rt.cpus)
+        demo.start_hp("hp-base", 1)
+        demo.start_hp("hp-burst", 1)
+        print(f"coloc-agent demo: private node {root}: {len(rt.cpus)} CPUs, {memory} memory")
+        alone = await measure(demo, 6 * scale, "1 HP alone", live)
+        for name, rel in (("be-low", "batch-low"), ("be-mid", "batch-mid"),
+                          ("yarn-am", f"hadoop-yarn/container_e01_{YARN_APP}_01_000001"),
+                          ("yarn-c2", f"hadoop-yarn/container_e01_{YARN_APP}_01_000002")):
+            demo.start(name, f"{BE_TIER}/{rel}", workload_argv("burn"))
+        demo.start("be-low-2", f"{BE_TIER}/batch-low", workload_argv("burn"))
+        contended = await measure(demo, 6 * scale, "2 BE, no agent", live)
+        agent_task = asyncio.create_task(rt.loop.run(stop))
+        with_agent = await measure(demo, 6 * scale, "3 BE + agent", live)
+        demo.stop("hp-burst")
+        await measure(demo, 4 * scale, "3 HP light, BE grows", live)
+        before = rt.board.get()
+        budget_before = before.be_cpu_granted_milli if before else None
+        demo.start_hp("hp-burst-2", 1)
+        cut_s = await time_to_cut(demo, budget_before, 3.0)
+        await measure(demo, 3 * scale, "3 HP heavy again", live)
+        demo.stop("hp-burst-2")
+        demo.start("be-hog", f"{BE_TIER}/batch-hog", workload_argv("hog", 64, 0.1, 2048))
+        await measure(demo, 8 * scale, "4 memory hog", live)
+        last = rt.board.get()
+        records = list(last.recent_actions) if last else []
+        summary = summarize(alone, contended, with_agent, records, cut_s, demo)
+        print(json.dumps(summary, indent=2))
+        if out is not None:
+            out.write_text(json.dumps(summary, indent=2))
+        return summary
+    finally:
+        stop.set()
+        if agent_task is not None:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await asyncio.wait_for(agent_task, 5)
+        for name in list(demo.procs):
+            demo.stop(name)
+        with contextlib.suppress(Exception):
+            await rt.executor.drain(5)
+        remove_tree(rt.writer, rt.reader, "")
+        rt.reader.close()
+        for f in tmp.iterdir():
+            f.unlink()
+        tmp.rmdir()
+        print(f"removed {root} and everything under it")
+
+
+async def time_to_cut(demo: Demo, budget_before: int | None, limit_s: float) -> float | None:
+    """Seconds from now until the agent grants BE less than `budget_before` (None if it never does)."""
+    if budget_before is None:
+        return None
+    start = time.monotonic()
+    while time.monotonic() - start < limit_s:
+        pub = demo.rt.board.get()
+        if pub and pub.be_cpu_granted_milli is not None and pub.be_cpu_granted_milli < budget_before:
+            return time.monotonic() - start
+        await asyncio.sleep(0.01)
+    return None
+
+
+def summarize(alone: float, contended: float, with_agent: float, records: list[ActionRecord],
+              cut_s: float | None, demo: Demo) -> dict[str, object]:
+    evicted = [r.target for r in records if r.kind == "evict" and r.outcome in ("started", "done")]
+    return {
+        "hp_alone_units_per_s": round(alone),
+        "hp_contended_no_agent_units_per_s": round(contended),
+        "hp_contended_with_agent_units_per_s": round(with_agent),
+        "ratio_no_agent": round(contended / alone, 3) if alone else None,
+        "ratio_with_agent": round(with_agent / alone, 3) if alone else None,
+        "be_cut_after_hp_load_s": round(cut_s, 3) if cut_s is not None else None,
+        "evicted": sorted(set(evicted)),
+        "median_hp_units_per_s": statistics.median(s["hp_units_per_s"] for s in demo.samples)
+        if demo.samples else 0,
+    }
+
+
+def main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="coloc-agent demo", description=__doc__.split("\n\n")[0])
+    p.add_argument("--scale", type=float, default=1.0, help="stretch or shrink every phase (default 1)")
+    p.add_argument("--memory", default="1Gi", help="memory of the private node (default 1Gi)")
+    p.add_argument("--quiet", action="store_true", help="no live view, summary only")
+    p.add_argument("--json-out", type=Path, help="also write the summary here")
+    args = p.parse_args(argv)
+    if os.geteuid() != 0:
+        print("coloc-agent demo: needs root (it creates cgroups and moves processes into them)", file=sys.stderr)
+        return 2
+
+    async def guarded() -> None:
+        task = asyncio.ensure_future(run_demo(args.scale, args.memory, not args.quiet, args.json_out))
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, task.cancel)
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+    asyncio.run(guarded())
+    return 0
+

@@ -1,0 +1,9 @@
+"""Prometheus metrics, health endpoints and the observer the loop feeds."""
+
+from agent.metrics.config import DEFAULT_PORT, MetricsConfig
+from agent.metrics.health import HealthConfig
+from agent.metrics.hub import MetricsHub
+from agent.metrics.ledger import LedgerFigures
+from agent.metrics.server import MetricsServer
+
+__all__ = ["DEFAULT_PORT", "HealthConfig", "LedgerFigures", "MetricsConfig", "MetricsHub", "MetricsServer"]

@@ -1,0 +1,157 @@
+"""The metrics hub: a private registry, the histograms the loop feeds, and the server that exposes them.
+
+The loop calls `observe(published)` once per tick (the tick and collection durations go into histograms,
+new action records into per-policy tallies); scrapes build everything else from the board's latest
+`Published` through `ColocCollector`.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterable
+from importlib import metadata
+
+from prometheus_client import CollectorRegistry, Histogram, ProcessCollector
+
+from agent.metrics.collector import OTHER, ColocCollector, LedgerView
+from agent.metrics.config import MetricsConfig
+from agent.metrics.health import HealthConfig
+from agent.metrics.server import MetricsServer
+from agent.published import ActionRecord, Board, Published
+
+TICK_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
+WRITE_BUCKETS = (0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.01, 0.1)
+
+
+def agent_version() -> str:
+    try:
+        return metadata.version("coloc-agent")
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+ActionKey = tuple[str, str, str]  # (policy, kind, outcome)
+
+
+class ActionTally:
+    """Counts of action records by (policy, kind, outcome) and the time of the latest of each.
+
+    A record is counted once: the loop republishes its ring of recent actions every tick, so only records
+    that were not in the previous publication are new. At most `max_keys` keys; the rest go to `other`.
+    """
+
+    def __init__(self, max_keys: int = 256) -> None:
+        self._lock = threading.Lock()
+        self._max_keys = max_keys
+        self._tally: dict[ActionKey, tuple[int, float]] = {}
+        self._previous: set[tuple[object, ...]] = set()
+
+    def record(self, records: Iterable[ActionRecord]) -> int:
+        """Count the records not seen in the previous call; return how many were new."""
+        current: set[tuple[object, ...]] = set()
+        new = 0
+        with self._lock:
+            for r in records:
+                ident = (r.at, r.policy, r.kind, r.target, r.outcome, r.reason)
+                current.add(ident)
+                if ident in self._previous:
+                    continue
+                new += 1
+                key: ActionKey = (r.policy, r.kind, r.outcome)
+                if key not in self._tally and len(self._tally) >= self._max_keys:
+                    key = (OTHER, OTHER, OTHER)
+                n, last = self._tally.get(key, (0, 0.0))
+                self._tally[key] = (n + 1, max(last, r.at))
+            self._previous = current
+        return new
+
+    def get(self) -> dict[ActionKey, tuple[int, float]]:
+        with self._lock:
+            return dict(self._tally)
+
+
+class MetricsHub:
+    """Owns the private registry. `observe` is for the loop; `start` serves /metrics, /healthz, /readyz."""
+
+    def __init__(
+        self,
+        config: MetricsConfig | None = None,
+        *,
+        version: str | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.config = config or MetricsConfig()
+        self.version = version or agent_version()
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.actions = ActionTally()
+        self._clock = clock
+        self._last_tick: int | None = None
+        self._observe_lock = threading.Lock()
+        self._collector: ColocCollector | None = None
+        self._board: Board | None = None
+        ProcessCollector(registry=self.registry)
+        self.tick_duration = Histogram(
+            "coloc_tick_duration_seconds",
+            "Duration of one loop tick (collect, decide, act, publish).",
+            buckets=TICK_BUCKETS,
+            registry=self.registry,
+        )
+        self.collect_duration = Histogram(
+            "coloc_collect_duration_seconds",
+            "Duration of one collection of every source into a snapshot.",
+            buckets=TICK_BUCKETS,
+            registry=self.registry,
+        )
+        self.cgroup_write_duration = Histogram(
+            "coloc_cgroup_write_duration_seconds",
+            "Latency of one cgroup file write.",
+            buckets=WRITE_BUCKETS,
+            registry=self.registry,
+        )
+
+    def observe(self, published: Published) -> None:
+        """Feed one tick's publication; a tick already observed (same or lower number) is ignored."""
+        with self._observe_lock:
+            if self._last_tick is not None and published.tick <= self._last_tick:
+                return
+            self._last_tick = published.tick
+        self.tick_duration.observe(max(0.0, published.tick_duration_s))
+        self.collect_duration.observe(max(0.0, published.collect_duration_s))
+        self.actions.record(published.recent_actions)
+
+    def observe_cgroup_write(self, duration_s: float) -> None:
+        """Record the latency of one cgroup write (the executor calls this; thread-safe)."""
+        self.cgroup_write_duration.observe(max(0.0, duration_s))
+
+    def attach(self, board: Board, ledger_view: LedgerView | None = None) -> ColocCollector:
+        """Register the collector over `board` (once); `start` does this for you."""
+        if self._collector is not None:
+            raise RuntimeError("MetricsHub: a board is already attached")
+        self._collector = ColocCollector(
+            board,
+            version=self.version,
+            top_n=self.config.top_n,
+            max_label_values=self.config.max_label_values,
+            actions=self.actions,
+            ledger_view=ledger_view,
+            clock=self._clock,
+        )
+        self._board = board
+        self.registry.register(self._collector)
+        return self._collector
+
+    def start(
+        self, board: Board, ledger_view: LedgerView | None = None, health: HealthConfig | None = None
+    ) -> MetricsServer:
+        """Attach to `board` and serve on `config.bind:config.port` from a daemon thread."""
+        if self._collector is None:
+            self.attach(board, ledger_view)
+        elif board is not self._board:
+            raise RuntimeError("MetricsHub.start: attached to another board")
+        health = health or HealthConfig(
+            stall_intervals=self.config.stall_intervals,
+            startup_grace_s=self.config.startup_grace_s,
+            clock=self._clock,
+        )
+        return MetricsServer.start(self.registry, board, self.config.bind, self.config.port, health)

@@ -1,0 +1,251 @@
+"""Scheduler-side recovery: rebuild the cluster from every agent, node by node.
+
+Scheduler state machine: New → Registered (every listed agent known, nothing schedulable) → Recovering
+→ Running (every node recovered or lost) | Failed (fenced by a newer scheduler epoch). There is no global
+timeout: each node is recovered on its own or declared lost after `lost_after_s` without success, and a
+lost node that answers later is recovered then.
+
+Per node: GetSnapshot → apply node, applications, allocations → Watch(from the snapshot's revision) →
+apply the backlog up to INITIAL_SYNC_END → AckRecovery(applied revision) → recovered; then keep
+applying events. A dropped stream resumes from the last applied revision; OUT_OF_RANGE, another
+incarnation or a broken stream rule forces a new snapshot.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import grpc
+
+from agent.api.client import AgentCallError, AgentClient, Marker
+from agent.recovery.cluster import Cluster, NodeCache, NodeState, ProtocolError
+
+log = logging.getLogger("coloc.recovery")
+
+
+class SchedulerState(enum.Enum):
+    NEW = "New"
+    REGISTERED = "Registered"
+    RECOVERING = "Recovering"
+    RUNNING = "Running"
+    FAILED = "Failed"
+
+
+@dataclass(frozen=True)
+class RecoveryConfig:
+    epoch: int
+    scheduler_id: str = "coloc-recover"
+    parallel: int = 32  # nodes in initial sync (snapshot + backlog + ack) at once
+    lost_after_s: float = 10.0  # per node, without success since its first attempt or its last drop
+    rpc_timeout_s: float = 5.0
+    watch_idle_s: float = 30.0  # no message (not even a bookmark) for this long: reconnect
+    retry_initial_s: float = 0.05
+    retry_max_s: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.epoch < 1:
+            raise ValueError(f"epoch: must be ≥ 1, got {self.epoch}")
+        if self.parallel < 1:
+            raise ValueError(f"parallel: must be ≥ 1, got {self.parallel}")
+        if self.lost_after_s <= 0 or self.rpc_timeout_s <= 0 or self.watch_idle_s <= 0:
+            raise ValueError("lost_after_s, rpc_timeout_s and watch_idle_s must be > 0")
+
+
+@dataclass(frozen=True)
+class Progress:
+    elapsed_s: float
+    address: str  # "" for the scheduler itself
+    node_id: str
+    state: str
+    detail: str
+    totals: dict[str, int]
+
+
+class Recovery:
+    def __init__(self, addresses: list[str], cfg: RecoveryConfig,
+                 on_progress: Callable[[Progress], None] | None = None) -> None:
+        if not addresses:
+            raise ValueError("no agents to recover from")
+        self.cfg = cfg
+        self.cluster = Cluster(list(dict.fromkeys(addresses)))
+        self.state = SchedulerState.NEW
+        self.failure = ""
+        self._on_progress = on_progress
+        self._t0 = time.monotonic()
+        self.running_after_s: float | None = None
+        self._sem = asyncio.Semaphore(cfg.parallel)
+        self._tasks: list[asyncio.Task[None]] = []
+        self._changed = asyncio.Event()
+        self._done = asyncio.Event()
+
+    # ---- lifecycle ------------------------------------------------------------------------------------
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self._t0
+
+    def _report(self, nc: NodeCache | None, state: str, detail: str = "") -> None:
+        self._changed.set()
+        if self._on_progress is not None:
+            self._on_progress(Progress(self.elapsed(), nc.address if nc else "", nc.node_id if nc else "",
+                                       state, detail, self.cluster.totals()))
+
+    def _set_scheduler(self, state: SchedulerState, detail: str = "") -> None:
+        self.state = state
+        if state is SchedulerState.RUNNING:
+            self.running_after_s = self.elapsed()
+        if state in (SchedulerState.RUNNING, SchedulerState.FAILED):
+            self._done.set()
+        self._report(None, state.value, detail)
+
+    async def start(self) -> None:
+        self._t0 = time.monotonic()
+        now = self.elapsed()
+        for nc in self.cluster.nodes.values():
+            nc.unhealthy_since = now
+        self._set_scheduler(SchedulerState.REGISTERED, f"{len(self.cluster.nodes)} agents, none schedulable")
+        self._set_scheduler(SchedulerState.RECOVERING)
+        loop = asyncio.get_running_loop()
+        self._tasks = [loop.create_task(self._node_task(nc), name=f"recover {nc.address}")
+                       for nc in self.cluster.nodes.values()]
+        self._tasks.append(loop.create_task(self._watchdog(), name="recovery watchdog"))
+
+    async def wait_running(self) -> SchedulerState:
+        """Until every node is recovered or lost (Running), or the scheduler is fenced (Failed)."""
+        await self._done.wait()
+        return self.state
+
+    async def wait_for(self, predicate: Callable[[Cluster], bool], timeout: float) -> bool:
+        """Keep following the agents until `predicate(cluster)` holds or `timeout` seconds pass."""
+        deadline = time.monotonic() + timeout
+        while not predicate(self.cluster):
+            if self.state is SchedulerState.FAILED:
+                return False
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            self._changed.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._changed.wait(), min(left, 0.1))
+        return True
+
+    async def stop(self) -> None:
+        for t in self._tasks:
+            t.cancel()
+        for t in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await t
+        self._tasks = []
+
+    def _fail(self, why: str) -> None:
+        if self.state is not SchedulerState.FAILED:
+            self.failure = why
+            self._set_scheduler(SchedulerState.FAILED, why)
+            for t in self._tasks:
+                if t is not asyncio.current_task():
+                    t.cancel()
+
+    async def _watchdog(self) -> None:
+        """Declares nodes lost (each on its own clock) and the scheduler Running."""
+        while True:
+            now = self.elapsed()
+            for nc in self.cluster.nodes.values():
+                if (nc.state is not NodeState.LOST and nc.unhealthy_since is not None
+                        and now - nc.unhealthy_since >= self.cfg.lost_after_s):
+                    nc.state = NodeState.LOST
+                    nc.lost_at = now
+                    self._report(nc, "lost", nc.last_error or "no answer")
+            if self.state is SchedulerState.RECOVERING and all(
+                    n.state is not NodeState.RECOVERING for n in self.cluster.nodes.values()):
+                self._set_scheduler(SchedulerState.RUNNING)
+            await asyncio.sleep(0.05)
+
+    # ---- one node -------------------------------------------------------------------------------------
+
+    async def _node_task(self, nc: NodeCache) -> None:
+        backoff = self.cfg.retry_initial_s
+        client = AgentClient(nc.address)
+        try:
+            while True:
+                recoveries = nc.recoveries
+                try:
+                    await self._sync(client, nc)
+                except AgentCallError as err:
+                    nc.last_error = f"{err.method}: {err.code.name}: {err.details}"
+                    if err.reason == "stale_epoch":
+                        self._fail(f"fenced by {nc.address}: {err.details}")
+                        return
+                    if err.code in (grpc.StatusCode.OUT_OF_RANGE, grpc.StatusCode.FAILED_PRECONDITION):
+                        nc.resync = True
+                        continue
+                except ProtocolError as err:
+                    nc.last_error = str(err)
+                    nc.resync = True
+                if nc.recoveries > recoveries:
+                    backoff = self.cfg.retry_initial_s  # it was working: reconnect quickly
+                if nc.unhealthy_since is None:
+                    nc.unhealthy_since = self.elapsed()
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, self.cfg.retry_max_s)
+        finally:
+            await client.close()
+
+    async def _sync(self, client: AgentClient, nc: NodeCache) -> None:
+        """Snapshot (when needed), then watch until the stream ends; returns only by raising."""
+        await self._sem.acquire()
+        held = True
+        try:
+            if nc.resync:
+                view = await client.get_snapshot(timeout=self.cfg.rpc_timeout_s)
+                restarted = nc.identity is not None and nc.identity.incarnation != view.identity.incarnation
+                if restarted and nc.state is NodeState.RECOVERED:
+                    nc.state = NodeState.RECOVERING
+                    self._report(nc, "recovering", "agent restarted (new incarnation): re-snapshot")
+                self.cluster.load_snapshot(nc.address, view)
+                nc.resync = False
+            stream = client.watch(incarnation=nc.incarnation, from_revision=nc.revision)
+            try:
+                while True:
+                    try:
+                        batch = await asyncio.wait_for(anext(stream), self.cfg.watch_idle_s)
+                    except TimeoutError:
+                        raise AgentCallError(nc.address, "Watch", grpc.StatusCode.DEADLINE_EXCEEDED,
+                                             f"no message for {self.cfg.watch_idle_s}s") from None
+                    except StopAsyncIteration:
+                        raise AgentCallError(nc.address, "Watch", grpc.StatusCode.UNAVAILABLE,
+                                             "stream ended") from None
+                    for item in batch:
+                        if isinstance(item, Marker):
+                            self.cluster.advance(nc.address, item.revision)
+                            if item.initial_sync_end:
+                                await self._acknowledge(client, nc)
+                                if held:
+                                    self._sem.release()
+                                    held = False
+                        else:
+                            self.cluster.apply(nc.address, item)
+            finally:
+                await stream.aclose()
+        finally:
+            if held:
+                self._sem.release()
+
+    async def _acknowledge(self, client: AgentClient, nc: NodeCache) -> None:
+        await client.ack_recovery(self.cfg.epoch, nc.incarnation, nc.revision,
+                                  scheduler_id=self.cfg.scheduler_id, timeout=self.cfg.rpc_timeout_s)
+        was = nc.state
+        nc.state = NodeState.RECOVERED
+        nc.unhealthy_since = None
+        nc.last_error = ""
+        nc.recoveries += 1
+        nc.recovered_at = self.elapsed()
+        if was is not NodeState.RECOVERED:
+            detail = f"rev {nc.revision}, {len(nc.applications)} apps, {len(nc.allocations)} allocations"
+            if was is NodeState.LOST:
+                detail += " (was lost)"
+            self._report(nc, "recovered", detail)

@@ -1,0 +1,1 @@
+"""Reporting what the node holds back to the cluster (node annotations)."""

@@ -1,0 +1,108 @@
+"""YARN's allocations reported in the Node annotation `node.koordinator.sh/thirdPartyAllocations`, and the
+batch origin read from `node.koordinator.sh/originExtendedAllocatable`.
+
+The Node is patched with a JSON merge patch (only the one annotation) when the value changed or
+`resync_s` passed since the last successful patch, never more. Blocking client calls run in a thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+from urllib3.exceptions import HTTPError
+
+from agent.sources.config import ReportingConfig
+from qos.batch import ORIGIN_ANNOTATION, THIRD_PARTY_ANNOTATION, third_party_allocations_json
+from qos.model import Resources
+
+log = logging.getLogger("coloc.reporting")
+
+MERGE_PATCH = "application/merge-patch+json"
+
+
+class ReportOutcome(enum.Enum):
+    PATCHED = "patched"
+    UNCHANGED = "unchanged"
+    OFF = "off"
+    FAILED = "failed"
+
+
+@dataclass(frozen=True, slots=True)
+class NodeAnnotations:
+    """What was read from the Node: the raw annotation values (None where absent)."""
+
+    origin: str | None
+    third_party: str | None
+
+
+class NodeReporter:
+    """Patches the Node's `thirdPartyAllocations`; reads the batch origin annotations."""
+
+    def __init__(self, cfg: ReportingConfig, api_client: client.ApiClient, node_name: str, *,
+                 timeout_s: float = 5.0, clock: Callable[[], float] = time.monotonic) -> None:
+        if not node_name:
+            raise ValueError("node name is empty: cannot report to the Node object")
+        self.cfg = cfg
+        self._api = client.CoreV1Api(api_client)
+        self._node = node_name
+        self._timeout = timeout_s
+        self._clock = clock
+        self._last_value: str | None = None
+        self._last_at = -float("inf")
+
+    @property
+    def last_reported(self) -> str | None:
+        return self._last_value
+
+    def due(self, value: str) -> bool:
+        return value != self._last_value or self._clock() - self._last_at >= self.cfg.resync_s
+
+    def report(self, yarn_allocated: Resources) -> ReportOutcome:
+        """Blocking; never raises for API or network errors (the next call retries)."""
+        if self.cfg.mode == "off":
+            return ReportOutcome.OFF
+        value = third_party_allocations_json(
+            yarn_allocated, self.cfg.allocation_name, self.cfg.priority_class)
+        if not self.due(value):
+            return ReportOutcome.UNCHANGED
+        body = {"metadata": {"annotations": {THIRD_PARTY_ANNOTATION: value}}}
+        try:
+            self._api.patch_node(self._node, body, _content_type=MERGE_PATCH, _request_timeout=self._timeout)
+        except ApiException as err:
+            log.warning("could not patch node %s annotation %s: HTTP %s %s",
+                        self._node, THIRD_PARTY_ANNOTATION, err.status, err.reason)
+            return ReportOutcome.FAILED
+        except (HTTPError, OSError) as err:
+            log.warning("could not patch node %s: API server unreachable: %s", self._node, err)
+            return ReportOutcome.FAILED
+        if value != self._last_value:
+            log.info("node %s: %s = %s", self._node, THIRD_PARTY_ANNOTATION, value)
+        self._last_value = value
+        self._last_at = self._clock()
+        return ReportOutcome.PATCHED
+
+    def read(self) -> NodeAnnotations | None:
+        """Blocking GET of the Node; None (logged) when the API server does not answer."""
+        try:
+            node = self._api.read_node(self._node, _request_timeout=self._timeout)
+        except ApiException as err:
+            log.warning("could not read node %s: HTTP %s %s", self._node, err.status, err.reason)
+            return None
+        except (HTTPError, OSError) as err:
+            log.warning("could not read node %s: API server unreachable: %s", self._node, err)
+            return None
+        ann = (node.metadata.annotations if node.metadata else None) or {}
+        return NodeAnnotations(ann.get(ORIGIN_ANNOTATION), ann.get(THIRD_PARTY_ANNOTATION))
+
+    async def areport(self, yarn_allocated: Resources) -> ReportOutcome:
+        return await asyncio.to_thread(self.report, yarn_allocated)
+
+    async def aread(self) -> NodeAnnotations | None:
+        return await asyncio.to_thread(self.read)

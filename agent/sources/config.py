@@ -1,0 +1,184 @@
+"""Config of the Kubernetes and YARN side: kubelet, NodeManager, API server, node reporting.
+
+Meant to be embedded in the agent's config under `sources:`; every error names the dotted field.
+The YARN cgroup hierarchy name is not repeated here: it is `cgroups.yarn_hierarchy`, carried by the Layout.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Literal
+from urllib.parse import urlsplit
+
+from agent.configload import ConfigError
+
+SA_TOKEN = "/var/run/secrets/kubernetes.io/serviceaccount/token"
+SA_CA = "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt"
+_LABEL = re.compile(r"^[A-Za-z0-9./_-]{1,317}=[A-Za-z0-9._-]{0,63}$")
+
+
+def _check_url(value: str, where: str, allow_empty: bool = False) -> None:
+    if not value and allow_empty:
+        return
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ConfigError(f"{where}: expected an http(s)://host[:port] URL, got {value!r}")
+    if parts.query or parts.fragment:
+        raise ConfigError(f"{where}: no query or fragment allowed, got {value!r}")
+    try:
+        _ = parts.port
+    except ValueError as err:
+        raise ConfigError(f"{where}: bad port in {value!r}") from err
+
+
+def _check_timing(where: str, timeout_s: float, resync_s: float, stale_after_s: float) -> None:
+    if not 0.05 <= timeout_s <= 60:
+        raise ConfigError(f"{where}.timeout_s: must be in [0.05, 60], got {timeout_s}")
+    if not 0.1 <= resync_s <= 600:
+        raise ConfigError(f"{where}.resync_s: must be in [0.1, 600], got {resync_s}")
+    if stale_after_s < resync_s + timeout_s:
+        raise ConfigError(
+            f"{where}.stale_after_s: must be ≥ resync_s + timeout_s ({resync_s + timeout_s}), "
+            f"got {stale_after_s}")
+
+
+def _check_body(where: str, max_body_bytes: int) -> None:
+    if not 1024 <= max_body_bytes <= 1 << 30:
+        raise ConfigError(f"{where}.max_body_bytes: must be in [1 KiB, 1 GiB], got {max_body_bytes}")
+
+
+@dataclass(frozen=True)
+class KubeletConfig:
+    """The kubelet's `/pods`: HTTPS :10250 with the service-account token, or the read-only port (HTTP).
+
+    `ca_file` "" uses the system trust store; `insecure_skip_verify` accepts any certificate (the kubelet's
+    self-signed serving cert, as koordlet does by default). `token_file` "" sends no token.
+    """
+
+    enabled: bool = True
+    url: str = "https://127.0.0.1:10250"
+    ca_file: str = ""
+    insecure_skip_verify: bool = False
+    token_file: str = SA_TOKEN
+    timeout_s: float = 3.0
+    resync_s: float = 10.0
+    stale_after_s: float = 35.0
+    min_resync_gap_s: float = 0.2
+    max_body_bytes: int = 64 << 20
+
+    def __post_init__(self) -> None:
+        _check_url(self.url, "sources.kubelet.url")
+        _check_timing("sources.kubelet", self.timeout_s, self.resync_s, self.stale_after_s)
+        _check_body("sources.kubelet", self.max_body_bytes)
+        if not 0 <= self.min_resync_gap_s <= self.resync_s:
+            raise ConfigError(
+                f"sources.kubelet.min_resync_gap_s: must be in [0, resync_s], got {self.min_resync_gap_s}")
+        if self.ca_file and self.insecure_skip_verify:
+            raise ConfigError("sources.kubelet.insecure_skip_verify: cannot be set together with ca_file")
+
+
+@dataclass(frozen=True)
+class NodeManagerConfig:
+    """The YARN NodeManager's REST API. `url` "" discovers it through the kubelet's pod list: the pod
+    labelled `discovery_label`, `localhost:<port>` with hostNetwork, else `<pod IP>:<port>`."""
+
+    enabled: bool = False
+    url: str = ""
+    discovery_label: str = "app.kubernetes.io/component=node-manager"
+    port: int = 8042
+    scheme: Literal["http", "https"] = "http"
+    ca_file: str = ""
+    insecure_skip_verify: bool = False
+    timeout_s: float = 3.0
+    resync_s: float = 10.0
+    stale_after_s: float = 35.0
+    max_body_bytes: int = 16 << 20
+    priority: int = 5500
+
+    def __post_init__(self) -> None:
+        _check_url(self.url, "sources.yarn.url", allow_empty=True)
+        _check_timing("sources.yarn", self.timeout_s, self.resync_s, self.stale_after_s)
+        _check_body("sources.yarn", self.max_body_bytes)
+        if not _LABEL.match(self.discovery_label):
+            raise ConfigError(
+                f"sources.yarn.discovery_label: expected key=value, got {self.discovery_label!r}")
+        if not 1 <= self.port <= 65535:
+            raise ConfigError(f"sources.yarn.port: must be in [1, 65535], got {self.port}")
+        if not -(2**31) <= self.priority < 2**31:
+            raise ConfigError(f"sources.yarn.priority: must be an int32, got {self.priority}")
+        if self.ca_file and self.insecure_skip_verify:
+            raise ConfigError("sources.yarn.insecure_skip_verify: cannot be set together with ca_file")
+
+    @property
+    def label_key(self) -> str:
+        return self.discovery_label.split("=", 1)[0]
+
+    @property
+    def label_value(self) -> str:
+        return self.discovery_label.split("=", 1)[1]
+
+
+@dataclass(frozen=True)
+class KubeApiConfig:
+    """The API server (Eviction, Events, Node). `kubeconfig` "" means in-cluster config.
+
+    `evicted_memory_s`: an evicted pod UID is not evicted again for this long. `evict_non_be` lets
+    eviction touch pods that are not BE — off unless explicitly opted in.
+    """
+
+    enabled: bool = True
+    kubeconfig: str = ""
+    context: str = ""
+    timeout_s: float = 5.0
+    evicted_memory_s: float = 120.0
+    evict_non_be: bool = False
+    event_component: str = "coloc-agent"
+
+    def __post_init__(self) -> None:
+        if not 0.1 <= self.timeout_s <= 120:
+            raise ConfigError(f"sources.kube_api.timeout_s: must be in [0.1, 120], got {self.timeout_s}")
+        if not 0 <= self.evicted_memory_s <= 86400:
+            raise ConfigError(
+                f"sources.kube_api.evicted_memory_s: must be in [0, 86400], got {self.evicted_memory_s}")
+        if not re.fullmatch(r"[a-z0-9][a-z0-9.-]{0,62}", self.event_component):
+            raise ConfigError(f"sources.kube_api.event_component: not a DNS label: {self.event_component!r}")
+
+
+@dataclass(frozen=True)
+class ReportingConfig:
+    """Reporting YARN's allocations back in `node.koordinator.sh/thirdPartyAllocations`.
+
+    `mode`: "annotation" patches the Node; "off" does nothing. The patch goes out when the value changed
+    or `resync_s` passed since the last successful one.
+    """
+
+    mode: Literal["annotation", "off"] = "annotation"
+    resync_s: float = 300.0
+    allocation_name: str = "hadoop-yarn"
+    priority_class: str = "koord-batch"
+
+    def __post_init__(self) -> None:
+        if self.mode not in ("annotation", "off"):
+            raise ConfigError(f"sources.reporting.mode: must be 'annotation' or 'off', got {self.mode!r}")
+        if not 10 <= self.resync_s <= 86400:
+            raise ConfigError(f"sources.reporting.resync_s: must be in [10, 86400], got {self.resync_s}")
+        if not re.fullmatch(r"[a-z0-9][a-z0-9.-]{0,62}", self.allocation_name):
+            raise ConfigError(f"sources.reporting.allocation_name: not a DNS label: {self.allocation_name!r}")
+        if self.priority_class not in ("koord-prod", "koord-mid", "koord-batch", "koord-free"):
+            raise ConfigError(f"sources.reporting.priority_class: unknown class {self.priority_class!r}")
+
+
+@dataclass(frozen=True)
+class SourcesConfig:
+    kubelet: KubeletConfig = field(default_factory=KubeletConfig)
+    yarn: NodeManagerConfig = field(default_factory=NodeManagerConfig)
+    kube_api: KubeApiConfig = field(default_factory=KubeApiConfig)
+    reporting: ReportingConfig = field(default_factory=ReportingConfig)
+
+    def __post_init__(self) -> None:
+        if self.yarn.enabled and not self.yarn.url and not self.kubelet.enabled:
+            raise ConfigError(
+                "sources.yarn.url: required when the kubelet source is off (nothing to discover from)")
+        if self.reporting.mode == "annotation" and not self.kube_api.enabled:
+            raise ConfigError("sources.reporting.mode: 'annotation' needs sources.kube_api.enabled")

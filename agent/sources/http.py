@@ -1,0 +1,149 @@
+"""HTTP(S) GET of JSON with a total deadline, a body-size cap, TLS with a chosen CA and a bearer token.
+
+Blocking `http.client` in a worker thread: every socket operation gets the time left until the deadline,
+so a server that trickles bytes cannot hold a fetch longer than `timeout_s`. Failures are `FetchError`
+with a short `kind` (down, timeout, tls, http, truncated, too_large, garbage, auth) and a clear message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import http.client
+import json
+import ssl
+import time
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+_CHUNK = 256 * 1024
+
+
+class FetchError(Exception):
+    """A fetch that gave no usable answer. `kind` is short and stable (for logs and metrics)."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(f"{kind}: {message}")
+        self.kind = kind
+        self.message = message
+
+
+@dataclass(frozen=True, slots=True)
+class HttpEndpoint:
+    base_url: str
+    timeout_s: float
+    max_body_bytes: int
+    ca_file: str = ""
+    insecure_skip_verify: bool = False
+    token_file: str = ""
+
+
+def _tls_context(ep: HttpEndpoint) -> ssl.SSLContext:
+    if ep.insecure_skip_verify:
+        ctx = ssl.create_default_context()
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+        return ctx
+    try:
+        return ssl.create_default_context(cafile=ep.ca_file or None)
+    except (OSError, ssl.SSLError) as err:
+        raise FetchError("tls", f"cannot load CA file {ep.ca_file!r}: {err}") from err
+
+
+def _token(ep: HttpEndpoint) -> str | None:
+    if not ep.token_file:
+        return None
+    try:
+        with open(ep.token_file, encoding="ascii") as f:
+            token = f.read(16384).strip()
+    except (OSError, UnicodeDecodeError) as err:
+        raise FetchError("auth", f"cannot read token file {ep.token_file!r}: {err}") from err
+    if not token or any(c.isspace() for c in token):
+        raise FetchError("auth", f"token file {ep.token_file!r} is empty or malformed")
+    return token
+
+
+class HttpFetcher:
+    """GETs `base_url + path`; one connection per request (the cadence is seconds, not milliseconds)."""
+
+    def __init__(self, endpoint: HttpEndpoint) -> None:
+        parts = urlsplit(endpoint.base_url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"not an http(s) URL: {endpoint.base_url!r}")
+        self.endpoint = endpoint
+        self._https = parts.scheme == "https"
+        self._host = parts.hostname
+        self._port = parts.port or (443 if self._https else 80)
+        self._prefix = parts.path.rstrip("/")
+        self._ctx = _tls_context(endpoint) if self._https else None
+
+    @property
+    def url(self) -> str:
+        return self.endpoint.base_url
+
+    def get_bytes(self, path: str) -> bytes:
+        """Blocking GET; returns the body of a 200 answer or raises FetchError."""
+        ep = self.endpoint
+        deadline = time.monotonic() + ep.timeout_s
+        headers = {"Accept": "application/json", "User-Agent": "coloc-agent"}
+        token = _token(ep)
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
+        conn: http.client.HTTPConnection
+        if self._https:
+            conn = http.client.HTTPSConnection(
+                self._host, self._port, timeout=ep.timeout_s, context=self._ctx)
+        else:
+            conn = http.client.HTTPConnection(self._host, self._port, timeout=ep.timeout_s)
+        where = f"{ep.base_url}{path}"
+        try:
+            conn.request("GET", self._prefix + path, headers=headers)
+            resp = conn.getresponse()
+            if resp.status != 200:
+                snippet = resp.read(200).decode("utf-8", "replace").strip().replace("\n", " ")
+                raise FetchError(
+                    "http", f"{where} answered HTTP {resp.status} {resp.reason}: {snippet[:120]}")
+            body = bytearray()
+            while True:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise FetchError("timeout", f"{where}: body not complete after {ep.timeout_s}s")
+                if conn.sock is not None:
+                    conn.sock.settimeout(left)
+                chunk = resp.read(_CHUNK)
+                if not chunk:
+                    break
+                body += chunk
+                if len(body) > ep.max_body_bytes:
+                    raise FetchError("too_large", f"{where}: body larger than {ep.max_body_bytes} bytes")
+            if resp.length:  # Content-Length promised more than arrived
+                raise FetchError(
+                    "truncated", f"{where}: connection closed {resp.length} bytes before the end")
+            return bytes(body)
+        except FetchError:
+            raise
+        except http.client.IncompleteRead as err:
+            raise FetchError("truncated", f"{where}: body cut short after {len(err.partial)} bytes") from err
+        except TimeoutError as err:
+            raise FetchError("timeout", f"{where}: no answer within {ep.timeout_s}s") from err
+        except ssl.SSLError as err:
+            raise FetchError("tls", f"{where}: TLS failed: {err.reason or err}") from err
+        except http.client.RemoteDisconnected as err:
+            raise FetchError("down", f"{where}: connection closed without an answer") from err
+        except http.client.HTTPException as err:
+            raise FetchError("garbage", f"{where}: not an HTTP answer: {type(err).__name__}") from err
+        except OSError as err:
+            raise FetchError("down", f"{where}: {err.strerror or err}") from err
+        finally:
+            conn.close()
+
+    def get_json(self, path: str) -> object:
+        body = self.get_bytes(path)
+        if not body.strip():
+            raise FetchError("garbage", f"{self.url}{path}: empty body")
+        try:
+            return json.loads(body)
+        except (ValueError, RecursionError) as err:
+            raise FetchError("garbage", f"{self.url}{path}: not JSON ({str(err)[:80]})") from err
+
+    async def aget_json(self, path: str) -> object:
+        return await asyncio.to_thread(self.get_json, path)

@@ -1,0 +1,382 @@
+"""The kubelet's pod list (`GET /pods`, a v1 PodList) mapped to workloads.
+
+Resync every `resync_s` and whenever the loop reports a pod cgroup the list does not know. An empty list,
+garbage or no answer keeps the last good list (a kubelet that is restarting answers empty; the agent's own
+pod is always on the node); the data is marked stale once the last good answer is older than the bound.
+Each pod is validated on its own: a malformed pod is dropped with a reason, the rest are kept.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import logging
+import re
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from types import MappingProxyType
+
+from agent.sources.config import KubeletConfig
+from agent.sources.http import FetchError, HttpEndpoint, HttpFetcher
+from agent.sources.ids import IdError, check_pod_uid
+from agent.sources.result import Freshness, PodInfo, SourceResult
+from cgroups.layout import Layout
+from qos.batch import BATCH_CPU, BATCH_MEMORY
+from qos.model import Resources, Source, Tier, Workload
+from qos.quantity import QuantityError, to_int, to_milli
+
+log = logging.getLogger("coloc.sources.kubelet")
+
+KOORD_QOS_LABEL = "koordinator.sh/qosClass"
+KOORD_QOS = ("LSE", "LSR", "LS", "BE", "SYSTEM")
+_K8S_QOS = {"Guaranteed": Tier.GUARANTEED, "Burstable": Tier.BURSTABLE, "BestEffort": Tier.BESTEFFORT}
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+_RFC3339 = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{1,9})?(Z|[+-]\d\d:\d\d)")
+_PHASES = ("Pending", "Running", "Succeeded", "Failed", "Unknown")
+# Per-pod sanity bounds: beyond these a value is a typo or an attack, not a pod.
+MAX_POD_MILLI_CPU = 10_000_000  # 10 000 cores
+MAX_POD_MEMORY_BYTES = 1 << 50  # 1 PiB
+MAX_CONTAINERS = 256
+
+
+class PodError(ValueError):
+    """One pod of the list is malformed; the message names the pod and the field."""
+
+
+class PodListError(ValueError):
+    """The document is not a v1 PodList."""
+
+
+@dataclass(frozen=True, slots=True)
+class ParsedPod:
+    workload: Workload
+    info: PodInfo
+
+
+def _obj(value: object, where: str) -> Mapping[str, object]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise PodError(f"{where}: expected an object, got {type(value).__name__}")
+    return value
+
+
+def _list(value: object, where: str) -> list[object]:
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise PodError(f"{where}: expected a list, got {type(value).__name__}")
+    return value
+
+
+def _str(value: object, where: str, default: str | None = None) -> str:
+    if value is None and default is not None:
+        return default
+    if not isinstance(value, str):
+        raise PodError(f"{where}: expected a string, got {type(value).__name__}")
+    return value
+
+
+def parse_time(value: object, where: str) -> float:
+    """RFC 3339 (`2024-05-01T10:00:00Z`) → wall-clock seconds."""
+    text = _str(value, where)
+    if len(text) > 40 or not _RFC3339.fullmatch(text):
+        raise PodError(f"{where}: not an RFC 3339 time: {text[:40]!r}")
+    frac = re.search(r"\.(\d+)", text)
+    if frac and len(frac.group(1)) > 6:  # Python takes at most microseconds
+        text = text.replace(frac.group(0), "." + frac.group(1)[:6])
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+    except ValueError as err:
+        raise PodError(f"{where}: not an RFC 3339 time: {err}") from err
+
+
+def _amounts(resources: Mapping[str, object], where: str) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for name, conv in (("cpu", to_milli), ("memory", to_int), (BATCH_CPU, to_int), (BATCH_MEMORY, to_int)):
+        if name in resources:
+            try:
+                v = conv(resources[name])
+            except QuantityError as err:
+                raise PodError(f"{where}.{name}: {err}") from err
+            bound = MAX_POD_MILLI_CPU if name in ("cpu", BATCH_CPU) else MAX_POD_MEMORY_BYTES
+            if not 0 <= v <= bound:
+                raise PodError(f"{where}.{name}: {resources[name]!r} is out of range [0, {bound}]")
+            out[name] = v
+    return out
+
+
+def _add(a: dict[str, int], b: Mapping[str, int]) -> dict[str, int]:
+    return {k: a.get(k, 0) + b.get(k, 0) for k in set(a) | set(b)}
+
+
+def _max(a: dict[str, int], b: Mapping[str, int]) -> dict[str, int]:
+    return {k: max(a.get(k, 0), b.get(k, 0)) for k in set(a) | set(b)}
+
+
+def _pod_resources(spec: Mapping[str, object], where: str) -> tuple[dict[str, int], dict[str, int], Tier]:
+    """Effective pod requests and limits (Kubernetes rules: max(Σ containers + sidecars, any init) +
+    overhead) and the QoS tier the requests and limits imply."""
+    containers = _list(spec.get("containers"), f"{where}.spec.containers")
+    inits = _list(spec.get("initContainers"), f"{where}.spec.initContainers")
+    if len(containers) + len(inits) > MAX_CONTAINERS:
+        raise PodError(f"{where}: more than {MAX_CONTAINERS} containers")
+    req: dict[str, int] = {}
+    lim: dict[str, int] = {}
+    init_req: dict[str, int] = {}
+    init_lim: dict[str, int] = {}
+    guaranteed = True
+    any_set = False
+    for kind, items in (("containers", containers), ("initContainers", inits)):
+        for i, c in enumerate(items):
+            cw = f"{where}.spec.{kind}[{i}].resources"
+            res = _obj(_obj(c, f"{where}.spec.{kind}[{i}]").get("resources"), cw)
+            r = _amounts(_obj(res.get("requests"), f"{cw}.requests"), f"{cw}.requests")
+            lm = _amounts(_obj(res.get("limits"), f"{cw}.limits"), f"{cw}.limits")
+            r = {**{k: v for k, v in lm.items() if k in ("cpu", "memory")}, **r}  # request defaults to limit
+            for name in ("cpu", "memory"):
+                if name in r or name in lm:
+                    any_set = True
+                if name not in lm or r.get(name) != lm.get(name):
+                    guaranteed = False
+            sidecar = kind == "initContainers" and _obj(c, cw).get("restartPolicy") == "Always"
+            if kind == "containers" or sidecar:
+                req, lim = _add(req, r), _add(lim, lm)
+            else:
+                init_req, init_lim = _max(init_req, r), _max(init_lim, lm)
+    req, lim = _max(req, init_req), _max(lim, init_lim)
+    overhead = _amounts(_obj(spec.get("overhead"), f"{where}.spec.overhead"), f"{where}.spec.overhead")
+    req, lim = _add(req, overhead), _add(lim, overhead)
+    tier = Tier.BESTEFFORT if not any_set else Tier.GUARANTEED if guaranteed else Tier.BURSTABLE
+    return req, lim, tier
+
+
+def parse_pod(item: object, layout: Layout) -> ParsedPod | None:
+    """One PodList item → workload and pod info; None for pods that no longer hold resources
+    (Succeeded / Failed). Raises PodError naming the pod and the field."""
+    pod = _obj(item, "pod")
+    meta = _obj(pod.get("metadata"), "pod.metadata")
+    name = _str(meta.get("name"), "pod.metadata.name")
+    if not _DNS_SUBDOMAIN.fullmatch(name):
+        raise PodError(f"pod.metadata.name {name[:80]!r} is not a DNS-1123 name")
+    namespace = _str(meta.get("namespace"), f"pod {name}: metadata.namespace")
+    if not _DNS_LABEL.fullmatch(namespace):
+        raise PodError(f"pod {name}: metadata.namespace {namespace[:80]!r} is not a DNS-1123 label")
+    where = f"pod {namespace}/{name}"
+    try:
+        uid = check_pod_uid(meta.get("uid"))
+    except IdError as err:
+        raise PodError(f"{where}: metadata.uid: {err}") from err
+    spec = _obj(pod.get("spec"), f"{where}.spec")
+    status = _obj(pod.get("status"), f"{where}.status")
+    phase = _str(status.get("phase"), f"{where}.status.phase", "Pending")
+    if phase not in _PHASES:
+        raise PodError(f"{where}: status.phase {phase[:40]!r} is not a pod phase")
+    if phase in ("Succeeded", "Failed"):
+        return None
+    raw_labels = _obj(meta.get("labels"), f"{where}.metadata.labels")
+    labels: dict[str, str] = {}
+    for k, v in raw_labels.items():
+        if not isinstance(v, str) or len(k) > 317 or len(v) > 63:
+            raise PodError(f"{where}: label {k[:60]!r} is not a string key=value within limits")
+        labels[k] = v
+    priority = spec.get("priority", 0)
+    if priority is None:
+        priority = 0
+    if isinstance(priority, bool) or not isinstance(priority, int) or not -(2**31) <= priority < 2**31:
+        raise PodError(f"{where}: spec.priority {priority!r} is not an int32")
+    req, lim, derived = _pod_resources(spec, where)
+    qos_text = _str(status.get("qosClass"), f"{where}.status.qosClass", "")
+    if qos_text and qos_text not in _K8S_QOS:
+        raise PodError(f"{where}: status.qosClass {qos_text[:40]!r} is not a Kubernetes QoS class")
+    tier = _K8S_QOS[qos_text] if qos_text else derived
+    koord = labels.get(KOORD_QOS_LABEL)
+    if koord is not None and koord not in KOORD_QOS:
+        raise PodError(f"{where}: label {KOORD_QOS_LABEL}={koord!r} is not one of {', '.join(KOORD_QOS)}")
+    be = koord == "BE" if koord is not None else tier is Tier.BESTEFFORT
+    started = status.get("startTime") or meta.get("creationTimestamp")
+    started_at = parse_time(started, f"{where}.status.startTime") if started is not None else 0.0
+    terminating = meta.get("deletionTimestamp") is not None
+    if terminating:
+        parse_time(meta.get("deletionTimestamp"), f"{where}.metadata.deletionTimestamp")
+    ips: list[str] = []
+    for i, entry in enumerate(_list(status.get("podIPs"), f"{where}.status.podIPs")):
+        at = f"{where}.status.podIPs[{i}]"
+        ips.append(_str(_obj(entry, at).get("ip"), f"{at}.ip"))
+    if not ips and status.get("podIP"):
+        ips.append(_str(status.get("podIP"), f"{where}.status.podIP"))
+    for ip in ips:
+        try:
+            ipaddress.ip_address(ip)
+        except ValueError as err:
+            raise PodError(f"{where}: pod IP {ip[:60]!r} is not an IP address") from err
+    cids: list[str] = []
+    for key in ("initContainerStatuses", "containerStatuses"):
+        for i, cs in enumerate(_list(status.get(key), f"{where}.status.{key}")):
+            cid = _obj(cs, f"{where}.status.{key}[{i}]").get("containerID")
+            if cid:
+                cids.append(_str(cid, f"{where}.status.{key}[{i}].containerID"))
+    try:
+        cgroup = layout.pod(uid, tier)
+    except ValueError as err:
+        raise PodError(f"{where}: {err}") from err
+    requests = Resources(req.get("cpu", 0) + req.get(BATCH_CPU, 0),
+                         req.get("memory", 0) + req.get(BATCH_MEMORY, 0))
+    if requests.milli_cpu > MAX_POD_MILLI_CPU or requests.memory_bytes > MAX_POD_MEMORY_BYTES:
+        raise PodError(f"{where}: total requests {requests} are out of range")
+    host_network = spec.get("hostNetwork") is True
+    workload = Workload(
+        key=f"k8s/{uid}", name=name, source=Source.K8S, tier=tier, be=be, priority=priority, cgroup=cgroup,
+        requests=requests, started_at=started_at, namespace=namespace, terminating=terminating)
+    info = PodInfo(
+        uid=uid, namespace=namespace, name=name, phase=phase, qos_class=qos_text or derived.name.title(),
+        koord_qos=koord,
+        priority_class=_str(spec.get("priorityClassName"), f"{where}.spec.priorityClassName", ""),
+        host_network=host_network, pod_ips=tuple(ips), container_ids=tuple(cids),
+        labels=MappingProxyType(labels),
+        batch_requests=Resources(req.get(BATCH_CPU, 0), req.get(BATCH_MEMORY, 0)),
+        limits=Resources(lim.get("cpu", 0) + lim.get(BATCH_CPU, 0),
+                         lim.get("memory", 0) + lim.get(BATCH_MEMORY, 0)))
+    return ParsedPod(workload, info)
+
+
+def parse_pod_list(doc: object, layout: Layout) -> tuple[list[ParsedPod], list[str]]:
+    """A v1 PodList → the pods that parse, and one reason per pod that does not."""
+    if not isinstance(doc, Mapping):
+        raise PodListError(f"expected a PodList object, got {type(doc).__name__}")
+    if doc.get("kind") != "PodList" or doc.get("apiVersion") != "v1":
+        raise PodListError(
+            f"expected kind PodList, apiVersion v1; got {doc.get('kind')!r}, {doc.get('apiVersion')!r}")
+    items = doc.get("items")
+    if items is None:
+        items = []
+    if not isinstance(items, list):
+        raise PodListError(f"items: expected a list, got {type(items).__name__}")
+    pods: list[ParsedPod] = []
+    rejected: list[str] = []
+    seen: set[str] = set()
+    for i, item in enumerate(items):
+        try:
+            parsed = parse_pod(item, layout)
+        except PodError as err:
+            rejected.append(f"items[{i}]: {err}")
+            continue
+        if parsed is None:
+            continue
+        if parsed.info.uid in seen:
+            rejected.append(f"items[{i}]: duplicate pod UID {parsed.info.uid}")
+            continue
+        seen.add(parsed.info.uid)
+        pods.append(parsed)
+    return pods, rejected
+
+
+class KubeletSource:
+    """Pods of this node from the kubelet. `refresh()` fetches; `workloads()` returns the last good list."""
+
+    name = "kubelet"
+
+    def __init__(self, cfg: KubeletConfig, layout: Layout, *,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.cfg = cfg
+        self._layout = layout
+        self._clock = clock
+        self._fetcher = HttpFetcher(HttpEndpoint(
+            base_url=cfg.url, timeout_s=cfg.timeout_s, max_body_bytes=cfg.max_body_bytes, ca_file=cfg.ca_file,
+            insecure_skip_verify=cfg.insecure_skip_verify, token_file=cfg.token_file))
+        self._fresh = Freshness("kubelet", cfg.stale_after_s, log, clock)
+        self._pods: tuple[ParsedPod, ...] = ()
+        self._rejected: tuple[str, ...] = ()
+        self._warned: set[str] = set()
+        self._last_attempt = -float("inf")
+        self._resync = asyncio.Event()
+
+    # --------------------------------------------------------------- fetching
+
+    async def refresh(self) -> None:
+        self._last_attempt = self._clock()
+        self._resync.clear()
+        try:
+            doc = await self._fetcher.aget_json("/pods")
+            pods, rejected = parse_pod_list(doc, self._layout)
+        except FetchError as err:
+            self._fresh.failed(str(err), err.kind)
+            return
+        except PodListError as err:
+            self._fresh.failed(f"garbage: {self.cfg.url}/pods: not a PodList: {err}", "garbage")
+            return
+        if not pods:
+            why = "empty pod list" if not rejected else f"no valid pod ({len(rejected)} rejected)"
+            self._fresh.failed(f"empty: {self.cfg.url}/pods answered an {why} (kubelet restarting?)", "empty")
+            self._note_rejected(rejected)
+            return
+        self._pods = tuple(pods)
+        self._note_rejected(rejected)
+        self._fresh.ok()
+
+    def _note_rejected(self, rejected: list[str]) -> None:
+        self._rejected = tuple(rejected)
+        for reason in rejected:
+            if reason not in self._warned:
+                log.warning("kubelet: pod rejected: %s", reason)
+        self._warned = set(rejected)
+
+    def due(self) -> bool:
+        """Whether a refresh is due: the resync period passed, or a resync was asked and the gap passed."""
+        since = self._clock() - self._last_attempt
+        return since >= self.cfg.resync_s or (self._resync.is_set() and since >= self.cfg.min_resync_gap_s)
+
+    def request_resync(self) -> None:
+        self._resync.set()
+
+    def notice_pod_uids(self, uids: Iterable[str]) -> bool:
+        """Called with the pod UIDs seen in the cgroup tree; asks for a resync when one is not in the list."""
+        known = {p.info.uid for p in self._pods}
+        if any(u not in known for u in uids):
+            self.request_resync()
+            return True
+        return False
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Refresh every `resync_s`, or sooner on request (at most every `min_resync_gap_s`)."""
+        while not stop.is_set():
+            if self.due():
+                await self.refresh()
+            since = self._clock() - self._last_attempt
+            waits = [asyncio.ensure_future(stop.wait())]
+            if self._resync.is_set():
+                timeout = self.cfg.min_resync_gap_s - since
+            else:
+                timeout = self.cfg.resync_s - since
+                waits.append(asyncio.ensure_future(self._resync.wait()))
+            _, pending = await asyncio.wait(
+                waits, timeout=max(timeout, 0.001), return_when=asyncio.FIRST_COMPLETED)
+            for task in pending:
+                task.cancel()
+
+    # --------------------------------------------------------------- reading
+
+    def workloads(self) -> SourceResult:
+        return SourceResult(
+            workloads=tuple(p.workload for p in self._pods),
+            stale_reason=self._fresh.stale_reason(),
+            age_s=self._fresh.age_s(),
+            pods=MappingProxyType({p.workload.key: p.info for p in self._pods}),
+            rejected=self._rejected,
+        )
+
+    def pods(self) -> tuple[PodInfo, ...]:
+        return tuple(p.info for p in self._pods)
+
+    def find_pod(self, label_key: str, label_value: str) -> PodInfo | None:
+        """The running, not terminating pod with this label (the newest if several)."""
+        best: ParsedPod | None = None
+        for p in self._pods:
+            live = p.info.phase == "Running" and not p.workload.terminating
+            if live and p.info.labels.get(label_key) == label_value and (
+                    best is None or p.workload.started_at > best.workload.started_at):
+                best = p
+        return best.info if best else None

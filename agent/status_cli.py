@@ -1,0 +1,88 @@
+"""`coloc-agent status [--socket PATH] [--json]`: node, lifecycle, ledger, last actions, over the socket."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import time
+from typing import Any
+
+from google.protobuf import json_format
+
+from agent.api import convert
+from agent.api.client import AgentCallError, AgentClient
+from agent.api.coloc.v1 import agent_pb2 as pb
+from agent.api.server import DEFAULT_SOCKET
+
+
+def _gib(n: int) -> str:
+    return f"{n / (1 << 30):.2f}Gi"
+
+
+def _when(unix_ms: int) -> str:
+    return time.strftime("%H:%M:%S", time.localtime(unix_ms / 1000))
+
+
+def render(st: pb.Status) -> str:
+    node, ident = st.node, st.identity
+    lifecycle = pb.Lifecycle.Name(node.lifecycle).removeprefix("LIFECYCLE_")
+    lines = [
+        f"node        {ident.node_id}   incarnation {ident.incarnation}   restarts {ident.restarts}",
+        f"lifecycle   {lifecycle}   revision {st.revision}   highest scheduler epoch "
+        f"{node.highest_scheduler_epoch}   acked epoch {node.acked_epoch} at revision {node.acked_revision}",
+        f"capacity    {node.capacity.milli_cpu} milli-CPU, {_gib(node.capacity.memory_bytes)}",
+        f"batch       allocatable {node.batch_allocatable.milli_cpu} milli-CPU, "
+        f"{_gib(node.batch_allocatable.memory_bytes)}; allocated {st.batch_allocated.milli_cpu} milli-CPU, "
+        f"{_gib(st.batch_allocated.memory_bytes)}",
+    ]
+    if node.drain.phase not in (pb.DRAIN_PHASE_UNSPECIFIED, pb.DRAIN_PHASE_NONE):
+        deadline = _when(node.drain.deadline_unix_ms) if node.drain.has_deadline else "none"
+        lines.append(f"drain       {pb.DrainPhase.Name(node.drain.phase).removeprefix('DRAIN_PHASE_')}"
+                     f"   deadline {deadline}")
+    lines.append(f"ledger      {st.applications} applications; watchers {st.watchers} "
+                 f"(dropped {st.dropped_watchers})" + ("; STATE NOT YET SAVED" if st.state_unsaved else ""))
+    for c in st.allocations:
+        lines.append(f"  {pb.Source.Name(c.source).removeprefix('SOURCE_').lower():6} "
+                     f"{pb.Phase.Name(c.phase).removeprefix('PHASE_'):15} {c.count:6}  "
+                     f"{c.resources.milli_cpu} milli-CPU, {_gib(c.resources.memory_bytes)}")
+    if st.startup_problem:
+        lines.append(f"startup     {st.startup_problem}")
+    if st.tick:
+        lines.append(f"loop        tick {st.tick}, {st.tick_age_s:.1f}s ago")
+    if st.recent_actions:
+        lines.append("last actions")
+        lines += [f"  {_when(a.at_unix_ms)} {a.policy:12} {a.kind:14} {a.target:30} {a.outcome:8} {a.reason}"
+                  for a in st.recent_actions]
+    if st.recent_notices:
+        lines.append("last notices")
+        lines += [f"  {_when(e.notice.at_unix_ms)} rev {e.revision:<6} {e.notice.kind:12} {e.notice.message}"
+                  for e in st.recent_notices]
+    return "\n".join(lines)
+
+
+async def fetch(address: str, recent: int, timeout: float) -> pb.Status:
+    async with AgentClient(address) as client:
+        return await client.status(recent=recent, timeout=timeout)
+
+
+def main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="coloc-agent status", description=__doc__)
+    p.add_argument("--socket", default=DEFAULT_SOCKET, help=f"agent address (default {DEFAULT_SOCKET})")
+    p.add_argument("--json", action="store_true", help="print the status as JSON")
+    p.add_argument("--recent", type=int, default=10, help="how many recent actions and notices (default 10)")
+    p.add_argument("--timeout", type=float, default=5.0)
+    args = p.parse_args(argv)
+    try:
+        st = asyncio.run(fetch(args.socket, args.recent, args.timeout))
+    except AgentCallError as err:
+        print(f"coloc-agent status: {err}", file=sys.stderr)
+        return 1
+    if args.json:
+        data: dict[str, Any] = json_format.MessageToDict(st, preserving_proto_field_name=True)
+        data["lifecycle"] = convert.LIFECYCLE_FROM_PB[st.node.lifecycle].value
+        print(json.dumps(data, indent=1))
+    else:
+        print(render(st))
+    return 0

@@ -1,0 +1,433 @@
+"""The one place that writes cgroup files.
+
+Every write is confined to the configured root (no absolute path, no `..`, no symlink out), is a
+read-compare-write (nothing is written when the file already holds the value), and is counted.
+Batches go in a safe order: each setting is first loosened parent-first to the loosest of its current
+and wanted value, then set to the wanted value child-first. That is what v1's hierarchical rules
+need (a child's cpuset must stay inside its parent's, a child's CFS quota below its parent's).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import signal
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from cgroups.discovery import Hierarchy
+from cgroups.errors import CgroupError, CgroupGone, InvalidValue, from_oserror
+from cgroups.knobs import CPUSET, FREEZE, IDLE, MEM_HIGH, MEM_LIMIT, QUOTA, SHARES, Knob
+from cgroups.parsers import CpuMax, parse_procs
+from cgroups.paths import check_rel, depth, ensure_inside, join
+from cgroups.settings import (
+    CpuIdle,
+    CpuQuota,
+    Cpuset,
+    CpuShares,
+    MemoryHigh,
+    MemoryLimit,
+    Setting,
+    shares_to_weight,
+)
+
+V = TypeVar("V")
+DEFAULT_CONTROLLERS = ("cpu", "cpuacct", "cpuset", "memory", "freezer", "pids")
+_W_FLAGS = os.O_WRONLY | os.O_TRUNC | os.O_CLOEXEC  # never O_CREAT: only existing files are written
+
+
+@dataclass(frozen=True, slots=True)
+class WriterStats:
+    writes: int
+    skipped: int
+    reasserted: int  # writes that restored a value something else had changed
+    errors: int
+    last_write_latency_s: float | None
+
+
+# -- the writer ---------------------------------------------------------------------------------------
+
+
+class CgroupWriter:
+    """Writes knobs of cgroups named relative to `root` (a path inside every hierarchy).
+
+    `controllers` are the v1 hierarchies mkdir/rmdir/move_pid act on (plus the unified mount,
+    always, so PSI exists for what we create). Not thread-safe: one writer per executor thread.
+    """
+
+    def __init__(
+        self, hierarchy: Hierarchy, root: str, *, controllers: Sequence[str] = DEFAULT_CONTROLLERS
+    ) -> None:
+        self.hierarchy = hierarchy
+        self.root = check_rel(root, "cgroup root")
+        self.controllers = tuple(c for c in controllers if c in hierarchy.v1)
+        self._bases: dict[str, str] = {}
+        self._real: dict[str, str] = {}
+        self._cache: dict[tuple[str, str], Any] = {}
+        self._writes = self._skipped = self._reasserted = self._errors = 0
+        self._latency: float | None = None
+
+    # -- paths -------------------------------------------------------------------------------------
+
+    def _base(self, ctrl: str) -> str:
+        base = self._bases.get(ctrl)
+        if base is None:
+            mount = self.hierarchy.unified if ctrl == "unified" else self.hierarchy.controller_dir(ctrl)
+            if mount is None:
+                raise CgroupError("no cgroup2 mount on this host")
+            base = self._bases[ctrl] = join(str(mount), self.root)
+            self._real[base] = os.path.realpath(base)
+        return base
+
+    def path(self, ctrl: str, rel: str, name: str = "") -> str:
+        """Checked path of `rel` (or of its file `name`) in the hierarchy holding `ctrl`."""
+        base = self._base(ctrl)
+        d = join(base, check_rel(rel))
+        p = f"{d}/{name}" if name else d
+        ensure_inside(p, self._real[base])
+        return p
+
+    def _dirs(self, rel: str) -> list[str]:
+        """`rel` in every managed hierarchy (each mount once), unified last."""
+        seen: dict[str, None] = {}
+        for ctrl in self.controllers:
+            seen[self.path(ctrl, rel)] = None
+        if self.hierarchy.unified is not None:
+            seen[self.path("unified", rel)] = None
+        return list(seen)
+
+    # -- raw I/O -----------------------------------------------------------------------------------
+
+    def read(self, ctrl: str, rel: str, name: str) -> bytes:
+        path = self.path(ctrl, rel, name)
+        try:
+            with open(path, "rb", buffering=0) as f:
+                return f.read()
+        except OSError as e:
+            if e.errno == errno.ENOENT and os.path.isdir(os.path.dirname(path)):
+                raise CgroupError(
+                    f"{path} does not exist: this kernel or cgroup lacks the {ctrl} knob {name}", path
+                ) from None
+            raise from_oserror(e, path, "read") from None
+
+    def write(self, ctrl: str, rel: str, name: str, value: str) -> None:
+        """Write `value` to a file unconditionally (one write(2) call)."""
+        path = self.path(ctrl, rel, name)
+        started = time.perf_counter()
+        try:
+            fd = os.open(path, _W_FLAGS)
+            try:
+                os.write(fd, value.encode())
+            finally:
+                os.close(fd)
+        except OSError as e:
+            self._errors += 1
+            if e.errno == errno.EACCES and name.startswith("cpuset."):
+                # v1 cpuset answers EACCES (not EINVAL) to a set that is not inside the parent's.
+                raise InvalidValue(
+                    f"invalid value: write {value!r} to {path}: not within the parent's {name} (EACCES)",
+                    path,
+                ) from None
+            raise from_oserror(e, path, f"write {value!r} to") from None
+        self._writes += 1
+        self._latency = time.perf_counter() - started
+
+    @property
+    def stats(self) -> WriterStats:
+        return WriterStats(self._writes, self._skipped, self._reasserted, self._errors, self._latency)
+
+    # -- read-compare-write ------------------------------------------------------------------------
+
+    def _set(self, knob: Knob[V], rel: str, wanted: V) -> bool:
+        rel = check_rel(rel)
+        current = knob.read(self, rel)
+        key = (knob.name, rel)
+        if knob.equal(current, wanted):
+            self._skipped += 1
+            self._cache[key] = wanted
+            return False
+        if key in self._cache and knob.equal(self._cache[key], wanted):
+            self._reasserted += 1
+        knob.write(self, rel, current, wanted)
+        self._cache[key] = wanted
+        return True
+
+    def set_cpu_quota(self, rel: str, quota_us: int | None, period_us: int = 100_000) -> bool:
+        s = CpuQuota(rel, quota_us, period_us)
+        return self._set(QUOTA, s.rel, CpuMax(s.quota_us, s.period_us))
+
+    def set_cpu_shares(self, rel: str, shares: int) -> bool:
+        s = CpuShares(rel, shares)
+        return self._set(SHARES, s.rel, self._shares_value(s.shares))
+
+    def set_cpuset(self, rel: str, cpus: Iterable[int], *, descendants: bool = False) -> bool:
+        """Set cpuset.cpus; with `descendants`, every cgroup below too (v1 refuses to shrink a
+        parent below a child's set, so the BE tier's children must follow it)."""
+        wanted = tuple(sorted(set(cpus)))
+        if not descendants:
+            s = Cpuset(rel, wanted)
+            return self._set(CPUSET, s.rel, frozenset(s.cpus))
+        rels = self._subtree("cpuset", check_rel(rel))
+        return any(self.apply([Cpuset(r, wanted) for r in rels]))
+
+    def set_cpu_idle(self, rel: str, idle: bool) -> bool:
+        """Set cpu.idle. While idle the kernel reports a fixed weight (shares 3) and refuses another;
+        leaving idle resets the weight to the default (shares 1024), so set shares again after."""
+        return self._set(IDLE, rel, bool(idle))
+
+    def set_memory_limit(self, rel: str, limit_bytes: int | None) -> bool:
+        s = MemoryLimit(rel, limit_bytes)
+        return self._set(MEM_LIMIT, s.rel, s.bytes)
+
+    def set_memory_high(self, rel: str, high_bytes: int | None) -> bool:
+        s = MemoryHigh(rel, high_bytes)
+        return self._set(MEM_HIGH, s.rel, s.bytes)
+
+    def freeze(self, rel: str) -> bool:
+        return self._set(FREEZE, rel, "FROZEN")
+
+    def thaw(self, rel: str) -> bool:
+        return self._set(FREEZE, rel, "THAWED")
+
+    def freezer_state(self, rel: str) -> str:
+        """THAWED, FREEZING or FROZEN (v2 reports only THAWED/FROZEN)."""
+        return FREEZE.read(self, check_rel(rel))
+
+    def _shares_value(self, shares: int) -> int:
+        return shares if self.hierarchy.is_v1("cpu") else shares_to_weight(shares)
+
+    # -- batches -----------------------------------------------------------------------------------
+
+    def _knob(self, s: Setting) -> tuple[Knob[Any], Any]:
+        match s:
+            case CpuQuota():
+                return QUOTA, CpuMax(s.quota_us, s.period_us)
+            case CpuShares():
+                return SHARES, self._shares_value(s.shares)
+            case Cpuset():
+                return CPUSET, frozenset(s.cpus)
+            case CpuIdle():
+                return IDLE, bool(s.idle)
+            case MemoryLimit():
+                return MEM_LIMIT, s.bytes
+            case MemoryHigh():
+                return MEM_HIGH, s.bytes
+        raise TypeError(f"not a cgroup setting: {s!r}")
+
+    def apply(self, batch: Iterable[Setting]) -> list[bool]:
+        """Apply settings in a safe order; returns, per setting, whether anything was written.
+
+        Every path is checked before the first write. Phase 1 loosens parent-first (each hierarchical
+        knob to the loosest of current and wanted), phase 2 sets the wanted values child-first. On an
+        error it stops and raises; what was written by then is never tighter than the target.
+        """
+        items = list(batch)
+        for s in items:
+            check_rel(s.rel)
+            self.path(self._knob(s)[0].ctrl, s.rel)
+        plan = [(i, s, *self._knob(s)) for i, s in enumerate(items)]
+        wrote = [False] * len(items)
+        for i, s, knob, wanted in sorted(plan, key=lambda p: depth(p[1].rel)):
+            loose = knob.loosest(knob.read(self, s.rel), wanted)
+            if loose is not None and self._set(knob, s.rel, loose):
+                wrote[i] = True
+        for i, s, knob, wanted in sorted(plan, key=lambda p: -depth(p[1].rel)):
+            if self._set(knob, s.rel, wanted):
+                wrote[i] = True
+        return wrote
+
+    def _subtree(self, ctrl: str, rel: str) -> list[str]:
+        out = [rel]
+        try:
+            with os.scandir(self.path(ctrl, rel)) as it:
+                kids = sorted(e.name for e in it if e.is_dir(follow_symlinks=False))
+        except OSError as e:
+            raise from_oserror(e, self.path(ctrl, rel), "list") from None
+        for kid in kids:
+            out.extend(self._subtree(ctrl, join(rel, kid) if rel else kid))
+        return out
+
+    # -- tasks -------------------------------------------------------------------------------------
+
+    def move_pid(self, rel: str, pid: int) -> bool:
+        """Move one process into `rel` in every managed hierarchy where `rel` exists (one pid per write)."""
+        if not isinstance(pid, int) or pid <= 0:
+            raise InvalidValue(f"pid must be a positive integer, got {pid!r}")
+        moved = False
+        for d in self._dirs(rel):
+            if not os.path.isdir(d):
+                continue
+            path = f"{d}/cgroup.procs"
+            try:
+                fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+                try:
+                    os.write(fd, str(pid).encode())
+                finally:
+                    os.close(fd)
+            except ProcessLookupError:
+                raise CgroupError(f"no process {pid} to move into {path}", path) from None
+            except OSError as e:
+                self._errors += 1
+                raise from_oserror(e, path, f"write pid {pid} to") from None
+            self._writes += 1
+            moved = True
+        if not moved:
+            raise CgroupGone(f"cgroup gone: {rel!r} exists in no hierarchy under {self.root!r}", rel)
+        return True
+
+    def members(self, rel: str) -> set[int]:
+        """Pids in `rel` in any managed hierarchy (v1 hierarchies can disagree)."""
+        pids: set[int] = set()
+        for d in self._dirs(rel):
+            path = f"{d}/cgroup.procs"
+            try:
+                with open(path, "rb", buffering=0) as f:
+                    pids.update(parse_procs(f.read(), path))
+            except FileNotFoundError:
+                continue
+            except OSError as e:
+                raise from_oserror(e, path, "read") from None
+        return pids
+
+    def kill_all(self, rel: str, sig: int = signal.SIGKILL) -> int:
+        """Signal every process in `rel`; returns how many were signalled (-1: v2 cgroup.kill).
+
+        v2 SIGKILL uses cgroup.kill (atomic, works while frozen). Otherwise each member gets the
+        signal through a pidfd opened before a second membership check, so a recycled pid outside
+        the cgroup is never hit. A frozen cgroup is thawed afterwards: a frozen v1 task acts on a
+        signal only once thawed.
+        """
+        rel = check_rel(rel)
+        if self.hierarchy.mode == "v2" and sig == signal.SIGKILL:
+            kill = self.path("unified", rel, "cgroup.kill")
+            if os.path.exists(kill):
+                self.write("unified", rel, "cgroup.kill", "1")
+                return -1
+        signalled: set[int] = set()
+        for _ in range(3):  # later rounds catch children forked while we were signalling
+            fresh = self.members(rel) - signalled
+            if not fresh:
+                break
+            fds: dict[int, int] = {}
+            for pid in fresh:
+                with contextlib.suppress(ProcessLookupError):
+                    fds[pid] = os.pidfd_open(pid)
+            still = self.members(rel)
+            for pid, fd in fds.items():
+                try:
+                    if pid in still:
+                        signal.pidfd_send_signal(fd, sig)
+                        signalled.add(pid)
+                except ProcessLookupError:
+                    pass
+                finally:
+                    os.close(fd)
+        if (self.hierarchy.has("freezer") or self.hierarchy.mode == "v2") and os.path.isdir(
+            self.path("freezer", rel)
+        ):
+            self.thaw(rel)
+        return len(signalled)
+
+    # -- directories -------------------------------------------------------------------------------
+
+    def mkdir(self, rel: str, controllers: Sequence[str] | None = None) -> bool:
+        """Create `rel` (and missing parents below the root) in each hierarchy, plus the unified one.
+
+        In v1 cpuset a new cgroup starts with no cpus or mems; they are copied from the parent so
+        that tasks can join. On v2 the wanted controllers are enabled in the parent first.
+        """
+        rel = check_rel(rel)
+        wanted = self.controllers
+        if controllers is not None:
+            wanted = tuple(c for c in controllers if c in self.controllers)
+        bases: dict[str, str] = {}
+        for ctrl in wanted:
+            bases.setdefault(self._base(ctrl), ctrl)
+        if self.hierarchy.unified is not None:
+            bases.setdefault(self._base("unified"), "unified")
+        created = False
+        parts = rel.split("/") if rel else []
+        for ctrl in bases.values():
+            for n in range(len(parts) + 1):
+                sub = "/".join(parts[:n])
+                d = self.path(ctrl, sub)
+                if os.path.isdir(d):
+                    continue
+                if n > 0 and self.hierarchy.mode == "v2":
+                    self._enable_subtree("/".join(parts[: n - 1]), controllers)
+                try:
+                    os.mkdir(d)
+                except FileExistsError:
+                    continue
+                except OSError as e:
+                    raise from_oserror(e, d, "mkdir") from None
+                created = True
+                if ctrl == "cpuset" and self.hierarchy.is_v1("cpuset"):
+                    self._copy_cpuset(d)
+        return created
+
+    def _copy_cpuset(self, d: str) -> None:
+        parent = os.path.dirname(d)
+        for name in ("cpuset.cpus", "cpuset.mems"):
+            with open(f"{d}/{name}", "rb", buffering=0) as f:
+                if f.read().strip():
+                    continue
+            with open(f"{parent}/{name}", "rb", buffering=0) as f:
+                value = f.read().strip()
+            try:
+                fd = os.open(f"{d}/{name}", os.O_WRONLY | os.O_CLOEXEC)
+                try:
+                    os.write(fd, value)
+                finally:
+                    os.close(fd)
+            except OSError as e:
+                raise from_oserror(e, f"{d}/{name}", "write") from None
+
+    def _enable_subtree(self, parent_rel: str, controllers: Sequence[str] | None) -> None:
+        wanted = set(controllers if controllers is not None else DEFAULT_CONTROLLERS) & {
+            "cpu",
+            "cpuset",
+            "memory",
+            "pids",
+            "io",
+        }
+        d = self.path("unified", parent_rel)
+        try:
+            with open(f"{d}/cgroup.controllers", "rb", buffering=0) as f:
+                available = set(f.read().decode().split())
+            with open(f"{d}/cgroup.subtree_control", "rb", buffering=0) as f:
+                enabled = set(f.read().decode().split())
+        except FileNotFoundError:
+            return  # a tree laid out by hand (tests) has no such files
+        for ctrl in sorted((wanted & available) - enabled):
+            self.write("unified", parent_rel, "cgroup.subtree_control", f"+{ctrl}")
+
+    def rmdir(self, rel: str, *, recursive: bool = False) -> bool:
+        """Remove `rel` from every hierarchy (bottom-up with `recursive`). Missing is fine.
+
+        Raises CgroupBusy while processes remain. Removing the root itself needs rel "".
+        """
+        rel = check_rel(rel)
+        removed = False
+        for d in self._dirs(rel):
+            if not os.path.isdir(d):
+                continue
+            order = [d]
+            if recursive:
+                below = [os.path.join(top, n) for top, dirs, _ in os.walk(d) for n in dirs]
+                order = sorted(below, key=lambda p: -p.count("/")) + order
+            for p in order:
+                try:
+                    os.rmdir(p)
+                    removed = True
+                except FileNotFoundError:
+                    continue
+                except OSError as e:
+                    raise from_oserror(e, p, "rmdir") from None
+        prefix = rel + "/"
+        for key in [k for k in self._cache if k[1] == rel or k[1].startswith(prefix) or not rel]:
+            del self._cache[key]
+        return removed

@@ -1,0 +1,269 @@
+"""BE CPU suppression: how much CPU the BE tier may have this tick, as a cpuset (default) or a CFS quota.
+
+Formula (milli-cores): `formula = capacity × threshold% − hp_used − system_used`, then
+`target = clamp(formula, floor, ceiling)`. The policy keeps its own `budget` (what it granted) and moves
+it toward the target:
+
+- shrink at once, by any amount: protecting HP comes first, so the dead-band never delays a cut;
+- grow only when the target exceeds the budget by at least the dead-band (1 % of capacity), and by at
+  most `max_grow_percent` (10 %) of capacity per tick. Noise in HP usage therefore costs at most one
+  small cut per new low and never flaps;
+- HP PSI (`cpu.pressure` some avg10 of the HP tier) above `psi_threshold_percent`: HP tasks are waiting
+  for CPU whatever the usage figures say, so there is no growth, and while the pressure is not falling
+  (not below the previous tick's reading) the budget is cut by one more step of `psi_shrink_percent` of
+  capacity (at least one CPU under `cpuset`) each tick, down to the floor. Once the pressure falls the
+  cut is working and the budget holds;
+- missing usage (HP or system CPU unknown): hold the budget (no growth, no cut), say so with a `Hold`.
+  Cutting BE to the floor on a metric glitch would punish BE for a collector problem and make it flap;
+  not growing is what keeps HP safe, and PSI still cuts if HP really suffers. With no budget yet (first
+  tick) nothing is written. A node with no HP workloads counts HP usage as 0 when it is missing;
+- stale sources: the figures may be old, so a cut they call for is still made but nothing grows.
+
+Policy `cpuset`: the BE tier gets `budget // 1000` whole CPUs (rounded down, so BE never gets more than
+the formula allows; on a 2-CPU node at 65 % that is 1 CPU even with HP idle: 1300 → 1), at least
+`min_cpus` (1 on a node of ≤ 2 CPUs; `min_milli_cpu` rounds up to whole CPUs), taken from the END of
+`snapshot.cpus`: HP work and system daemons tend to sit on the low-numbered CPUs, and a source that lists
+hyper-thread siblings next to each other makes this take whole physical cores first. Any CFS quota on
+the BE tier is lifted: on the measured kernel a quota made HP wake-up p99 20–35× worse.
+Policy `cfsQuota`: the BE tier gets a quota of `budget` milli-cores, at least 20 (2 ms per 100 ms
+period), and every CPU in its cpuset.
+
+`cpu.idle = 1` is asked for on the BE tier under both policies (once, and again whenever the snapshot
+reads it back as 0). A knob that the snapshot reads back different from what the state says was granted
+(systemd or the kubelet rewrote it) is re-asserted at the granted value, without re-ramping.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+from qos import validation
+from qos.actions import Action, Hold, SetBeCpuIdle, SetBeCpuQuota, SetBeCpuset
+from qos.model import NodeSnapshot
+
+POLICY_NAME = "cpu_suppression"
+CPUSET = "cpuset"
+CFS_QUOTA = "cfsQuota"
+MIN_QUOTA_MILLI_CPU = 20
+"""2000 µs per 100 ms period: koordlet's minimum, and low enough to starve BE almost completely."""
+
+
+@dataclass(frozen=True, slots=True)
+class SuppressionConfig:
+    enabled: bool = True
+    policy: str = CPUSET
+    threshold_percent: float = 65.0
+    min_milli_cpu: int = 0
+    min_cpus: int = 2
+    max_grow_percent: float = 10.0
+    dead_band_percent: float = 1.0
+    cpu_idle: bool = True
+    psi_threshold_percent: float | None = 10.0
+    psi_shrink_percent: float = 10.0
+
+    def __post_init__(self) -> None:
+        p = "suppression."
+        validation.flag(p + "enabled", self.enabled)
+        validation.choice(p + "policy", self.policy, (CPUSET, CFS_QUOTA))
+        validation.number(p + "threshold_percent", self.threshold_percent, low=0, high=100)
+        validation.integer(p + "min_milli_cpu", self.min_milli_cpu, low=0)
+        validation.integer(p + "min_cpus", self.min_cpus, low=1)
+        validation.number(p + "max_grow_percent", self.max_grow_percent, low=0, high=100, low_open=True)
+        validation.number(p + "dead_band_percent", self.dead_band_percent, low=0, high=100)
+        validation.flag(p + "cpu_idle", self.cpu_idle)
+        if self.psi_threshold_percent is not None:
+            validation.number(p + "psi_threshold_percent", self.psi_threshold_percent, low=0, high=100)
+        validation.number(p + "psi_shrink_percent", self.psi_shrink_percent, low=0, high=100, low_open=True)
+
+
+@dataclass(frozen=True, slots=True)
+class SuppressionState:
+    """What this policy granted: `budget_milli` is the truth; `cpuset`/`quota_milli` the knob it implies."""
+
+    budget_milli: int | None = None
+    cpuset: tuple[int, ...] | None = None
+    quota_milli: int | None = None
+    idle_requested: bool = False
+    last_hp_psi: float | None = None
+
+
+def effective_min_cpus(config: SuppressionConfig, ncpus: int) -> int:
+    """`min_cpus`, but 1 on a node of 2 CPUs or fewer, and never more CPUs than the node has."""
+    return min(1 if ncpus <= 2 else config.min_cpus, ncpus)
+
+
+def bounds(snapshot: NodeSnapshot, config: SuppressionConfig) -> tuple[int, int]:
+    """(floor, ceiling) of the BE budget in milli-cores under the configured policy."""
+    if config.policy == CPUSET:
+        ceiling = len(snapshot.cpus) * 1000
+        # Whole CPUs: a configured minimum of 1500 milli-cores means 2 CPUs.
+        min_cpus = max(-(-config.min_milli_cpu // 1000), effective_min_cpus(config, len(snapshot.cpus)))
+        floor = min_cpus * 1000
+    else:
+        ceiling = max(snapshot.capacity.milli_cpu, MIN_QUOTA_MILLI_CPU)
+        floor = max(config.min_milli_cpu, MIN_QUOTA_MILLI_CPU)
+    return min(floor, ceiling), ceiling
+
+
+def _used(value: float | None) -> float | None:
+    if value is None or not math.isfinite(value):
+        return None
+    return max(value, 0.0)
+
+
+def formula_milli(snapshot: NodeSnapshot, config: SuppressionConfig) -> tuple[float | None, dict[str, float]]:
+    """The unclamped BE allowance, or None when a usage figure it needs is missing; plus its inputs."""
+    cap = snapshot.capacity.milli_cpu
+    hp = _used(snapshot.hp_usage.milli_cpu)
+    if hp is None and not snapshot.hp_workloads:
+        hp = 0.0
+    system = _used(snapshot.system_usage.milli_cpu)
+    numbers: dict[str, float] = {"capacity_milli_cpu": cap, "threshold_percent": config.threshold_percent}
+    if hp is not None:
+        numbers["hp_used_milli_cpu"] = hp
+    if system is not None:
+        numbers["system_used_milli_cpu"] = system
+    if hp is None or system is None:
+        return None, numbers
+    value = cap * config.threshold_percent / 100 - hp - system
+    numbers["formula_milli_cpu"] = value
+    return value, numbers
+
+
+def _knob_budget(snapshot: NodeSnapshot, config: SuppressionConfig, ceiling: int) -> int:
+    """What BE has now according to the knobs read back; unknown or unlimited reads as the ceiling."""
+    if config.policy == CPUSET:
+        return len(snapshot.be_tier.cpuset) * 1000 if snapshot.be_tier.cpuset else ceiling
+    quota = snapshot.be_tier.quota_milli_cpu
+    return quota if quota is not None else ceiling
+
+
+def _fmt_cpus(cpus: tuple[int, ...]) -> str:
+    return ",".join(str(c) for c in cpus) or "-"
+
+
+def decide(
+    snapshot: NodeSnapshot, config: SuppressionConfig, state: SuppressionState
+) -> tuple[list[Action], SuppressionState]:
+    """This tick's BE CPU knobs (only those that change or need re-asserting) and the new grant."""
+    if not config.enabled:
+        return [], state
+    actions: list[Action] = []
+    idle_requested = state.idle_requested
+    if config.cpu_idle and (not state.idle_requested or snapshot.be_tier.cpu_idle is False):
+        why = "BE tier in SCHED_IDLE: HP preempts it at once"
+        if state.idle_requested:
+            why = "re-assert: BE tier cpu.idle read back as 0"
+        actions.append(SetBeCpuIdle(True, why))
+        idle_requested = True
+
+    psi = snapshot.hp_cpu_pressure_some_avg10
+    if psi is not None and not math.isfinite(psi):
+        psi = None
+    new_state = replace(state, idle_requested=idle_requested, last_hp_psi=psi)
+
+    if config.policy == CPUSET and not snapshot.cpus:
+        actions.append(Hold(POLICY_NAME, "the snapshot lists no CPUs: no cpuset to give the BE tier"))
+        return actions, new_state
+
+    floor, ceiling = bounds(snapshot, config)
+    cap = max(snapshot.capacity.milli_cpu, 0)
+    formula, numbers = formula_milli(snapshot, config)
+    psi_high = (
+        config.psi_threshold_percent is not None and psi is not None and psi > config.psi_threshold_percent
+    )
+    psi_cut = psi_high and psi is not None and (state.last_hp_psi is None or psi >= state.last_hp_psi)
+
+    if formula is None and state.budget_milli is None and not psi_cut:
+        actions.append(
+            Hold(POLICY_NAME, "missing HP or system CPU usage: nothing granted yet, BE left as is")
+        )
+        return actions, new_state
+
+    if state.budget_milli is not None:
+        current = state.budget_milli
+    else:
+        current = _knob_budget(snapshot, config, ceiling)
+    current = min(max(current, floor), ceiling)
+
+    reasons: list[str] = []
+    if formula is None:
+        target = current
+        actions.append(
+            Hold(POLICY_NAME, "missing HP or system CPU usage: holding the BE budget, not growing")
+        )
+    else:
+        target = min(max(math.floor(formula), floor), ceiling)
+    if psi_cut:
+        step = math.floor(cap * config.psi_shrink_percent / 100)
+        if config.policy == CPUSET:
+            step = max(step, 1000)
+        step = max(step, 1)
+        if current - step < target:
+            target = max(current - step, floor)
+            reasons.append(f"HP cpu pressure {psi:.1f}% > {config.psi_threshold_percent:g}% and not falling")
+
+    dead_band = max(math.floor(cap * config.dead_band_percent / 100), 1)
+    grow_step = math.floor(cap * config.max_grow_percent / 100)
+    if target < current:
+        budget = target
+        reasons.insert(0, f"shrink at once {current} -> {budget} milli-CPU")
+    elif target - current >= dead_band:
+        blocked = []
+        if snapshot.stale:
+            blocked.append("stale sources: " + ", ".join(sorted(snapshot.stale)))
+        if psi_high:
+            blocked.append(f"HP cpu pressure {psi:.1f}% > {config.psi_threshold_percent:g}%")
+        if blocked:
+            budget = current
+            actions.append(Hold(POLICY_NAME, f"not growing BE to {target} milli-CPU: " + "; ".join(blocked)))
+        else:
+            budget = min(target, current + grow_step)
+            reasons.insert(0, f"grow {current} -> {budget} milli-CPU (at most {grow_step} a tick)")
+    else:
+        budget = current
+
+    numbers.update(
+        floor_milli_cpu=floor,
+        target_milli_cpu=target,
+        previous_budget_milli_cpu=current,
+        budget_milli_cpu=budget,
+    )
+    if psi is not None:
+        numbers["hp_cpu_psi_some_avg10"] = psi
+    change = "; ".join(reasons)
+
+    if config.policy == CPUSET:
+        ncpus = min(max(budget // 1000, effective_min_cpus(config, len(snapshot.cpus))), len(snapshot.cpus))
+        cpuset = tuple(sorted(snapshot.cpus[len(snapshot.cpus) - ncpus :]))
+        numbers["be_cpus"] = ncpus
+        seen = snapshot.be_tier.cpuset
+        if state.cpuset != cpuset:
+            why = change or ("initial BE cpuset" if state.cpuset is None else "BE cpuset follows the budget")
+            actions.append(SetBeCpuset(cpuset, why, dict(numbers)))
+        elif seen and set(seen) != set(cpuset):
+            why = f"re-assert: BE cpuset read back as {_fmt_cpus(seen)}, granted {_fmt_cpus(cpuset)}"
+            actions.append(SetBeCpuset(cpuset, why, dict(numbers)))
+        if snapshot.be_tier.quota_milli_cpu is not None:
+            why = "cpuset policy: no CFS quota on the BE tier (a quota costs HP wake-up latency)"
+            actions.append(
+                SetBeCpuQuota(None, why, {"found_quota_milli_cpu": snapshot.be_tier.quota_milli_cpu})
+            )
+        return actions, replace(new_state, budget_milli=budget, cpuset=cpuset, quota_milli=None)
+
+    quota = budget
+    seen_quota = snapshot.be_tier.quota_milli_cpu
+    if state.quota_milli != quota:
+        why = change or ("initial BE quota" if state.quota_milli is None else "BE quota follows the budget")
+        actions.append(SetBeCpuQuota(quota, why, dict(numbers)))
+    elif seen_quota is None or abs(seen_quota - quota) > 1:
+        found = "no quota" if seen_quota is None else f"{seen_quota} milli-CPU"
+        why = f"re-assert: BE quota read back as {found}, granted {quota} milli-CPU"
+        actions.append(SetBeCpuQuota(quota, why, dict(numbers)))
+    all_cpus = tuple(sorted(snapshot.cpus))
+    seen = snapshot.be_tier.cpuset
+    if seen and all_cpus and set(seen) != set(all_cpus):
+        why = f"cfsQuota policy: BE cpuset read back as {_fmt_cpus(seen)}, restoring every CPU"
+        actions.append(SetBeCpuset(all_cpus, why, {"be_cpus": len(all_cpus)}))
+    return actions, replace(new_state, budget_milli=budget, cpuset=None, quota_milli=quota)

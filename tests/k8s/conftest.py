@@ -1,0 +1,42 @@
+"""Fixtures for the Kubernetes / YARN tests: checked-in payloads, TLS material, a controllable clock."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from fakes.tls import TlsFiles, make_tls
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+
+
+class FakeClock:
+    """A monotonic clock the test moves by hand (only the sources' staleness/resync clocks use it;
+    HTTP timeouts are real)."""
+
+    def __init__(self, start: float = 1000.0) -> None:
+        self.now = start
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture(scope="session")
+def tls_files(tmp_path_factory: pytest.TempPathFactory) -> TlsFiles:
+    try:
+        return make_tls(tmp_path_factory.mktemp("tls"))
+    except FileNotFoundError as err:
+        pytest.skip(f"cannot make test certificates: {err}")
+
+
+@pytest.fixture
+def fixtures() -> Path:
+    return FIXTURES
