@@ -50,6 +50,7 @@ class Collector:
         self._interval_s = interval_s
         self._proc_root = proc_root
         self._prev: dict[str, _Prev] = {}
+        self._stall_prev: dict[str, tuple[float, int]] = {}
         # (monotonic time, root cpu ns, besteffort cpu ns): the fast path adds points between ticks so the
         # tier rates at a tick cover a short recent window instead of the whole interval.
         self._tier_hist: deque[tuple[float, int, int]] = deque(maxlen=256)
@@ -91,9 +92,9 @@ class Collector:
             if got is None:
                 continue
             sample, usage = got
-            pressure = sample.cpu_pressure if not w.be else None
-            if pressure is not None:
-                psi = pressure.some_avg10 if psi is None else max(psi, pressure.some_avg10)
+            stall = self._stall_percent(w.cgroup, sample, now) if not w.be else None
+            if stall is not None:
+                psi = stall if psi is None else max(psi, stall)
             out.append(dataclasses.replace(
                 w, usage=usage, sample_age_s=0.0, pids=sample.pids or 0,
                 terminating=w.terminating or w.key in terminating))
@@ -121,6 +122,7 @@ class Collector:
         for rel in list(self._prev):
             if rel not in seen and rel not in (self._tiers.root, self._tiers.besteffort):
                 del self._prev[rel]
+                self._stall_prev.pop(rel, None)
                 self._reader.forget(rel)
         self.last_duration_s = time.perf_counter() - started
         return NodeSnapshot(
@@ -137,6 +139,20 @@ class Collector:
             stale=stale,
             interval_s=self._interval_s,
         )
+
+    def _stall_percent(self, rel: str, s: CgroupSample, now: float) -> float | None:
+        """Share of the last window (percent) in which some task of `rel` waited for a CPU.
+
+        Computed from the kernel's cumulative `some total` rather than `avg10`: the averages move only
+        every 2 s and lag by seconds, which a sub-second loop cannot use."""
+        pressure = s.cpu_pressure
+        if pressure is None:
+            return None
+        prev = self._stall_prev.get(rel)
+        self._stall_prev[rel] = (now, pressure.some_total_us)
+        if prev is None or now <= prev[0] or pressure.some_total_us < prev[1]:
+            return None
+        return min(100.0, (pressure.some_total_us - prev[1]) / 1e4 / (now - prev[0]))
 
     def poll_tiers(self, window_s: float) -> tuple[float, float] | None:
         """Read the root and BE tier counters now; return (root, BE) milli-cores over the last `window_s`."""

@@ -223,7 +223,11 @@ class CgroupReader:
             cg.fds[_USAGE] = os.open(paths[_USAGE], _O_FLAGS)
         except OSError as e:
             raise from_oserror(e, paths[_USAGE], "open") from None
-        self._open_rest(cg, paths)
+        try:
+            self._open_rest(cg, paths)
+        except CgroupError:
+            cg.close()
+            raise
         return cg
 
     def _open_rest(self, cg: _Cgroup, paths: list[str]) -> None:

@@ -231,8 +231,9 @@ class CgroupWriter:
         plan = [(i, s, *self._knob(s)) for i, s in enumerate(items)]
         wrote = [False] * len(items)
         for i, s, knob, wanted in sorted(plan, key=lambda p: depth(p[1].rel)):
-            loose = knob.loosest(knob.read(self, s.rel), wanted)
-            if loose is not None and self._set(knob, s.rel, loose):
+            current = knob.read(self, s.rel)
+            loose = knob.loosest(current, wanted)
+            if loose is not None and not knob.equal(loose, current) and self._set(knob, s.rel, loose):
                 wrote[i] = True
         for i, s, knob, wanted in sorted(plan, key=lambda p: -depth(p[1].rel)):
             if self._set(knob, s.rel, wanted):

@@ -102,7 +102,9 @@ class NodeSnapshot:
     `node_usage` is the whole machine (or the configured private node), `hp_usage` the sum of HP
     workloads, `be_usage` the BE tier, `system_usage` what is neither (daemons, kernel).
     `stale` maps a source name to a reason; any entry forbids eviction this tick.
-    `hp_cpu_pressure_some_avg10` is PSI of the HP tier (percent) where the kernel has it.
+    `hp_cpu_pressure_some_avg10` is CPU PSI `some` of the HP workloads (percent, the worst of them) over
+    the last collection window, where the kernel has it; the collector derives it from the cumulative
+    stall counter, because the kernel's own avg10 moves only every 2 s.
     """
 
     taken_at: float

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 
 import pytest
 from realcg import RealRoot
+from v2files import write_cgroup
 
 from agent.inspect import main
 
@@ -61,3 +63,31 @@ def test_inspect_errors_name_the_problem(capsys: pytest.CaptureFixture[str]) -> 
     assert "'../etc'" in capsys.readouterr().err
     assert main(["--interval", "0"]) == 2
     assert "--interval" in capsys.readouterr().err
+
+
+def test_inspect_reads_a_v2_tree_with_the_systemd_layout(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`--mount` on a v2 tree laid out in a temp dir (exact v2 file formats, see test_cg_v2tree)."""
+    esc = POD_UID.replace("-", "_")
+    be = "kubepods.slice/kubepods-besteffort.slice"
+    for rel in (
+        "kubepods.slice",
+        be,
+        f"{be}/kubepods-besteffort-pod{esc}.slice",
+        f"{be}/hadoop-yarn",
+        f"{be}/hadoop-yarn/container_1700000000000_0001_01_000001",
+        "kubepods.slice/kubepods-pod" + esc + ".slice",
+    ):
+        write_cgroup(tmp_path / rel, current=64 << 20, inactive=16 << 20)
+    assert main(["--mount", str(tmp_path), "--interval", "0.01", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert (doc["mode"], doc["root"], doc["driver"]) == ("v2", "kubepods.slice", "systemd")
+    classes = {r["cgroup"]: (r["tier"], r["workload_class"]) for r in doc["cgroups"]}
+    assert classes[f"kubepods-besteffort.slice/kubepods-besteffort-pod{esc}.slice"] == ("besteffort", "BE")
+    assert classes["kubepods-besteffort.slice/hadoop-yarn/container_1700000000000_0001_01_000001"] == (
+        "besteffort",
+        "YARN",
+    )
+    assert classes[f"kubepods-pod{esc}.slice"] == ("guaranteed", "HP")
+    assert all(r["working_set_bytes"] == 48 << 20 for r in doc["cgroups"])

@@ -24,6 +24,11 @@ from qos.model import NodeSnapshot, Resources, Source, Usage
 BIG = Resources(1 << 40, 1 << 60)
 
 
+def say(line: str) -> None:
+    """One write(2) per line: a SIGKILL cannot leave half a line for the test to misread."""
+    os.write(1, (line + "\n").encode())
+
+
 def key(seq: int) -> str:
     return f"yarn/container_e01_1700000000000_{1 + seq // 1000:04d}_01_{seq:06d}"
 
@@ -35,13 +40,13 @@ def app(seq: int) -> str:
 async def main(path: str, node_id: str, first: int) -> None:
     ledger = Ledger.open(LedgerConfig(node_id=node_id, state_path=path, pending_launch_ttl_s=1e9))
     view = ledger.view()
-    print("LOADED " + json.dumps({
+    say("LOADED " + json.dumps({
         "problem": ledger.startup_problem,
         "pending": sorted(a.key for a in view.allocations),
         "highest_epoch": view.node.highest_epoch,
         "restarts": view.identity.restarts,
         "incarnation": view.identity.incarnation,
-    }), flush=True)
+    }))
     ledger.start_persistence()
     empty = NodeSnapshot(taken_at=0.0, capacity=BIG, cpus=(0,), node_usage=Usage(), hp_usage=Usage(),
                          be_usage=Usage(), system_usage=Usage(), workloads=())
@@ -62,7 +67,7 @@ async def main(path: str, node_id: str, first: int) -> None:
             res = ledger.admit(req, used)
             assert res.accepted, res
             await ledger.flush()
-            print(f"DURABLE {req.key} {used}", flush=True)
+            say(f"DURABLE {req.key} {used}")
 
     await asyncio.gather(*(admitter() for _ in range(4)))
 

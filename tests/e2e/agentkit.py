@@ -1,0 +1,83 @@
+"""Build a real agent runtime on a test's private cgroup root, and small helpers to watch it."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import replace
+from pathlib import Path
+
+from agent.config import AgentConfig, CgroupConfig, EvictionConfig, LoopConfig, NodeConfig
+from agent.runtime import Runtime, build
+from agent.spawn import workload_argv
+from agent.standalone import LocalWorkload, StandaloneConfig
+from agent.workloads import read_counter
+from qos.policies import PolicyConfig
+from realcg import RealRoot
+
+
+def agent_config(root: str, *, cpus: float = 2, memory: int | str = "1Gi", policy: str = "cpuset",
+                 threshold: float = 65.0, interval: float = 1.0, dry_run: bool = False,
+                 workloads: tuple[LocalWorkload, ...] = (), audit: str = "",
+                 policies: PolicyConfig | None = None) -> AgentConfig:
+    pol = policies or PolicyConfig()
+    pol = replace(pol, suppression=replace(pol.suppression, policy=policy, threshold_percent=threshold))
+    return AgentConfig(
+        node=NodeConfig(name="test-node", cpus=cpus, memory=memory, scope="cgroup-root"),
+        cgroups=CgroupConfig(root=root, setup_tiers=True, cleanup_on_exit=False),
+        loop=LoopConfig(interval_s=interval, stale_after_s=max(5.0, 2 * interval)),
+        eviction=EvictionConfig(dry_run=dry_run, grace_period_s=1.0, rate_per_minute=60, burst=5),
+        audit=replace(AgentConfig().audit, path=audit),
+        standalone=StandaloneConfig(workloads=workloads),
+        policies=pol,
+    )
+
+
+@contextlib.asynccontextmanager
+async def running(rt: Runtime) -> AsyncIterator[Runtime]:
+    """Run the agent's loop as a task for the duration of the block."""
+    stop = asyncio.Event()
+    task = asyncio.create_task(rt.loop.run(stop))
+    try:
+        yield rt
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 10)
+        await rt.executor.drain(5)
+        rt.reader.close()
+
+
+def start_runtime(real_root: RealRoot, **kw: object) -> Runtime:
+    return build(agent_config(real_root.name, **kw))  # type: ignore[arg-type]
+
+
+async def wait_for(pred: Callable[[], bool], timeout: float, poll: float = 0.01) -> float | None:
+    """Seconds until `pred()` holds, or None after `timeout`."""
+    start = time.monotonic()
+    while time.monotonic() - start < timeout:
+        if pred():
+            return time.monotonic() - start
+        await asyncio.sleep(poll)
+    return None
+
+
+def spawn_hp(real_root: RealRoot, rel: str, threads: int, counter: Path) -> None:
+    real_root.spawn(rel, workload_argv("hp", threads, counter))
+
+
+async def throughput(counter: Path, seconds: float) -> float:
+    a, t = read_counter(str(counter)), time.monotonic()
+    await asyncio.sleep(seconds)
+    return (read_counter(str(counter)) - a) / (time.monotonic() - t)
+
+
+def quota_file(real_root: RealRoot) -> Path:
+    return real_root.path("cpu", "besteffort") / "cpu.cfs_quota_us"
+
+
+def read_quota_milli(real_root: RealRoot) -> int | None:
+    q = int(quota_file(real_root).read_text())
+    return None if q < 0 else q // 100
+
