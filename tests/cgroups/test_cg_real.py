@@ -59,14 +59,14 @@ def test_busy_process_usage_rises_then_quota_throttles_it(real_root: RealRoot) -
     writer = CgroupWriter(real_root.hierarchy, real_root.name)
     first, second = _window(reader, rel, 0.6)
     free = cpu_milli(first, second)
-    assert free > 350, f"a busy loop should get a good part of a core, got {free:.0f} milli-cores"
+    assert free > 250, f"a busy loop should get a good part of a core, got {free:.0f} milli-cores"
     assert second.nr_throttled == first.nr_throttled  # no quota, no throttling
 
-    assert writer.set_cpu_quota(rel, 20_000)  # 0.2 CPU per 100 ms period
+    assert writer.set_cpu_quota(rel, 10_000)  # 0.1 CPU per 100 ms period
     time.sleep(0.2)  # let the first capped periods pass
     first, second = _window(reader, rel, 1.0)
     capped = cpu_milli(first, second)
-    assert 120 <= capped <= 260, f"usage should fall to the 200 milli-core quota, got {capped:.0f}"
+    assert 50 <= capped <= 150, f"usage should fall to the 100 milli-core quota, got {capped:.0f}"
     assert second.nr_throttled - first.nr_throttled >= 5
     assert second.throttled_ns > first.throttled_ns
     ratio = throttled_ratio(first, second)
@@ -74,7 +74,7 @@ def test_busy_process_usage_rises_then_quota_throttles_it(real_root: RealRoot) -
     # the parent tier sees the child's usage (hierarchical accounting)
     assert reader.sample("besteffort").cpu_usage_ns >= second.cpu_usage_ns
     knobs = reader.read_knobs(rel)
-    assert (knobs.quota_us, knobs.period_us) == (20_000, 100_000)
+    assert (knobs.quota_us, knobs.period_us) == (10_000, 100_000)
 
 
 def test_memory_limit_caps_usage(real_root: RealRoot) -> None:

@@ -1,0 +1,82 @@
+"""Helpers for the API tests: short socket directories, ids, and the replica a watcher keeps."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from agent.api.client import Marker
+from agent.state import Event, EventType, LedgerView
+from agent.state.records import Allocation, Application, NodeRecord
+
+TS = "1700000000000"
+
+
+@contextmanager
+def short_dir() -> Iterator[Path]:
+    """A directory with a short path: unix socket paths are limited to 107 bytes."""
+    d = Path(tempfile.mkdtemp(prefix="coloc-api-", dir="/tmp"))
+    try:
+        yield d
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def cid(app: int, seq: int) -> str:
+    return f"container_e01_{TS}_{app:04d}_01_{seq:06d}"
+
+
+def app_id(app: int) -> str:
+    return f"application_{TS}_{app:04d}"
+
+
+class Mirror:
+    """Applies a snapshot and then watch events, as a scheduler would; `matches` compares with a snapshot.
+
+    Notices and markers advance the revision only. Revisions must be contiguous."""
+
+    def __init__(self, view: LedgerView) -> None:
+        self.incarnation = view.identity.incarnation
+        self.revision = view.revision
+        self.node: NodeRecord = view.node
+        self.apps: dict[str, Application] = {a.application_id: a for a in view.applications}
+        self.allocs: dict[str, Allocation] = {a.key: a for a in view.allocations}
+        self.history: dict[int, tuple[NodeRecord, tuple[Application, ...], tuple[Allocation, ...]]] = {}
+        self._remember()
+
+    def _remember(self) -> None:
+        self.history[self.revision] = (self.node, tuple(self.apps[k] for k in sorted(self.apps)),
+                                       tuple(self.allocs[k] for k in sorted(self.allocs)))
+
+    def apply(self, item: Event | Marker) -> None:
+        if isinstance(item, Marker):
+            assert item.revision >= self.revision, f"marker at {item.revision} behind {self.revision}"
+            assert item.revision == self.revision, f"marker at {item.revision} skips events after {self.revision}"
+            return
+        assert item.revision == self.revision + 1, f"event {item.revision} after {self.revision}"
+        obj = item.obj
+        if isinstance(obj, NodeRecord):
+            self.node = obj
+        elif isinstance(obj, Application):
+            if item.type is EventType.DELETED:
+                del self.apps[obj.application_id]
+            else:
+                self.apps[obj.application_id] = obj
+        elif isinstance(obj, Allocation):
+            if item.type is EventType.DELETED:
+                del self.allocs[obj.key]
+            else:
+                assert obj.application_id in self.apps, f"{obj.key} arrived before its application"
+                self.allocs[obj.key] = obj
+        self.revision = item.revision
+        self._remember()
+
+    def state_at(self, revision: int) -> tuple[NodeRecord, tuple[Application, ...], tuple[Allocation, ...]]:
+        return self.history[revision]
+
+    @staticmethod
+    def of(view: LedgerView) -> tuple[NodeRecord, tuple[Application, ...], tuple[Allocation, ...]]:
+        return view.node, view.applications, view.allocations
