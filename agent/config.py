@@ -12,6 +12,7 @@ import yaml
 
 from agent.configload import ConfigError, from_mapping, parse_bytes
 from agent.standalone import StandaloneConfig
+from agent.metrics.config import MetricsConfig
 from qos.policies import PolicyConfig
 
 __all__ = ["AgentConfig", "ConfigError", "load_config"]
@@ -128,6 +129,7 @@ class AgentConfig:
     log: LogConfig = field(default_factory=LogConfig)
     standalone: StandaloneConfig = field(default_factory=StandaloneConfig)
     policies: PolicyConfig = field(default_factory=PolicyConfig)
+    metrics: MetricsConfig = field(default_factory=MetricsConfig)
 
 
 def load_config(path: str | Path) -> AgentConfig:

@@ -18,7 +18,7 @@ from typing import IO, Literal
 Format = Literal["auto", "json", "text"]
 
 ROOT = "coloc"
-_FIELDS_ATTR = "coloc_fields"
+_FIELDS_ATTR = "fields"  # the same attribute `extra={"fields": {...}}` sets
 _LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}
 
 

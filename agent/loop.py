@@ -42,7 +42,8 @@ class TickLoop:
     def __init__(self, collector: Collector, list_workloads: WorkloadLister, executor: ActionExecutor,
                  policy_cfg: PolicyConfig, board: Board, timing: LoopTiming,
                  hooks: tuple[TickHook, ...] = (), sources_synced: Callable[[], bool] = lambda: True,
-                 source_ages: Callable[[], dict[str, float]] = dict) -> None:
+                 source_ages: Callable[[], dict[str, float]] = dict,
+                 on_publish: tuple[Callable[[Published], None], ...] = ()) -> None:
         self._collector = collector
         self._list = list_workloads
         self._executor = executor
@@ -53,6 +54,7 @@ class TickLoop:
         self._hooks = hooks
         self._sources_synced = sources_synced
         self._source_ages = source_ages
+        self._on_publish = on_publish
         self._wake = asyncio.Event()
         self._recent: deque[ActionRecord] = deque(maxlen=50)
         self._tick = 0
@@ -112,6 +114,11 @@ class TickLoop:
             ),
         )
         self._board.publish(pub)
+        for observe in self._on_publish:
+            try:
+                observe(pub)
+            except Exception:
+                log.exception("publish observer failed")
         if cause != "interval":
             log.debug("tick", extra={"fields": {"cause": cause, "tick": self._tick}})
         return pub

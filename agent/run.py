@@ -10,6 +10,7 @@ import signal
 import sys
 
 from agent.config import ConfigError, load_config
+from agent.logs import setup_logging
 from agent.runtime import build
 
 log = logging.getLogger("coloc.run")
@@ -28,7 +29,9 @@ async def serve(config_path: str, dry_run: bool = False, ready: asyncio.Event | 
         import dataclasses
 
         cfg = dataclasses.replace(cfg, eviction=dataclasses.replace(cfg.eviction, dry_run=True))
+    setup_logging(cfg.log.level, cfg.log.format)
     rt = build(cfg)
+    metrics = rt.metrics.start(rt.board) if cfg.metrics.enabled else None
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -42,6 +45,8 @@ async def serve(config_path: str, dry_run: bool = False, ready: asyncio.Event | 
         await rt.loop.run(stop)
     finally:
         await rt.executor.drain(timeout_s=cfg.eviction.grace_period_s + 2)
+        if metrics is not None:
+            metrics.stop()
         rt.close()
         log.info("agent stopped")
     return 0
@@ -49,7 +54,7 @@ async def serve(config_path: str, dry_run: bool = False, ready: asyncio.Event | 
 
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    setup_logging()
     try:
         return asyncio.run(serve(args.config, args.dry_run))
     except ConfigError as err:

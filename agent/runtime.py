@@ -18,6 +18,7 @@ from agent.config import AgentConfig
 from agent.executors.apply import ActionExecutor, Evictor
 from agent.executors.process_kill import LocalEvictor
 from agent.loop import LoopTiming, TickLoop
+from agent.metrics import MetricsHub
 from agent.published import Board
 from agent.standalone import StandaloneScanner
 from cgroups.discovery import Hierarchy, discover
@@ -49,6 +50,7 @@ class Runtime:
     audit: AuditLog
     capacity: Resources
     cpus: tuple[int, ...]
+    metrics: MetricsHub
     created_root: bool = False
     extra_tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
@@ -115,8 +117,6 @@ def be_descendants(reader: CgroupReader, tier: str) -> list[str]:
 
 
 def build(cfg: AgentConfig, board: Board | None = None) -> Runtime:
-    from qos.policies import PolicyConfig
-
     hierarchy = discover(base=Path(cfg.cgroups.mount))
     root = cfg.cgroups.root.strip("/")
     reader = CgroupReader(hierarchy, root)
@@ -140,12 +140,14 @@ def build(cfg: AgentConfig, board: Board | None = None) -> Runtime:
         now=time.monotonic())
     board = board or Board()
     rt_holder: list[Runtime] = []
+    hub = MetricsHub(cfg.metrics)
     loop = TickLoop(
-        collector, lambda: rt_holder[0].list_workloads(), executor,
-        cfg.policies if isinstance(cfg.policies, PolicyConfig) else PolicyConfig(), board,
+        collector, lambda: rt_holder[0].list_workloads(), executor, cfg.policies, board,
         LoopTiming(cfg.loop.interval_s, cfg.loop.fast_path, cfg.loop.fast_poll_s,
-                   cfg.loop.fast_hp_jump_milli_cpu))
-    rt = Runtime(cfg, hierarchy, reader, writer, collector, scanner, executor, loop, board, audit, capacity, cpus,
-                 created)
+                   cfg.loop.fast_hp_jump_milli_cpu),
+        on_publish=(hub.observe,))
+    rt = Runtime(cfg, hierarchy, reader, writer, collector, scanner, executor, loop, board, audit, capacity,
+                 cpus,
+                 hub, created)
     rt_holder.append(rt)
     return rt

@@ -228,7 +228,7 @@ async def test_ring_overflow_gives_out_of_range() -> None:
     with short_dir() as d:
         s = await serve(d, ring=16)
         try:
-            for n in range(12):
+            for n in range(30):
                 s.sync([workload(1, k) for k in range(1, n + 2)])
             inc = s.ledger.identity.incarnation
             async with AgentClient(s.address) as c:
@@ -264,7 +264,7 @@ async def test_slow_watcher_is_cut_off_and_can_resume() -> None:
                 again = c.watch(incarnation=inc, from_revision=16)
                 rest = await collect(again, s.ledger.revision)
                 await again.aclose()
-                assert [i.revision for i in rest if not isinstance(i, Marker)] == list(range(17, 201))
+                assert [i.revision for i in rest if not isinstance(i, Marker)] == list(range(17, s.ledger.revision + 1))
                 assert s.ledger.dropped_watchers == 1
         finally:
             await s.server.stop(0)
