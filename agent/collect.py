@@ -51,6 +51,7 @@ class Collector:
         self._proc_root = proc_root
         self._prev: dict[str, _Prev] = {}
         self._stall_prev: dict[str, tuple[float, int]] = {}
+        self._fast_stall: dict[str, tuple[float, int]] = {}
         # (monotonic time, root cpu ns, besteffort cpu ns): the fast path adds points between ticks so the
         # tier rates at a tick cover a short recent window instead of the whole interval.
         self._tier_hist: deque[tuple[float, int, int]] = deque(maxlen=256)
@@ -153,6 +154,27 @@ class Collector:
         if prev is None or now <= prev[0] or pressure.some_total_us < prev[1]:
             return None
         return min(100.0, (pressure.some_total_us - prev[1]) / 1e4 / (now - prev[0]))
+
+    def poll_hp_stall(self, rels: list[str]) -> float | None:
+        """Worst CPU stall share (0..1) of these HP cgroups since the previous poll (None without PSI)."""
+        now = time.monotonic()
+        worst: float | None = None
+        for rel in rels:
+            try:
+                pressure = self._reader.sample(rel).cpu_pressure
+            except CgroupError:
+                continue
+            if pressure is None:
+                continue
+            prev = self._fast_stall.get(rel)
+            self._fast_stall[rel] = (now, pressure.some_total_us)
+            if prev is None or now <= prev[0] or pressure.some_total_us < prev[1]:
+                continue
+            share = (pressure.some_total_us - prev[1]) / 1e6 / (now - prev[0])
+            worst = share if worst is None else max(worst, share)
+        for gone in set(self._fast_stall) - set(rels):
+            del self._fast_stall[gone]
+        return worst
 
     def poll_tiers(self, window_s: float) -> tuple[float, float] | None:
         """Read the root and BE tier counters now; return (root, BE) milli-cores over the last `window_s`."""

@@ -34,6 +34,8 @@ class LoopTiming:
     fast_path: bool
     fast_poll_s: float
     fast_hp_jump_milli_cpu: int
+    fast_psi_stall_ratio: float = 0.05
+    fast_psi_max_cgroups: int = 32
 
 
 class TickLoop:
@@ -63,6 +65,7 @@ class TickLoop:
         self._granted: int | None = None
         self._policy_name = ""
         self.wakeups = 0
+        self.psi_wakeups = 0
 
     @property
     def last_snapshot(self) -> NodeSnapshot | None:
@@ -158,9 +161,12 @@ class TickLoop:
                     await fast
 
     async def _fast_path(self, stop: asyncio.Event) -> None:
-        """Wake the loop when HP CPU over the last few polls exceeds what the last tick assumed."""
+        """Wake the loop when HP work stalls for CPU (PSI, where the kernel has it) or HP CPU over the
+        last few polls exceeds what the last tick assumed. PSI is read for at most
+        `fast_psi_max_cgroups` HP cgroups (the busiest), to keep a 20 Hz poll cheap on a full node."""
         poll = self._timing.fast_poll_s
         window = max(2 * poll, 0.1)
+        last_psi_wake = 0.0
         while not stop.is_set():
             await asyncio.sleep(poll)
             last = self._last
@@ -171,5 +177,16 @@ class TickLoop:
                 continue
             hp_now = rates[0] - rates[1]
             if hp_now - last.hp_usage.milli_cpu > self._timing.fast_hp_jump_milli_cpu:
+                self.wakeups += 1
+                self._wake.set()
+                continue
+            hp = sorted(last.hp_workloads, key=lambda w: -(w.usage.milli_cpu or 0.0))
+            stall = self._collector.poll_hp_stall([w.cgroup for w in hp[: self._timing.fast_psi_max_cgroups]])
+            # Sustained stall (HP already at full CPU, BE already at its floor) must not turn the loop into
+            # a 20 Hz one: at most one PSI wake per quarter interval.
+            calm = time.monotonic() - last_psi_wake >= self._timing.interval_s / 4
+            if stall is not None and stall > self._timing.fast_psi_stall_ratio and calm:
+                last_psi_wake = time.monotonic()
+                self.psi_wakeups += 1
                 self.wakeups += 1
                 self._wake.set()

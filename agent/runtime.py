@@ -144,7 +144,7 @@ def build(cfg: AgentConfig, board: Board | None = None) -> Runtime:
     loop = TickLoop(
         collector, lambda: rt_holder[0].list_workloads(), executor, cfg.policies, board,
         LoopTiming(cfg.loop.interval_s, cfg.loop.fast_path, cfg.loop.fast_poll_s,
-                   cfg.loop.fast_hp_jump_milli_cpu),
+                   cfg.loop.fast_hp_jump_milli_cpu, cfg.loop.fast_psi_stall_ratio),
         on_publish=(hub.observe,))
     rt = Runtime(cfg, hierarchy, reader, writer, collector, scanner, executor, loop, board, audit, capacity,
                  cpus,

@@ -48,13 +48,18 @@ class Mirror:
         self._remember()
 
     def _remember(self) -> None:
-        self.history[self.revision] = (self.node, tuple(self.apps[k] for k in sorted(self.apps)),
-                                       tuple(self.allocs[k] for k in sorted(self.allocs)))
+        self.history[self.revision] = (
+            self.node,
+            tuple(self.apps[k] for k in sorted(self.apps)),
+            tuple(self.allocs[k] for k in sorted(self.allocs)),
+        )
 
     def apply(self, item: Event | Marker) -> None:
         if isinstance(item, Marker):
             assert item.revision >= self.revision, f"marker at {item.revision} behind {self.revision}"
-            assert item.revision == self.revision, f"marker at {item.revision} skips events after {self.revision}"
+            assert item.revision == self.revision, (
+                f"marker at {item.revision} skips events after {self.revision}"
+            )
             return
         assert item.revision == self.revision + 1, f"event {item.revision} after {self.revision}"
         obj = item.obj

@@ -23,14 +23,27 @@ from qos.model import NodeSnapshot, Resources, Source, Tier, Usage, Workload
 
 
 def alloc(app: int, seq: int, rev: int) -> Allocation:
-    return Allocation(key=f"yarn/{cid(app, seq)}", application_id=app_id(app), source=Source.YARN,
-                      resources=Resources(100, 1 << 20), phase=Phase.RUNNING, revision=rev)
+    return Allocation(
+        key=f"yarn/{cid(app, seq)}",
+        application_id=app_id(app),
+        source=Source.YARN,
+        resources=Resources(100, 1 << 20),
+        phase=Phase.RUNNING,
+        revision=rev,
+    )
 
 
 def view(node: str, inc: str, rev: int, allocs: list[Allocation]) -> LedgerView:
     apps = sorted({a.application_id for a in allocs})
-    return LedgerView(Identity(node, inc, "boot", 0.0), rev, 0, NodeRecord(node, revision=1),
-                      tuple(Application(a, Source.YARN, 0.0, 1) for a in apps), tuple(allocs), 0.0)
+    return LedgerView(
+        Identity(node, inc, "boot", 0.0),
+        rev,
+        0,
+        NodeRecord(node, revision=1),
+        tuple(Application(a, Source.YARN, 0.0, 1) for a in apps),
+        tuple(allocs),
+        0.0,
+    )
 
 
 def test_cache_applies_in_order_and_counts_each_key_once() -> None:
@@ -57,14 +70,31 @@ def test_cache_applies_in_order_and_counts_each_key_once() -> None:
 
 
 def _snap(ws: list[Workload]) -> NodeSnapshot:
-    return NodeSnapshot(taken_at=time.time(), capacity=Resources(4000, 8 << 30), cpus=(0,), node_usage=Usage(),
-                        hp_usage=Usage(), be_usage=Usage(), system_usage=Usage(), workloads=tuple(ws))
+    return NodeSnapshot(
+        taken_at=time.time(),
+        capacity=Resources(4000, 8 << 30),
+        cpus=(0,),
+        node_usage=Usage(),
+        hp_usage=Usage(),
+        be_usage=Usage(),
+        system_usage=Usage(),
+        workloads=tuple(ws),
+    )
 
 
 def _w(app: int, seq: int) -> Workload:
     c = cid(app, seq)
-    return Workload(key=f"yarn/{c}", name=c, source=Source.YARN, tier=Tier.BESTEFFORT, be=True, priority=1,
-                    cgroup=c, requests=Resources(100, 1 << 20), app_id=app_id(app))
+    return Workload(
+        key=f"yarn/{c}",
+        name=c,
+        source=Source.YARN,
+        tier=Tier.BESTEFFORT,
+        be=True,
+        priority=1,
+        cgroup=c,
+        requests=Resources(100, 1 << 20),
+        app_id=app_id(app),
+    )
 
 
 async def _agent(d: Path, name: str, n: int, base: int = 0) -> tuple[Ledger, object]:
@@ -79,9 +109,11 @@ async def test_recovery_state_machine_lost_and_late_node() -> None:
         agents = [await _agent(d, f"n{i}", 5 + i, base=10 * i) for i in range(3)]
         late = str(d / "late.sock")
         progress: list[tuple[str, str]] = []
-        rec = Recovery([str(d / f"n{i}.sock") for i in range(3)] + [late],
-                       RecoveryConfig(epoch=10, lost_after_s=0.5, retry_max_s=0.1),
-                       on_progress=lambda p: progress.append((p.node_id or p.address, p.state)))
+        rec = Recovery(
+            [str(d / f"n{i}.sock") for i in range(3)] + [late],
+            RecoveryConfig(epoch=10, lost_after_s=0.5, retry_max_s=0.1),
+            on_progress=lambda p: progress.append((p.node_id or p.address, p.state)),
+        )
         await rec.start()
         try:
             assert await rec.wait_running() is SchedulerState.RUNNING
@@ -97,7 +129,9 @@ async def test_recovery_state_machine_lost_and_late_node() -> None:
             assert ("late", "recovered") in progress
             # Allocations keep changing; the scheduler's view follows.
             led4.sync(_snap([_w(9, 1)]), Resources(2000, 4 << 30), time.time())
-            assert await rec.wait_for(lambda c: sorted(c.nodes[late].allocations) == [f"yarn/{cid(9, 1)}"], 5.0)
+            assert await rec.wait_for(
+                lambda c: sorted(c.nodes[late].allocations) == [f"yarn/{cid(9, 1)}"], 5.0
+            )
             assert rec.cluster.totals()["allocations"] == 5 + 6 + 7 + 1
             assert rec.cluster.conflicts == []
             out = cluster_json(rec)
@@ -106,7 +140,9 @@ async def test_recovery_state_machine_lost_and_late_node() -> None:
             kinds = [next(iter(r)) for r in si["requests"]]
             assert kinds == ["NodeRequest", "ApplicationRequest", "AllocationRequest", "NodeRequest"]
             assert {n["action"] for n in si["requests"][0]["NodeRequest"]["nodes"]} == {"CREATE_DRAIN"}
-            assert {n["action"] for n in si["requests"][3]["NodeRequest"]["nodes"]} == {"DRAIN_TO_SCHEDULABLE"}
+            assert {n["action"] for n in si["requests"][3]["NodeRequest"]["nodes"]} == {
+                "DRAIN_TO_SCHEDULABLE"
+            }
             allocs = si["requests"][2]["AllocationRequest"]["allocations"]
             assert len(allocs) == 19 and all(a["nodeID"] for a in allocs)
             assert len({a["allocationKey"] for a in allocs}) == 19
@@ -144,7 +180,10 @@ def test_agents_file_and_directory(tmp_path: Path) -> None:
     (tmp_path / "d").mkdir()
     for n in ("x.sock", "y.sock", "z.txt"):
         (tmp_path / "d" / n).write_text("")
-    assert read_agents(str(tmp_path / "d")) == [str(tmp_path / "d" / "x.sock"), str(tmp_path / "d" / "y.sock")]
+    assert read_agents(str(tmp_path / "d")) == [
+        str(tmp_path / "d" / "x.sock"),
+        str(tmp_path / "d" / "y.sock"),
+    ]
     f.write_text("/run/a.sock /run/b.sock\n")
     assert main(["--agents", str(f)]) == 2
     assert main(["--agents", str(tmp_path / "missing")]) == 2
@@ -158,8 +197,9 @@ def test_recover_cli_prints_a_cluster_view(capsys: pytest.CaptureFixture[str]) -
         async def scenario() -> int:
             led, srv = await _agent(d, "solo", 2)
             try:
-                return await asyncio.to_thread(main, ["--agents", str(f), "--epoch", "7", "--lost-after", "0.5",
-                                                      "--json"])
+                return await asyncio.to_thread(
+                    main, ["--agents", str(f), "--epoch", "7", "--lost-after", "0.5", "--json"]
+                )
             finally:
                 await srv.stop(0)  # type: ignore[attr-defined]
                 await led.close()

@@ -38,19 +38,41 @@ BATCH = Resources(2000, 4 << 30)
 
 def workload(app: int, seq: int, cpu: int = 100, terminating: bool = False) -> Workload:
     c = cid(app, seq)
-    return Workload(key=f"yarn/{c}", name=c, source=Source.YARN, tier=Tier.BESTEFFORT, be=True, priority=5000,
-                    cgroup=f"besteffort/hadoop-yarn/{c}", requests=Resources(cpu, 64 << 20), app_id=app_id(app),
-                    terminating=terminating)
+    return Workload(
+        key=f"yarn/{c}",
+        name=c,
+        source=Source.YARN,
+        tier=Tier.BESTEFFORT,
+        be=True,
+        priority=5000,
+        cgroup=f"besteffort/hadoop-yarn/{c}",
+        requests=Resources(cpu, 64 << 20),
+        app_id=app_id(app),
+        terminating=terminating,
+    )
 
 
 def snap(ws: list[Workload]) -> NodeSnapshot:
-    return NodeSnapshot(taken_at=time.time(), capacity=Resources(4000, 8 << 30), cpus=(0, 1), node_usage=Usage(),
-                        hp_usage=Usage(), be_usage=Usage(), system_usage=Usage(), workloads=tuple(ws))
+    return NodeSnapshot(
+        taken_at=time.time(),
+        capacity=Resources(4000, 8 << 30),
+        cpus=(0, 1),
+        node_usage=Usage(),
+        hp_usage=Usage(),
+        be_usage=Usage(),
+        system_usage=Usage(),
+        workloads=tuple(ws),
+    )
 
 
 def admit_req(app: int, seq: int, cpu: int = 300) -> AdmitRequest:
-    return AdmitRequest(key=f"yarn/{cid(app, seq)}", application_id=app_id(app), source=Source.YARN,
-                        resources=Resources(cpu, 64 << 20), request_id=f"r-{app}-{seq}")
+    return AdmitRequest(
+        key=f"yarn/{cid(app, seq)}",
+        application_id=app_id(app),
+        source=Source.YARN,
+        resources=Resources(cpu, 64 << 20),
+        request_id=f"r-{app}-{seq}",
+    )
 
 
 @dataclass
@@ -65,8 +87,11 @@ class Served:
 
 
 async def serve(d: Path, ring: int = 4096, queue: int = 1024, **api: object) -> Served:
-    ledger = Ledger.open(LedgerConfig(node_id="node-t", state_path=str(d / "state.json"), ring_size=ring,
-                                      watch_queue_size=queue))
+    ledger = Ledger.open(
+        LedgerConfig(
+            node_id="node-t", state_path=str(d / "state.json"), ring_size=ring, watch_queue_size=queue
+        )
+    )
     ledger.start_persistence()
     cfg = ApiConfig(socket_path=str(d / "agent.sock"), **api)  # type: ignore[arg-type]
     server = await start_api_server(ledger, cfg)
@@ -150,17 +175,24 @@ async def test_snapshot_lists_identity_node_applications_then_allocations(served
     assert view.identity.boot_id == Path("/proc/sys/kernel/random/boot_id").read_text().strip()
     assert view.revision == served.ledger.revision
     assert [a.application_id for a in view.applications] == [app_id(1), app_id(2)]
-    assert [a.key for a in view.allocations] == [f"yarn/{cid(1, 1)}", f"yarn/{cid(1, 2)}", f"yarn/{cid(2, 1)}"]
+    assert [a.key for a in view.allocations] == [
+        f"yarn/{cid(1, 1)}",
+        f"yarn/{cid(1, 2)}",
+        f"yarn/{cid(2, 1)}",
+    ]
     assert view.node.batch_allocatable == BATCH and view.node.lifecycle is Lifecycle.RECOVERING
     fields = wire_fields(raw)
     assert max(i for i, f in enumerate(fields) if f == 6) < min(i for i, f in enumerate(fields) if f == 7)
     # The cached pre-serialized snapshot is byte-for-byte what protobuf itself would produce.
-    expected = pb.Snapshot(identity=convert.identity_pb(served.ledger.identity), revision=view.revision,
-                           oldest_watchable_revision=served.ledger.oldest_watchable_revision,
-                           taken_unix_ms=convert.ms(served.ledger.view().taken_at),
-                           node=convert.node_pb(served.ledger.node),
-                           applications=[convert.application_pb(a) for a in served.ledger.view().applications],
-                           allocations=[convert.allocation_pb(a) for a in served.ledger.view().allocations])
+    expected = pb.Snapshot(
+        identity=convert.identity_pb(served.ledger.identity),
+        revision=view.revision,
+        oldest_watchable_revision=served.ledger.oldest_watchable_revision,
+        taken_unix_ms=convert.ms(served.ledger.view().taken_at),
+        node=convert.node_pb(served.ledger.node),
+        applications=[convert.application_pb(a) for a in served.ledger.view().applications],
+        allocations=[convert.allocation_pb(a) for a in served.ledger.view().allocations],
+    )
     assert pb.Snapshot.FromString(raw) == expected
 
 
@@ -170,8 +202,12 @@ async def test_watch_send_initial_then_live_events_and_bookmarks(served: Served)
     async with AgentClient(served.address) as c:
         stream = c.watch(send_initial=True)
         first = await until_synced(stream)
-        assert [type(i.obj).__name__ for i in first[:-1]] == ["NodeRecord", "Application", "Allocation",
-                                                              "Allocation"]
+        assert [type(i.obj).__name__ for i in first[:-1]] == [
+            "NodeRecord",
+            "Application",
+            "Allocation",
+            "Allocation",
+        ]
         assert all(i.type is EventType.ADDED and i.revision == rev for i in first[:-1])
         assert first[-1] == Marker(rev, True)
         served.sync([workload(1, 2, terminating=True)])
@@ -212,16 +248,30 @@ async def test_watch_errors(served: Served) -> None:
     served.sync([workload(1, 1)])
     inc = served.ledger.identity.incarnation
     async with AgentClient(served.address) as c:
-        await expect_error(anext(c.watch(incarnation="another", from_revision=0)),
-                           grpc.StatusCode.FAILED_PRECONDITION, "incarnation_mismatch", "restarted")
-        await expect_error(anext(c.watch(from_revision=0)), grpc.StatusCode.INVALID_ARGUMENT,
-                           "invalid_argument", "incarnation: required")
-        await expect_error(anext(c.watch(incarnation=inc, from_revision=99)), grpc.StatusCode.INVALID_ARGUMENT,
-                           "revision_ahead", "from_revision")
+        await expect_error(
+            anext(c.watch(incarnation="another", from_revision=0)),
+            grpc.StatusCode.FAILED_PRECONDITION,
+            "incarnation_mismatch",
+            "restarted",
+        )
+        await expect_error(
+            anext(c.watch(from_revision=0)),
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "invalid_argument",
+            "incarnation: required",
+        )
+        await expect_error(
+            anext(c.watch(incarnation=inc, from_revision=99)),
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "revision_ahead",
+            "from_revision",
+        )
         call = c.watch_raw(pb.WatchRequest(incarnation=inc))
         with pytest.raises(grpc.aio.AioRpcError) as err:
             await call.read()
-        assert err.value.code() is grpc.StatusCode.INVALID_ARGUMENT and "start:" in (err.value.details() or "")
+        assert err.value.code() is grpc.StatusCode.INVALID_ARGUMENT and "start:" in (
+            err.value.details() or ""
+        )
 
 
 async def test_ring_overflow_gives_out_of_range() -> None:
@@ -234,8 +284,12 @@ async def test_ring_overflow_gives_out_of_range() -> None:
             async with AgentClient(s.address) as c:
                 view = await c.get_snapshot()
                 assert view.oldest_watchable_revision == s.ledger.revision - 16
-                await expect_error(anext(c.watch(incarnation=inc, from_revision=2)), grpc.StatusCode.OUT_OF_RANGE,
-                                   "revision_gone", "no longer in the event ring")
+                await expect_error(
+                    anext(c.watch(incarnation=inc, from_revision=2)),
+                    grpc.StatusCode.OUT_OF_RANGE,
+                    "revision_gone",
+                    "no longer in the event ring",
+                )
                 ok = c.watch(incarnation=inc, from_revision=view.oldest_watchable_revision)
                 items = await collect(ok, view.revision)
                 assert len([i for i in items if not isinstance(i, Marker)]) == 16
@@ -264,7 +318,9 @@ async def test_slow_watcher_is_cut_off_and_can_resume() -> None:
                 again = c.watch(incarnation=inc, from_revision=16)
                 rest = await collect(again, s.ledger.revision)
                 await again.aclose()
-                assert [i.revision for i in rest if not isinstance(i, Marker)] == list(range(17, s.ledger.revision + 1))
+                assert [i.revision for i in rest if not isinstance(i, Marker)] == list(
+                    range(17, s.ledger.revision + 1)
+                )
                 assert s.ledger.dropped_watchers == 1
         finally:
             await s.server.stop(0)
@@ -280,8 +336,12 @@ async def test_stream_limit() -> None:
                 b = c.watch(send_initial=True)
                 await anext(a)
                 await anext(b)
-                await expect_error(anext(c.watch(send_initial=True)), grpc.StatusCode.RESOURCE_EXHAUSTED,
-                                   "too_many_streams", "limit 2")
+                await expect_error(
+                    anext(c.watch(send_initial=True)),
+                    grpc.StatusCode.RESOURCE_EXHAUSTED,
+                    "too_many_streams",
+                    "limit 2",
+                )
                 assert (await c.get_snapshot()).revision == s.ledger.revision  # unary calls still served
                 await a.aclose()
                 await asyncio.sleep(0.1)
@@ -299,8 +359,13 @@ async def test_message_size_limit() -> None:
         s = await serve(d, max_message_bytes=8192)
         try:
             async with AgentClient(s.address) as c:
-                big = AdmitRequest(key=f"yarn/{cid(1, 1)}", application_id=app_id(1), source=Source.YARN,
-                                   resources=Resources(1, 1), tags=tuple((f"k{n}", "v" * 500) for n in range(30)))
+                big = AdmitRequest(
+                    key=f"yarn/{cid(1, 1)}",
+                    application_id=app_id(1),
+                    source=Source.YARN,
+                    resources=Resources(1, 1),
+                    tags=tuple((f"k{n}", "v" * 500) for n in range(30)),
+                )
                 with pytest.raises(AgentCallError) as err:
                     await c.admit(big, 1)
                 assert err.value.code is grpc.StatusCode.RESOURCE_EXHAUSTED
@@ -316,38 +381,84 @@ async def test_admit_ack_and_fencing(served: Served) -> None:
     async with AgentClient(served.address) as c:
         r = await c.admit(admit_req(1, 1), 3)
         assert not r.accepted and r.refusal is Refusal.NOT_SCHEDULABLE and "AckRecovery" in r.message
-        await expect_error(c.ack_recovery(3, "", served.ledger.revision), grpc.StatusCode.INVALID_ARGUMENT,
-                           "invalid_argument", "incarnation: required")
-        await expect_error(c.ack_recovery(3, inc, served.ledger.revision + 5), grpc.StatusCode.INVALID_ARGUMENT,
-                           "revision_ahead", "applied_revision")
+        await expect_error(
+            c.ack_recovery(3, "", served.ledger.revision),
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "invalid_argument",
+            "incarnation: required",
+        )
+        await expect_error(
+            c.ack_recovery(3, inc, served.ledger.revision + 5),
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "revision_ahead",
+            "applied_revision",
+        )
         lifecycle, _ = await c.ack_recovery(3, inc, served.ledger.revision)
         assert lifecycle is Lifecycle.SCHEDULABLE
         r = await c.admit(admit_req(1, 1), 3)
-        assert r.accepted and not r.already_admitted and r.allocation and r.allocation.phase is Phase.PENDING_LAUNCH
+        assert (
+            r.accepted
+            and not r.already_admitted
+            and r.allocation
+            and r.allocation.phase is Phase.PENDING_LAUNCH
+        )
         # Durable before the answer: the state file already holds the launch.
         state = StateStore(served.dir / "state.json").load("node-t").state
         assert state is not None and [a.key for a in state.pending_launches] == [f"yarn/{cid(1, 1)}"]
         again = await c.admit(admit_req(1, 1), 3)
         assert again.accepted and again.already_admitted and again.revision == r.revision
-        await expect_error(c.admit(admit_req(1, 2), 2), grpc.StatusCode.FAILED_PRECONDITION, "stale_epoch",
-                           "scheduler_epoch 2 is stale", "epoch 3")
+        await expect_error(
+            c.admit(admit_req(1, 2), 2),
+            grpc.StatusCode.FAILED_PRECONDITION,
+            "stale_epoch",
+            "scheduler_epoch 2 is stale",
+            "epoch 3",
+        )
         await expect_error(c.ack_recovery(2, inc, 0), grpc.StatusCode.FAILED_PRECONDITION, "stale_epoch")
         full = await c.admit(admit_req(1, 3, cpu=1800), 4)
-        assert not full.accepted and full.refusal is Refusal.INSUFFICIENT_CPU and full.batch_free.milli_cpu == 1700
+        assert (
+            not full.accepted
+            and full.refusal is Refusal.INSUFFICIENT_CPU
+            and full.batch_free.milli_cpu == 1700
+        )
         await expect_error(c.admit(admit_req(1, 4), 3), grpc.StatusCode.FAILED_PRECONDITION, "stale_epoch")
-        await expect_error(c.admit(admit_req(1, 4), 5, incarnation="old"), grpc.StatusCode.FAILED_PRECONDITION,
-                           "incarnation_mismatch")
+        await expect_error(
+            c.admit(admit_req(1, 4), 5, incarnation="old"),
+            grpc.StatusCode.FAILED_PRECONDITION,
+            "incarnation_mismatch",
+        )
 
 
-@pytest.mark.parametrize(("spec", "field"), [
-    (pb.AllocationSpec(key="k8s/x", application_id="a", source=pb.SOURCE_K8S,
-                       resources=pb.Resources(milli_cpu=1)), "allocation.key"),
-    (pb.AllocationSpec(key="yarn/x", application_id="a", resources=pb.Resources(milli_cpu=1)), "allocation.source"),
-    (pb.AllocationSpec(key=f"yarn/{cid(1, 1)}", source=pb.SOURCE_YARN, resources=pb.Resources(milli_cpu=1)),
-     "allocation.application_id"),
-    (pb.AllocationSpec(key=f"yarn/{cid(1, 1)}", application_id=app_id(1), source=pb.SOURCE_YARN,
-                       resources=pb.Resources(milli_cpu=-5)), "allocation.resources.milli_cpu"),
-])
+@pytest.mark.parametrize(
+    ("spec", "field"),
+    [
+        (
+            pb.AllocationSpec(
+                key="k8s/x", application_id="a", source=pb.SOURCE_K8S, resources=pb.Resources(milli_cpu=1)
+            ),
+            "allocation.key",
+        ),
+        (
+            pb.AllocationSpec(key="yarn/x", application_id="a", resources=pb.Resources(milli_cpu=1)),
+            "allocation.source",
+        ),
+        (
+            pb.AllocationSpec(
+                key=f"yarn/{cid(1, 1)}", source=pb.SOURCE_YARN, resources=pb.Resources(milli_cpu=1)
+            ),
+            "allocation.application_id",
+        ),
+        (
+            pb.AllocationSpec(
+                key=f"yarn/{cid(1, 1)}",
+                application_id=app_id(1),
+                source=pb.SOURCE_YARN,
+                resources=pb.Resources(milli_cpu=-5),
+            ),
+            "allocation.resources.milli_cpu",
+        ),
+    ],
+)
 async def test_bad_requests_name_the_field(served: Served, spec: pb.AllocationSpec, field: str) -> None:
     before = served.ledger.revision
     stub = pb_grpc.NodeAgentStub(grpc.aio.insecure_channel(f"unix:{served.address}"))
@@ -393,11 +504,28 @@ async def test_health_reflection_unimplemented_drain_and_status(served: Served) 
 
 async def test_status_shows_the_loops_last_actions() -> None:
     board = Board()
-    rec = ActionRecord(at=time.time(), policy="memory", kind="evict", target="yarn/x", outcome="applied",
-                       reason="memory 91% ≥ 70%")
-    board.publish(Published(tick=7, tick_started_at=time.time(), tick_monotonic=time.monotonic(),
-                            tick_duration_s=0.001, collect_duration_s=0.001, interval_s=1.0, snapshot=None,
-                            be_cpu_granted_milli=None, be_cpu_policy="cpuset", recent_actions=(rec,)))
+    rec = ActionRecord(
+        at=time.time(),
+        policy="memory",
+        kind="evict",
+        target="yarn/x",
+        outcome="applied",
+        reason="memory 91% ≥ 70%",
+    )
+    board.publish(
+        Published(
+            tick=7,
+            tick_started_at=time.time(),
+            tick_monotonic=time.monotonic(),
+            tick_duration_s=0.001,
+            collect_duration_s=0.001,
+            interval_s=1.0,
+            snapshot=None,
+            be_cpu_granted_milli=None,
+            be_cpu_policy="cpuset",
+            recent_actions=(rec,),
+        )
+    )
     with short_dir() as d:
         ledger = Ledger.open(LedgerConfig(node_id="n", state_path=str(d / "s.json")))
         server = await start_api_server(ledger, ApiConfig(socket_path=str(d / "a.sock")), board=board)
@@ -405,7 +533,8 @@ async def test_status_shows_the_loops_last_actions() -> None:
             async with AgentClient(str(d / "a.sock")) as c:
                 st = await c.status()
             assert st.tick == 7 and [(a.kind, a.target, a.reason) for a in st.recent_actions] == [
-                ("evict", "yarn/x", "memory 91% ≥ 70%")]
+                ("evict", "yarn/x", "memory 91% ≥ 70%")
+            ]
         finally:
             await server.stop(0)
 
@@ -416,11 +545,14 @@ async def test_socket_mode_group_and_path_checks() -> None:
         ledger = Ledger.open(LedgerConfig(node_id="n", state_path=str(d / "s.json")))
         sub = d / "run" / "coloc"  # created 0750 by the server
         path = sub / "agent.sock"
-        server = await start_api_server(ledger, ApiConfig(socket_path=str(path), socket_group=group.gr_name,
-                                                          tcp_address="127.0.0.1:0"))
+        server = await start_api_server(
+            ledger, ApiConfig(socket_path=str(path), socket_group=group.gr_name, tcp_address="127.0.0.1:0")
+        )
         try:
             st = os.stat(path)
-            assert stat.S_ISSOCK(st.st_mode) and stat.S_IMODE(st.st_mode) == 0o660 and st.st_gid == group.gr_gid
+            assert (
+                stat.S_ISSOCK(st.st_mode) and stat.S_IMODE(st.st_mode) == 0o660 and st.st_gid == group.gr_gid
+            )
             assert stat.S_IMODE(os.stat(sub).st_mode) == 0o750
             assert server.addresses[0] == f"unix:{path}" and server.addresses[1].startswith("127.0.0.1:")
             async with AgentClient(server.addresses[1]) as c:  # TCP, because it was asked for
@@ -440,7 +572,9 @@ async def test_socket_mode_group_and_path_checks() -> None:
             await start_api_server(ledger, ApiConfig(socket_path=str(path)))
         assert path.read_text() == "not a socket"
         with pytest.raises(ApiStartError, match="no such group"):
-            await start_api_server(ledger, ApiConfig(socket_path=str(d / "x.sock"), socket_group="no-such-grp"))
+            await start_api_server(
+                ledger, ApiConfig(socket_path=str(d / "x.sock"), socket_group="no-such-grp")
+            )
     with pytest.raises(ValueError, match="socket_path: longer than"):
         ApiConfig(socket_path="/tmp/" + "x" * 120)
     with pytest.raises(ValueError, match="max_concurrent_rpcs"):

@@ -4,8 +4,8 @@
 
 reads commands on stdin: `RUN <first seq>` forks a writer (so each run skips interpreter start-up) and
 prints `PID <pid>`; when the writer dies (the test SIGKILLs it) it prints `EXIT <pid> <status>`.
-The writer opens the ledger from STATE_PATH (as the agent does at start), prints one `LOADED <json>` line with what
-it read, then admits launches as fast as it can from four concurrent tasks (group commit), raising the
+The writer opens the ledger from STATE_PATH (as the agent does at start), prints one `LOADED <json>` line
+with what it read, then admits launches as fast as it can from four concurrent tasks (group commit), raising the
 scheduler epoch now and then, and prints `DURABLE <key> <epoch>` only after the ledger's flush returned.
 It runs until it is killed.
 """
@@ -40,16 +40,29 @@ def app(seq: int) -> str:
 async def main(path: str, node_id: str, first: int) -> None:
     ledger = Ledger.open(LedgerConfig(node_id=node_id, state_path=path, pending_launch_ttl_s=1e9))
     view = ledger.view()
-    say("LOADED " + json.dumps({
-        "problem": ledger.startup_problem,
-        "pending": sorted(a.key for a in view.allocations),
-        "highest_epoch": view.node.highest_epoch,
-        "restarts": view.identity.restarts,
-        "incarnation": view.identity.incarnation,
-    }))
+    say(
+        "LOADED "
+        + json.dumps(
+            {
+                "problem": ledger.startup_problem,
+                "pending": sorted(a.key for a in view.allocations),
+                "highest_epoch": view.node.highest_epoch,
+                "restarts": view.identity.restarts,
+                "incarnation": view.identity.incarnation,
+            }
+        )
+    )
     ledger.start_persistence()
-    empty = NodeSnapshot(taken_at=0.0, capacity=BIG, cpus=(0,), node_usage=Usage(), hp_usage=Usage(),
-                         be_usage=Usage(), system_usage=Usage(), workloads=())
+    empty = NodeSnapshot(
+        taken_at=0.0,
+        capacity=BIG,
+        cpus=(0,),
+        node_usage=Usage(),
+        hp_usage=Usage(),
+        be_usage=Usage(),
+        system_usage=Usage(),
+        workloads=(),
+    )
     ledger.sync(empty, BIG, 0.0)
     epoch = max(1, view.node.highest_epoch)
     ledger.ack_recovery(epoch, ledger.revision)
@@ -62,8 +75,13 @@ async def main(path: str, node_id: str, first: int) -> None:
             if seq % 7 == 0:
                 epoch += 1
             used = epoch
-            req = AdmitRequest(key=key(seq), application_id=app(seq), source=Source.YARN,
-                               resources=Resources(1, 1), request_id=f"r{seq}")
+            req = AdmitRequest(
+                key=key(seq),
+                application_id=app(seq),
+                source=Source.YARN,
+                resources=Resources(1, 1),
+                request_id=f"r{seq}",
+            )
             res = ledger.admit(req, used)
             assert res.accepted, res
             await ledger.flush()

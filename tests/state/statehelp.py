@@ -20,30 +20,68 @@ def yarn_app(app: int) -> str:
     return f"application_{APP_TS}_{app:04d}"
 
 
-def yarn(app: int, seq: int, cpu: int = 100, mem: int = 64 << 20, terminating: bool = False,
-         priority: int = 5000) -> Workload:
+def yarn(
+    app: int, seq: int, cpu: int = 100, mem: int = 64 << 20, terminating: bool = False, priority: int = 5000
+) -> Workload:
     cid = container(app, seq)
-    return Workload(key=f"yarn/{cid}", name=cid, source=Source.YARN, tier=Tier.BESTEFFORT, be=True,
-                    priority=priority, cgroup=f"besteffort/hadoop-yarn/{cid}", requests=Resources(cpu, mem),
-                    app_id=yarn_app(app), container_seq=seq, terminating=terminating, started_at=1000.0)
+    return Workload(
+        key=f"yarn/{cid}",
+        name=cid,
+        source=Source.YARN,
+        tier=Tier.BESTEFFORT,
+        be=True,
+        priority=priority,
+        cgroup=f"besteffort/hadoop-yarn/{cid}",
+        requests=Resources(cpu, mem),
+        app_id=yarn_app(app),
+        container_seq=seq,
+        terminating=terminating,
+        started_at=1000.0,
+    )
 
 
 def k8s(uid: str, cpu: int = 200, mem: int = 128 << 20, app_id: str | None = None) -> Workload:
-    return Workload(key=f"k8s/{uid}", name=f"pod-{uid[:8]}", source=Source.K8S, tier=Tier.BESTEFFORT, be=True,
-                    priority=3000, cgroup=f"besteffort/pod{uid}", requests=Resources(cpu, mem), app_id=app_id,
-                    namespace="batch")
+    return Workload(
+        key=f"k8s/{uid}",
+        name=f"pod-{uid[:8]}",
+        source=Source.K8S,
+        tier=Tier.BESTEFFORT,
+        be=True,
+        priority=3000,
+        cgroup=f"besteffort/pod{uid}",
+        requests=Resources(cpu, mem),
+        app_id=app_id,
+        namespace="batch",
+    )
 
 
 def hp(name: str) -> Workload:
-    return Workload(key=f"local/{name}", name=name, source=Source.LOCAL, tier=Tier.GUARANTEED, be=False,
-                    priority=9000, cgroup=name, requests=Resources(1000, 1 << 30))
+    return Workload(
+        key=f"local/{name}",
+        name=name,
+        source=Source.LOCAL,
+        tier=Tier.GUARANTEED,
+        be=False,
+        priority=9000,
+        cgroup=name,
+        requests=Resources(1000, 1 << 30),
+    )
 
 
-def snapshot(workloads: Iterable[Workload], stale: dict[str, str] | None = None,
-             capacity: Resources = CAP) -> NodeSnapshot:
-    return NodeSnapshot(taken_at=1000.0, capacity=capacity, cpus=(0, 1, 2, 3), node_usage=Usage(),
-                        hp_usage=Usage(), be_usage=Usage(), system_usage=Usage(), workloads=tuple(workloads),
-                        stale=stale or {})
+def snapshot(
+    workloads: Iterable[Workload], stale: dict[str, str] | None = None, capacity: Resources = CAP
+) -> NodeSnapshot:
+    return NodeSnapshot(
+        taken_at=1000.0,
+        capacity=capacity,
+        cpus=(0, 1, 2, 3),
+        node_usage=Usage(),
+        hp_usage=Usage(),
+        be_usage=Usage(),
+        system_usage=Usage(),
+        workloads=tuple(workloads),
+        stale=stale or {},
+    )
 
 
 class Replica:
@@ -68,8 +106,9 @@ class Replica:
             self.node = obj
         elif isinstance(obj, Application):
             if ev.type is EventType.DELETED:
-                assert not any(a.application_id == obj.application_id for a in self.allocs.values()), \
+                assert not any(a.application_id == obj.application_id for a in self.allocs.values()), (
                     f"application {obj.application_id} deleted while allocations still refer to it"
+                )
                 del self.apps[obj.application_id]
             else:
                 self.apps[obj.application_id] = obj
@@ -82,6 +121,9 @@ class Replica:
         self.revision = ev.revision
 
     def matches(self, view: LedgerView) -> bool:
-        return (self.revision == view.revision and self.node == view.node
-                and tuple(self.apps[k] for k in sorted(self.apps)) == view.applications
-                and tuple(self.allocs[k] for k in sorted(self.allocs)) == view.allocations)
+        return (
+            self.revision == view.revision
+            and self.node == view.node
+            and tuple(self.apps[k] for k in sorted(self.apps)) == view.applications
+            and tuple(self.allocs[k] for k in sorted(self.allocs)) == view.allocations
+        )

@@ -34,8 +34,13 @@ class Clock:
 
 
 def make(ring: int = 4096, ttl: float = 60.0, clock: Clock | None = None) -> Ledger:
-    return Ledger(LedgerConfig(node_id="node-a", state_path=None, ring_size=ring, pending_launch_ttl_s=ttl,
-                               watch_queue_size=16), boot_id="boot-1", clock=clock or Clock())
+    return Ledger(
+        LedgerConfig(
+            node_id="node-a", state_path=None, ring_size=ring, pending_launch_ttl_s=ttl, watch_queue_size=16
+        ),
+        boot_id="boot-1",
+        clock=clock or Clock(),
+    )
 
 
 def schedulable(ledger: Ledger, epoch: int = 1) -> None:
@@ -45,8 +50,14 @@ def schedulable(ledger: Ledger, epoch: int = 1) -> None:
 
 
 def request(app: int, seq: int, cpu: int = 500, mem: int = 1 << 30) -> AdmitRequest:
-    return AdmitRequest(key=f"yarn/{container(app, seq)}", application_id=yarn_app(app), source=Source.YARN,
-                        resources=Resources(cpu, mem), priority=5000, request_id=f"req-{app}-{seq}")
+    return AdmitRequest(
+        key=f"yarn/{container(app, seq)}",
+        application_id=yarn_app(app),
+        source=Source.YARN,
+        resources=Resources(cpu, mem),
+        priority=5000,
+        request_id=f"req-{app}-{seq}",
+    )
 
 
 def test_sync_derives_applications_before_allocations_and_removes_both() -> None:
@@ -55,22 +66,32 @@ def test_sync_derives_applications_before_allocations_and_removes_both() -> None
     kinds = [(e.type, type(e.obj).__name__) for e in events]
     assert kinds == [
         (EventType.MODIFIED, "NodeRecord"),
-        (EventType.ADDED, "Application"), (EventType.ADDED, "Allocation"), (EventType.ADDED, "Allocation"),
-        (EventType.ADDED, "Application"), (EventType.ADDED, "Allocation"),
+        (EventType.ADDED, "Application"),
+        (EventType.ADDED, "Allocation"),
+        (EventType.ADDED, "Allocation"),
+        (EventType.ADDED, "Application"),
+        (EventType.ADDED, "Allocation"),
     ]
     assert [e.revision for e in events] == list(range(1, 7))
     view = led.view()
     assert [a.application_id for a in view.applications] == [yarn_app(1), f"k8s/{UID}"]
-    assert {a.key for a in view.allocations} == {f"yarn/{container(1, 1)}", f"yarn/{container(1, 2)}",
-                                                  f"k8s/{UID}"}
-    assert all(a.revision == e.revision for a, e in zip(view.applications, [events[1], events[4]], strict=True))
+    assert {a.key for a in view.allocations} == {
+        f"yarn/{container(1, 1)}",
+        f"yarn/{container(1, 2)}",
+        f"k8s/{UID}",
+    }
+    assert all(
+        a.revision == e.revision for a, e in zip(view.applications, [events[1], events[4]], strict=True)
+    )
     assert view.node.capacity == CAP and view.node.batch_allocatable == BATCH
     assert led.batch_allocated == Resources(400, 256 << 20)
 
     events = led.sync(snapshot([yarn(1, 2)]), BATCH, 1001.0)
     assert [(type(e.obj).__name__, e.type, e.reason) for e in events] == [
-        ("Allocation", EventType.DELETED, "gone"), ("Application", EventType.DELETED, "no allocations left"),
-        ("Allocation", EventType.DELETED, "gone")]
+        ("Allocation", EventType.DELETED, "gone"),
+        ("Application", EventType.DELETED, "no allocations left"),
+        ("Allocation", EventType.DELETED, "gone"),
+    ]
     assert [a.application_id for a in led.view().applications] == [yarn_app(1)]
     assert led.sync(snapshot([yarn(1, 2)]), BATCH, 1002.0) == []  # nothing changed: no revision
     assert led.revision == 9
@@ -98,7 +119,8 @@ def test_stale_source_keeps_its_allocations() -> None:
     assert led.sync(snapshot([], stale={"cgroups": "root unreadable"}), BATCH, 1002.0) == []
     ev = led.sync(snapshot([k8s(UID)]), BATCH, 1003.0)
     assert [e.obj.key for e in ev if e.type is EventType.DELETED and hasattr(e.obj, "key")] == [
-        f"yarn/{container(1, 1)}"]
+        f"yarn/{container(1, 1)}"
+    ]
 
 
 def test_admit_pending_launch_becomes_running_when_the_source_sees_it() -> None:
@@ -126,14 +148,23 @@ def test_admit_is_idempotent_and_refuses_conflicts_and_overcommit() -> None:
     assert again.accepted and again.already_admitted and again.allocation == first.allocation
     assert led.revision == rev
     # Same key, other application: a conflict, nothing recorded.
-    clash = AdmitRequest(key=f"yarn/{container(1, 1)}", application_id=yarn_app(1), source=Source.YARN,
-                         resources=Resources(1, 1))
+    clash = AdmitRequest(
+        key=f"yarn/{container(1, 1)}",
+        application_id=yarn_app(1),
+        source=Source.YARN,
+        resources=Resources(1, 1),
+    )
     assert led.admit(clash, 1).already_admitted  # same application: the existing record is the answer
-    k = AdmitRequest(key=f"local/besteffort/{container(1, 1)}", application_id="other", source=Source.LOCAL,
-                     resources=Resources(100, 1))
+    k = AdmitRequest(
+        key=f"local/besteffort/{container(1, 1)}",
+        application_id="other",
+        source=Source.LOCAL,
+        resources=Resources(100, 1),
+    )
     assert led.admit(k, 1).accepted
-    conflict = AdmitRequest(key=k.key, application_id="someone-else", source=Source.LOCAL,
-                            resources=Resources(100, 1))
+    conflict = AdmitRequest(
+        key=k.key, application_id="someone-else", source=Source.LOCAL, resources=Resources(100, 1)
+    )
     r = led.admit(conflict, 1)
     assert not r.accepted and r.refusal is Refusal.KEY_CONFLICT and "other" in r.message
     # 2000 allocatable, 1600 used: 500 more does not fit.
@@ -155,18 +186,29 @@ def test_admit_refused_until_recovery_is_acknowledged() -> None:
     assert led.admit(request(1, 1), 1).accepted
 
 
-@pytest.mark.parametrize(("req", "field"), [
-    (AdmitRequest("k8s/not-a-uid", "a", Source.K8S, Resources(1, 1)), "allocation.key"),
-    (AdmitRequest(f"yarn/{container(1, 1)}", "a", Source.K8S, Resources(1, 1)), "allocation.key"),
-    (AdmitRequest(f"yarn/{container(1, 1)}", yarn_app(2), Source.YARN, Resources(1, 1)),
-     "allocation.application_id"),
-    (AdmitRequest("local/../etc", "a", Source.LOCAL, Resources(1, 1)), "allocation.key"),
-    (AdmitRequest("local/x", "has space", Source.LOCAL, Resources(1, 1)), "allocation.application_id"),
-    (AdmitRequest("local/x", "a", Source.LOCAL, Resources(-1, 1)), "allocation.resources.milli_cpu"),
-    (AdmitRequest("local/x", "a", Source.LOCAL, Resources(0, 0)), "allocation.resources"),
-    (AdmitRequest("local/x", "a", Source.LOCAL, Resources(1, 1), priority=1 << 40), "allocation.priority"),
-    (AdmitRequest("local/x", "a", Source.LOCAL, Resources(1, 1), tags=(("bad key", "v"),)), "allocation.tags"),
-])
+@pytest.mark.parametrize(
+    ("req", "field"),
+    [
+        (AdmitRequest("k8s/not-a-uid", "a", Source.K8S, Resources(1, 1)), "allocation.key"),
+        (AdmitRequest(f"yarn/{container(1, 1)}", "a", Source.K8S, Resources(1, 1)), "allocation.key"),
+        (
+            AdmitRequest(f"yarn/{container(1, 1)}", yarn_app(2), Source.YARN, Resources(1, 1)),
+            "allocation.application_id",
+        ),
+        (AdmitRequest("local/../etc", "a", Source.LOCAL, Resources(1, 1)), "allocation.key"),
+        (AdmitRequest("local/x", "has space", Source.LOCAL, Resources(1, 1)), "allocation.application_id"),
+        (AdmitRequest("local/x", "a", Source.LOCAL, Resources(-1, 1)), "allocation.resources.milli_cpu"),
+        (AdmitRequest("local/x", "a", Source.LOCAL, Resources(0, 0)), "allocation.resources"),
+        (
+            AdmitRequest("local/x", "a", Source.LOCAL, Resources(1, 1), priority=1 << 40),
+            "allocation.priority",
+        ),
+        (
+            AdmitRequest("local/x", "a", Source.LOCAL, Resources(1, 1), tags=(("bad key", "v"),)),
+            "allocation.tags",
+        ),
+    ],
+)
 def test_bad_admissions_name_the_field_and_change_nothing(req: AdmitRequest, field: str) -> None:
     led = make()
     schedulable(led)
@@ -181,11 +223,11 @@ def test_bad_admissions_name_the_field_and_change_nothing(req: AdmitRequest, fie
 def test_epoch_fencing() -> None:
     led = make()
     schedulable(led, epoch=5)
-    with pytest.raises(StaleEpoch, match="epoch 4 is stale.*seen epoch 5"):
+    with pytest.raises(StaleEpoch, match=r"epoch 4 is stale.*seen epoch 5"):
         led.admit(request(1, 1), 4)
     with pytest.raises(StaleEpoch):
         led.ack_recovery(4, led.revision)
-    with pytest.raises(InvalidRequest, match="fence.scheduler_epoch"):
+    with pytest.raises(InvalidRequest, match=r"fence\.scheduler_epoch"):
         led.admit(request(1, 1), 0)
     assert led.admit(request(1, 1), 6).accepted
     assert led.node.highest_epoch == 6
@@ -212,8 +254,9 @@ def test_pending_launch_expires_after_ttl() -> None:
     assert led.sync(snapshot([]), BATCH, 1029.0) == []
     ev = led.sync(snapshot([]), BATCH, 1031.0)
     assert [(type(e.obj).__name__, e.type, e.reason) for e in ev] == [
-        ("Allocation", EventType.DELETED, "launch_expired"), ("Application", EventType.DELETED,
-                                                              "no allocations left")]
+        ("Allocation", EventType.DELETED, "launch_expired"),
+        ("Application", EventType.DELETED, "no allocations left"),
+    ]
     assert led.batch_allocated == Resources()
 
 
@@ -301,10 +344,16 @@ def test_view_is_immutable_and_cached_per_revision() -> None:
 
 def test_decommissioning_node_reports_no_batch() -> None:
     from agent.state import DrainPhase, DrainStatus, Trigger
+
     led = make()
     schedulable(led)
-    led.transition(Trigger.DRAIN, 1, drain=DrainStatus(phase=DrainPhase.WAIT_ALLOCATIONS, deadline=2000.0,
-                                                         previous_batch_allocatable=BATCH))
+    led.transition(
+        Trigger.DRAIN,
+        1,
+        drain=DrainStatus(
+            phase=DrainPhase.WAIT_ALLOCATIONS, deadline=2000.0, previous_batch_allocatable=BATCH
+        ),
+    )
     led.sync(snapshot([]), BATCH, 1001.0)
     assert led.node.lifecycle is Lifecycle.DECOMMISSIONING and led.node.batch_allocatable == Resources()
     r = led.admit(request(1, 1), 1)

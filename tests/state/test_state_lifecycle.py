@@ -9,16 +9,27 @@ import pytest
 from agent.state import Lifecycle, LifecycleError, Trigger
 from agent.state.lifecycle import admits, next_state, on_start, reports_batch
 
-R, S, DING, DED = (Lifecycle.RECOVERING, Lifecycle.SCHEDULABLE, Lifecycle.DECOMMISSIONING,
-                   Lifecycle.DECOMMISSIONED)
+R, S, DING, DED = (
+    Lifecycle.RECOVERING,
+    Lifecycle.SCHEDULABLE,
+    Lifecycle.DECOMMISSIONING,
+    Lifecycle.DECOMMISSIONED,
+)
 ALLOWED = {
-    (R, Trigger.ACK_RECOVERY): S, (S, Trigger.ACK_RECOVERY): S, (DING, Trigger.ACK_RECOVERY): DING,
+    (R, Trigger.ACK_RECOVERY): S,
+    (S, Trigger.ACK_RECOVERY): S,
+    (DING, Trigger.ACK_RECOVERY): DING,
     (DED, Trigger.ACK_RECOVERY): DED,
-    (R, Trigger.DRAIN): DING, (S, Trigger.DRAIN): DING, (DING, Trigger.DRAIN): DING,
+    (R, Trigger.DRAIN): DING,
+    (S, Trigger.DRAIN): DING,
+    (DING, Trigger.DRAIN): DING,
     (DING, Trigger.DRAINED): DED,
-    (R, Trigger.FORCE_DECOMMISSION): DED, (S, Trigger.FORCE_DECOMMISSION): DED,
-    (DING, Trigger.FORCE_DECOMMISSION): DED, (DED, Trigger.FORCE_DECOMMISSION): DED,
-    (DING, Trigger.RECOMMISSION): S, (DED, Trigger.RECOMMISSION): S,
+    (R, Trigger.FORCE_DECOMMISSION): DED,
+    (S, Trigger.FORCE_DECOMMISSION): DED,
+    (DING, Trigger.FORCE_DECOMMISSION): DED,
+    (DED, Trigger.FORCE_DECOMMISSION): DED,
+    (DING, Trigger.RECOMMISSION): S,
+    (DED, Trigger.RECOMMISSION): S,
 }
 
 
@@ -27,7 +38,9 @@ def test_every_pair(state: Lifecycle, trigger: Trigger) -> None:
     if (state, trigger) in ALLOWED:
         assert next_state(state, trigger) is ALLOWED[(state, trigger)]
     else:
-        with pytest.raises(LifecycleError, match=f"{trigger.value} is not allowed while the node is {state.value}"):
+        with pytest.raises(
+            LifecycleError, match=f"{trigger.value} is not allowed while the node is {state.value}"
+        ):
             next_state(state, trigger)
 
 

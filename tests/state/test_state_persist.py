@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import IO, Any
 
 import pytest
 from statehelp import snapshot, yarn
@@ -39,8 +40,12 @@ def cfg(path: Path, node: str = "node-a", **kw: object) -> LedgerConfig:
 
 def admit(ledger: Ledger, seq: int, epoch: int = 1) -> str:
     key = f"yarn/container_e01_1700000000000_0009_01_{seq:06d}"
-    res = ledger.admit(AdmitRequest(key, "application_1700000000000_0009", Source.YARN, Resources(10, 10),
-                                    request_id=f"r{seq}"), epoch)
+    res = ledger.admit(
+        AdmitRequest(
+            key, "application_1700000000000_0009", Source.YARN, Resources(10, 10), request_id=f"r{seq}"
+        ),
+        epoch,
+    )
     assert res.accepted
     return key
 
@@ -86,8 +91,14 @@ def test_incarnation_history_is_bounded(tmp_path: Path) -> None:
 def test_drain_survives_restart_with_absolute_deadline(tmp_path: Path) -> None:
     path = tmp_path / "state.json"
     led = open_schedulable(path)
-    drain = DrainStatus(phase=DrainPhase.WAIT_ALLOCATIONS, deadline=1_900_000_000.5, started_at=1_800_000_000.0,
-                        previous_batch_allocatable=BATCH, request_id="drain-1", reason="kernel upgrade")
+    drain = DrainStatus(
+        phase=DrainPhase.WAIT_ALLOCATIONS,
+        deadline=1_900_000_000.5,
+        started_at=1_800_000_000.0,
+        previous_batch_allocatable=BATCH,
+        request_id="drain-1",
+        reason="kernel upgrade",
+    )
     led.transition(Trigger.DRAIN, 2, drain=drain, request_id="drain-1")
     led.save()
     again = Ledger.open(cfg(path))
@@ -96,7 +107,9 @@ def test_drain_survives_restart_with_absolute_deadline(tmp_path: Path) -> None:
     assert again.seen_request("drain-1") and not again.seen_request("drain-2")
 
 
-@pytest.mark.parametrize("damage", ["truncate", "flip", "empty", "garbage", "foreign", "directory", "version"])
+@pytest.mark.parametrize(
+    "damage", ["truncate", "flip", "empty", "garbage", "foreign", "directory", "version"]
+)
 def test_corrupt_state_is_reported_and_set_aside(tmp_path: Path, damage: str) -> None:
     path = tmp_path / "state.json"
     led = open_schedulable(path)
@@ -129,11 +142,19 @@ def test_corrupt_state_is_reported_and_set_aside(tmp_path: Path, damage: str) ->
     assert len(aside) == 1
     assert again.view().allocations == ()
     assert path.is_file()  # the fresh state was written in its place
-    notices = [e for e in again.events_after(0) if e.reason == "" and getattr(e.obj, "kind", "") == "state_file"]
+    notices = [
+        e for e in again.events_after(0) if e.reason == "" and getattr(e.obj, "kind", "") == "state_file"
+    ]
     assert len(notices) == 1
-    expected = {"truncate": "not valid JSON", "flip": "checksum", "empty": "not valid JSON",
-                "garbage": "not valid JSON", "foreign": "belongs to node 'node-b'", "directory": "directory",
-                "version": "version"}[damage]
+    expected = {
+        "truncate": "not valid JSON",
+        "flip": "checksum",
+        "empty": "not valid JSON",
+        "garbage": "not valid JSON",
+        "foreign": "belongs to node 'node-b'",
+        "directory": "directory",
+        "version": "version",
+    }[damage]
     assert expected in again.startup_problem
 
 
@@ -148,8 +169,10 @@ def test_encode_decode_round_trip_and_field_errors() -> None:
     env["state"]["pending_launches"][0]["resources"]["milli_cpu"] = "ten"
     body = json.dumps(env["state"], sort_keys=True, separators=(",", ":")).encode()
     import hashlib
+
     env["sha256"] = hashlib.sha256(body).hexdigest()
     from agent.state.persist import CorruptState
+
     with pytest.raises(CorruptState, match=r"pending_launches\[0\]\.resources\.milli_cpu: expected int"):
         decode(json.dumps(env).encode())
 
@@ -174,11 +197,38 @@ async def test_group_commit_writer_makes_admissions_durable(tmp_path: Path) -> N
     led.start_persistence()
     keys = [admit(led, n) for n in range(50)]
     await led.flush()
-    assert sorted(a.key for a in (StateStore(path).load("node-a").state or PersistedState("x")).pending_launches
-                  ) == keys
+    assert (
+        sorted(a.key for a in (StateStore(path).load("node-a").state or PersistedState("x")).pending_launches)
+        == keys
+    )
     assert led._writer is not None and led._writer.writes <= 3  # fifty changes, coalesced
     assert not led.unsaved_changes
     await led.close()
+
+
+class Run:
+    """What one writer run reported before it was killed."""
+
+    def __init__(self) -> None:
+        self.loaded: dict[str, Any] | None = None
+        self.durable: dict[str, int] = {}
+
+    def read_until(self, stream: IO[str], stop: str) -> None:
+        for line in stream:
+            word, _, rest = line.rstrip("\n").partition(" ")
+            if word == "LOADED":
+                self.loaded = json.loads(rest)
+            elif word == "DURABLE":
+                assert len(rest.split()) == 2, f"garbled line {line!r}"
+                k, e = rest.split()
+                self.durable[k] = int(e)
+            elif word == "EXIT":
+                assert int(rest.split()[1]) == signal.SIGKILL, f"writer died by itself: {rest}"
+                return
+            else:
+                pytest.fail(f"unexpected output from the writer: {line!r}")
+            if word == stop:
+                return
 
 
 def test_sigkill_during_writes_never_loses_a_durable_launch(tmp_path: Path) -> None:
@@ -186,8 +236,14 @@ def test_sigkill_during_writes_never_loses_a_durable_launch(tmp_path: Path) -> N
     deliberately damaged one aside) and still hold every launch it had reported durable."""
     path = tmp_path / "state.json"
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    zygote = subprocess.Popen([sys.executable, "-S", str(HERE / "persist_proc.py"), str(path), "node-crash"],
-                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env, bufsize=1)
+    zygote = subprocess.Popen(
+        [sys.executable, "-S", str(HERE / "persist_proc.py"), str(path), "node-crash"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+        bufsize=1,
+    )
     assert zygote.stdin is not None and zygote.stdout is not None
     rng = random.Random(4)
     durable: dict[str, int] = {}
@@ -204,34 +260,14 @@ def test_sigkill_during_writes_never_loses_a_durable_launch(tmp_path: Path) -> N
             zygote.stdin.write(f"RUN {seq}\n")
             zygote.stdin.flush()
             pid = int(zygote.stdout.readline().split()[1])
-            loaded = None
-            pending_durable: dict[str, int] = {}
-
-            def read_until(stop: str) -> bool:
-                nonlocal loaded
-                for line in zygote.stdout:  # type: ignore[union-attr]
-                    word, _, rest = line.rstrip("\n").partition(" ")
-                    if word == "LOADED":
-                        loaded = json.loads(rest)
-                    elif word == "DURABLE":
-                        assert len(rest.split()) == 2, f"garbled line {line!r}"
-                        k, e = rest.split()
-                        pending_durable[k] = int(e)
-                    elif word == "EXIT":
-                        assert int(rest.split()[1]) == signal.SIGKILL, f"writer died by itself: {rest}"
-                        return True
-                    else:
-                        pytest.fail(f"unexpected output from the writer: {line!r}")
-                    if word == stop:
-                        return False
-                return True
-
+            run = Run()
             # Mostly kill while admissions are being written; sometimes anywhere, start-up included.
             if damaged or rng.random() < 0.8:
-                read_until("LOADED")
+                run.read_until(zygote.stdout, "LOADED")
             time.sleep(rng.uniform(0.0, 0.05))
             os.kill(pid, signal.SIGKILL)
-            read_until("EXIT")
+            run.read_until(zygote.stdout, "EXIT")
+            loaded, pending_durable = run.loaded, run.durable
             seq += 1000
             if loaded is None:
                 killed_before_load += 1

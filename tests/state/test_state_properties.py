@@ -12,11 +12,20 @@ from qos.model import Resources, Source
 
 BATCH = Resources(3000, 6 << 30)
 
-workload = st.builds(lambda app, seq, cpu, term: yarn(app, seq, cpu=cpu, terminating=term),
-                     st.integers(1, 3), st.integers(1, 6), st.sampled_from([0, 100, 400]), st.booleans())
+workload = st.builds(
+    lambda app, seq, cpu, term: yarn(app, seq, cpu=cpu, terminating=term),
+    st.integers(1, 3),
+    st.integers(1, 6),
+    st.sampled_from([0, 100, 400]),
+    st.booleans(),
+)
 op = st.one_of(
-    st.tuples(st.just("tick"), st.lists(workload, max_size=8), st.sampled_from([{}, {"yarn": "down"}]),
-              st.sampled_from([0.0, 5.0, 50.0])),
+    st.tuples(
+        st.just("tick"),
+        st.lists(workload, max_size=8),
+        st.sampled_from([{}, {"yarn": "down"}]),
+        st.sampled_from([0.0, 5.0, 50.0]),
+    ),
     st.tuples(st.just("admit"), st.integers(1, 3), st.integers(1, 6), st.sampled_from([100, 900, 2500])),
     st.tuples(st.just("ack"), st.integers(1, 3)),
     st.tuples(st.just("notice"), st.text(max_size=5)),
@@ -27,8 +36,9 @@ op = st.one_of(
 @given(st.lists(op, max_size=25))
 def test_ledger_invariants(ops: list[tuple]) -> None:  # type: ignore[type-arg]
     t = [1000.0]
-    led = Ledger(LedgerConfig(node_id="p", state_path=None, pending_launch_ttl_s=30.0), boot_id="b",
-                 clock=lambda: t[0])
+    led = Ledger(
+        LedgerConfig(node_id="p", state_path=None, pending_launch_ttl_s=30.0), boot_id="b", clock=lambda: t[0]
+    )
     replica = Replica()
     replica.load(led.view())
     epoch = 1
@@ -37,7 +47,9 @@ def test_ledger_invariants(ops: list[tuple]) -> None:  # type: ignore[type-arg]
             t[0] += o[3]
             led.sync(snapshot(o[1], stale=o[2]), BATCH, t[0])
         elif o[0] == "admit":
-            req = AdmitRequest(f"yarn/{container(o[1], o[2])}", yarn_app(o[1]), Source.YARN, Resources(o[3], 1))
+            req = AdmitRequest(
+                f"yarn/{container(o[1], o[2])}", yarn_app(o[1]), Source.YARN, Resources(o[3], 1)
+            )
             before = led.batch_allocated
             res = led.admit(req, epoch)
             if res.accepted and not res.already_admitted:
