@@ -11,8 +11,8 @@ from typing import Literal
 import yaml
 
 from agent.configload import ConfigError, from_mapping, parse_bytes
-from agent.standalone import StandaloneConfig
 from agent.metrics.config import MetricsConfig
+from agent.standalone import StandaloneConfig
 from qos.policies import PolicyConfig
 
 __all__ = ["AgentConfig", "ConfigError", "load_config"]
@@ -64,7 +64,8 @@ class CgroupConfig:
         if self.root.startswith("/") or ".." in Path(self.root).parts or not self.root.strip("/"):
             raise ConfigError(f"cgroups.root: must be a relative path without '..', got {self.root!r}")
         if "/" in self.yarn_hierarchy or self.yarn_hierarchy in ("", ".", ".."):
-            raise ConfigError(f"cgroups.yarn_hierarchy: must be one directory name, got {self.yarn_hierarchy!r}")
+            raise ConfigError(
+                f"cgroups.yarn_hierarchy: must be one directory name, got {self.yarn_hierarchy!r}")
 
 
 @dataclass(frozen=True)

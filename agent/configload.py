@@ -69,10 +69,24 @@ def from_mapping(cls: type[T], data: object, where: str = "") -> T:
         kwargs[name] = _convert(hints[name], value, path)
     try:
         return cls(**kwargs)
-    except ConfigError:
-        raise
     except (ValueError, TypeError) as err:
-        raise ConfigError(f"{where or '<top>'}: {err}") from err
+        raise ConfigError(_qualify(where, str(err))) from err
+
+
+_FIELD_FIRST = re.compile(r"^[A-Za-z_][\w\[\]]*(?:\.[A-Za-z_][\w\[\]]*)*:")
+
+
+def _qualify(where: str, msg: str) -> str:
+    """Give a dataclass's own error message the full dotted path of the field it names."""
+    if not where:
+        return msg
+    last = where.rsplit(".", 1)[-1]
+    section = last.split("[", 1)[0]
+    if msg.startswith(section + "."):  # the message already names its section (e.g. "node.cpus: …")
+        return where[: len(where) - len(last)] + last + msg[len(section):]
+    if _FIELD_FIRST.match(msg):
+        return f"{where}.{msg}"
+    return f"{where}: {msg}"
 
 
 def _convert(tp: Any, value: object, where: str) -> Any:

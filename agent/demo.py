@@ -206,7 +206,8 @@ def main(argv: list[str]) -> int:
     p.add_argument("--json-out", type=Path, help="also write the summary here")
     args = p.parse_args(argv)
     if os.geteuid() != 0:
-        print("coloc-agent demo: needs root (it creates cgroups and moves processes into them)", file=sys.stderr)
+        print("coloc-agent demo: needs root (it creates cgroups and moves processes into them)",
+              file=sys.stderr)
         return 2
 
     async def guarded() -> None:

@@ -109,13 +109,6 @@ def remove_tree(writer: CgroupWriter, reader: CgroupReader, rel: str) -> None:
         writer.rmdir(rel, recursive=True)
 
 
-def be_descendants(reader: CgroupReader, tier: str) -> list[str]:
-    try:
-        return reader.walk(tier)[1:]
-    except CgroupError:
-        return []
-
-
 def build(cfg: AgentConfig, board: Board | None = None) -> Runtime:
     hierarchy = discover(base=Path(cfg.cgroups.mount))
     root = cfg.cgroups.root.strip("/")
@@ -128,21 +121,26 @@ def build(cfg: AgentConfig, board: Board | None = None) -> Runtime:
     collector = Collector(reader, TierPaths(root="", besteffort=BE_TIER), capacity, cpus,
                           cfg.node.scope, cfg.loop.interval_s)
     scanner = StandaloneScanner(
-        cfg.standalone, lambda rel: [c.rsplit("/", 1)[-1] for c in reader.children(rel)], BE_TIER, BURSTABLE_TIER, cfg.cgroups.yarn_hierarchy,
+        cfg.standalone, lambda rel: [c.rsplit("/", 1)[-1] for c in reader.children(rel)], BE_TIER,
+        BURSTABLE_TIER, cfg.cgroups.yarn_hierarchy,
         lambda rel: str(hierarchy.controller_dir("cpu") / root / rel))
     audit = AuditLog(cfg.audit.path)
     local = LocalEvictor(reader, writer, cfg.eviction.grace_period_s)
     evictors: dict[Source, Evictor] = {Source.LOCAL: local, Source.YARN: local}
     executor = ActionExecutor(
-        writer, BE_TIER, lambda: be_descendants(reader, BE_TIER), evictors,
+        writer, BE_TIER, evictors,
         dry_run=cfg.eviction.dry_run, rate_per_s=cfg.eviction.rate_per_minute / 60.0,
         burst=cfg.eviction.burst, recheck_cooldown_s=cfg.eviction.recheck_cooldown_s, audit=audit,
         now=time.monotonic())
     board = board or Board()
-    rt_holder: list[Runtime] = []
+    rt_holder: list[Runtime] = []  # the loop lists workloads through the runtime, built just below
+
+    def list_workloads() -> tuple[list[Workload], dict[str, str]]:
+        return rt_holder[0].list_workloads()
+
     hub = MetricsHub(cfg.metrics)
     loop = TickLoop(
-        collector, lambda: rt_holder[0].list_workloads(), executor, cfg.policies, board,
+        collector, list_workloads, executor, cfg.policies, board,
         LoopTiming(cfg.loop.interval_s, cfg.loop.fast_path, cfg.loop.fast_poll_s,
                    cfg.loop.fast_hp_jump_milli_cpu, cfg.loop.fast_psi_stall_ratio),
         on_publish=(hub.observe,))

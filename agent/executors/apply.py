@@ -50,7 +50,6 @@ class ActionExecutor:
         self,
         writer: CgroupWriter,
         be_tier: str,
-        be_descendants: Callable[[], Sequence[str]],
         evictors: Mapping[Source, Evictor],
         *,
         dry_run: bool,
@@ -62,7 +61,6 @@ class ActionExecutor:
     ) -> None:
         self._writer = writer
         self._be_tier = be_tier
-        self._be_descendants = be_descendants
         self._evictors = evictors
         self.dry_run = dry_run
         self._bucket = TokenBucket(rate_per_s, burst, now)
@@ -146,27 +144,9 @@ class ActionExecutor:
         return None
 
     def _apply_cpuset(self, cpus: tuple[int, ...]) -> bool:
-        """A v1 parent may not drop CPUs a child still has, so the writer's batch order matters here:
-        children first when shrinking, the tier first when growing (the writer sorts the batch)."""
-        targets = [self._be_tier, *self._be_descendants()]
-        changed = False
-        for rel in sorted(targets, key=lambda r: r.count("/"), reverse=True):
-            try:
-                changed = self._writer.set_cpuset(rel, cpus) or changed
-            except CgroupError:
-                if rel == self._be_tier:
-                    raise
-                # A child that ended or refuses is re-asserted next tick; the tier is what confines BE.
-                continue
-        if not changed:
-            return False
-        # Widening goes parent first: a second pass top-down picks up what the bottom-up pass could not.
-        for rel in sorted(targets, key=lambda r: r.count("/")):
-            try:
-                self._writer.set_cpuset(rel, cpus)
-            except CgroupError:
-                continue
-        return True
+        """The tier and every cgroup below it: a v1 parent may not drop CPUs a child still has, and the
+        writer orders the batch so each step is valid (children first when shrinking)."""
+        return self._writer.set_cpuset(self._be_tier, cpus, descendants=True)
 
     def _evict(self, action: Evict, snapshot: NodeSnapshot) -> ActionRecord:
         now = time.monotonic()

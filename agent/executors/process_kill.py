@@ -7,6 +7,7 @@ a recycled PID (it checks the process's create time before every signal).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
 import time
 from dataclasses import dataclass
@@ -97,9 +98,8 @@ class LocalEvictor:
     async def evict(self, workload: Workload, action: Evict) -> EvictOutcome:
         out = await kill_cgroup(self._reader, self._writer, workload.cgroup, self._grace)
         if out.ok and self._remove:
-            try:
+            # An empty cgroup left behind is harmless; the next scan reports it idle.
+            with contextlib.suppress(CgroupError):
                 self._writer.rmdir(workload.cgroup)
-            except CgroupError:
-                pass  # an empty cgroup left behind is harmless; the next scan reports it idle
         how = "SIGKILL after grace period" if out.escalated else "SIGTERM"
         return EvictOutcome(out.ok, f"{out.detail} ({how}, {out.seconds:.2f}s)")

@@ -9,13 +9,14 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
 from pathlib import Path
 
+from realcg import RealRoot
+
 from agent.config import AgentConfig, CgroupConfig, EvictionConfig, LoopConfig, NodeConfig
 from agent.runtime import Runtime, build
 from agent.spawn import workload_argv
 from agent.standalone import LocalWorkload, StandaloneConfig
 from agent.workloads import read_counter
 from qos.policies import PolicyConfig
-from realcg import RealRoot
 
 
 def agent_config(root: str, *, cpus: float = 2, memory: int | str = "1Gi", policy: str = "cpuset",

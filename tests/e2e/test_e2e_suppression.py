@@ -6,6 +6,7 @@ A private root is a 2-CPU "node"; BE burners run in `besteffort/`, an HP service
 
 from __future__ import annotations
 
+import itertools
 import statistics
 import time
 from pathlib import Path
@@ -31,7 +32,7 @@ async def test_hp_load_cuts_be_quota_fast_and_it_grows_back_slowly(real_root: Re
     real_root.mkcg("hp")
     alone_counter = tmp_path / "alone.count"
     spawn_hp(real_root, "hp", 2, alone_counter)
-    assert await wait_for(lambda: alone_counter.exists(), 10) is not None
+    assert await wait_for(alone_counter.exists, 10) is not None
     alone = await throughput(alone_counter, 1.5)
     for p in list(real_root.procs):
         p.kill()
@@ -80,7 +81,7 @@ async def test_hp_load_cuts_be_quota_fast_and_it_grows_back_slowly(real_root: Re
             q = read_quota_milli(real_root) or 0
             if q != seen[-1]:
                 seen.append(q)
-        steps = [b - a for a, b in zip(seen, seen[1:], strict=False)]
+        steps = [b - a for a, b in itertools.pairwise(seen)]
         assert seen[-1] > low, f"BE never grew back: {seen}"
         assert max(steps) <= 200 + 5, f"BE grew faster than 10 %/tick: {seen}"
         assert statistics.mean(s for s in steps if s > 0) > 0

@@ -5,9 +5,9 @@
 reads commands on stdin: `RUN <first seq>` forks a writer (so each run skips interpreter start-up) and
 prints `PID <pid>`; when the writer dies (the test SIGKILLs it) it prints `EXIT <pid> <status>`.
 The writer opens the ledger from STATE_PATH (as the agent does at start), prints one `LOADED <json>` line
-with what it read, then admits launches as fast as it can from four concurrent tasks (group commit), raising the
-scheduler epoch now and then, and prints `DURABLE <key> <epoch>` only after the ledger's flush returned.
-It runs until it is killed.
+with what it read, then admits launches as fast as it can from four concurrent tasks (group commit),
+raising the scheduler epoch now and then, and prints `DURABLE <key> <epoch>` only after the ledger's flush
+returned. It runs until it is killed.
 """
 
 from __future__ import annotations

@@ -1,0 +1,327 @@
+"""Node API cost over the unix socket: GetSnapshot latency with 1,000 allocations, Watch fan-out.
+
+    python bench/api.py [--allocations 1000] [--calls 2000] [--events 20000] [--subscribers 100]
+
+An agent-side process (this file with --serve) holds a real ledger and the real gRPC server; its
+allocations are admitted through the API (Admit) before measuring, then reported running by a synthetic
+source (precomputed workload lists fed to `ledger.sync`), which also changes three of them ten times a
+second (ten times the agent's default tick rate), so snapshots are measured at moving revisions and with
+ticks competing for the event loop.
+The client process measures, side by side in one run:
+  - GetSnapshot p50/p99 (call + protobuf parse) against the floor of the same socket: Health/Check;
+  - events/s through Watch to 1 subscriber and to 100 subscribers (a burst of --events changes).
+Prints one JSON object on its last line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from agent.api.client import AgentClient
+from agent.api.coloc.v1 import agent_pb2 as pb
+from agent.api.server import ApiConfig, start_api_server
+from agent.state import AdmitRequest, Ledger, LedgerConfig
+from qos.model import NodeSnapshot, Resources, Source, Tier, Usage, Workload
+
+TS = "1700000000000"
+BIG = Resources(1 << 40, 1 << 60)
+
+
+def key(n: int) -> str:
+    return f"yarn/container_e01_{TS}_{1 + n // 100:04d}_01_{n:06d}"
+
+
+def app(n: int) -> str:
+    return f"application_{TS}_{1 + n // 100:04d}"
+
+
+def workloads(n: int, generation: int, touched: range) -> tuple[Workload, ...]:
+    """The running containers as a source reports them; those in `touched` changed their requests."""
+    out = []
+    for i in range(n):
+        cpu = 100 + (generation % 7 if i in touched else 0)
+        c = key(i).split("/", 1)[1]
+        out.append(
+            Workload(
+                key=key(i),
+                name=c,
+                source=Source.YARN,
+                tier=Tier.BESTEFFORT,
+                be=True,
+                priority=5000,
+                cgroup=f"besteffort/hadoop-yarn/{c}",
+                requests=Resources(cpu, 256 << 20),
+                app_id=app(i),
+            )
+        )
+    return tuple(out)
+
+
+def snapshot(ws: tuple[Workload, ...]) -> NodeSnapshot:
+    return NodeSnapshot(
+        taken_at=time.time(),
+        capacity=BIG,
+        cpus=(0, 1),
+        node_usage=Usage(),
+        hp_usage=Usage(),
+        be_usage=Usage(),
+        system_usage=Usage(),
+        workloads=ws,
+    )
+
+
+# ---- the agent side ----------------------------------------------------------------------------------------
+
+
+async def serve(sock: str, state: str, n: int, burst: int) -> None:
+    ledger = Ledger.open(
+        LedgerConfig(
+            node_id="bench-node",
+            state_path=state,
+            ring_size=max(4096, 2 * burst),
+            watch_queue_size=max(1024, 2 * burst),
+        )
+    )
+    ledger.start_persistence()
+    server = await start_api_server(ledger, ApiConfig(socket_path=sock, max_streams=256))
+    ledger.sync(snapshot(()), BIG, time.time())
+    ledger.ack_recovery(1, ledger.revision)
+    loop = asyncio.get_running_loop()
+    churn = asyncio.Event()
+    go = asyncio.Event()
+    stop = asyncio.Event()
+    loop.add_signal_handler(signal.SIGUSR1, go.set)
+    loop.add_signal_handler(signal.SIGUSR2, churn.set)
+    loop.add_signal_handler(signal.SIGTERM, stop.set)
+    quiet = [workloads(n, g, range((g * 3) % n, (g * 3) % n + 3)) for g in range(16)]
+    busy = [workloads(n, g, range((g * 50) % n, (g * 50) % n + 50)) for g in range(16)]
+    print("READY", flush=True)
+    # Allocations arrive through Admit (from the client), then "start": the source reports them.
+    await churn.wait()
+    churn.clear()
+    gen = 0
+    ledger.sync(snapshot(workloads(n, gen, range(0))), BIG, time.time())
+    print(f"FILLED {ledger.revision} {len(ledger.view().allocations)}", flush=True)
+    while not stop.is_set():
+        if go.is_set():
+            go.clear()
+            start = ledger.revision
+            while ledger.revision - start < burst:
+                gen += 1
+                ledger.sync(snapshot(busy[gen % len(busy)]), BIG, time.time())
+                await asyncio.sleep(0)
+            print(f"BURST {start} {ledger.revision}", flush=True)
+        elif not churn.is_set():  # background churn: a few changes per tick, ten ticks a second
+            gen += 1
+            ledger.sync(snapshot(quiet[gen % len(quiet)]), BIG, time.time())
+        await asyncio.sleep(0.1)
+    await server.stop(0)
+    await ledger.close()
+
+
+# ---- the client side ---------------------------------------------------------------------------------------
+
+
+def pct(xs: list[float], p: float) -> float:
+    s = sorted(xs)
+    return s[min(len(s) - 1, round(p / 100 * (len(s) - 1)))]
+
+
+async def latencies(sock: str, calls: int) -> dict[str, float]:
+    channel = grpc.aio.insecure_channel(
+        f"unix:{sock}", options=[("grpc.max_receive_message_length", 64 << 20)]
+    )
+    snap = channel.unary_unary(
+        "/coloc.v1.NodeAgent/GetSnapshot",
+        request_serializer=lambda m: m.SerializeToString(),
+        response_deserializer=pb.Snapshot.FromString,
+    )
+    health = health_pb2_grpc.HealthStub(channel)
+    hreq = health_pb2.HealthCheckRequest(service="coloc.v1.NodeAgent")
+    sreq = pb.GetSnapshotRequest()
+    for _ in range(200):
+        await snap(sreq)
+        await health.Check(hreq)
+    s_ms: list[float] = []
+    h_ms: list[float] = []
+    size = 0
+    revisions = set()
+    for _ in range(calls):  # interleaved, so both see the same machine
+        t = time.perf_counter()
+        m = await snap(sreq)
+        s_ms.append((time.perf_counter() - t) * 1e3)
+        revisions.add(m.revision)
+        size = m.ByteSize()
+        t = time.perf_counter()
+        await health.Check(hreq)
+        h_ms.append((time.perf_counter() - t) * 1e3)
+    assert len(m.allocations) > 0
+    await channel.close()
+    return {
+        "snapshot_p50_ms": pct(s_ms, 50),
+        "snapshot_p99_ms": pct(s_ms, 99),
+        "snapshot_bytes": size,
+        "snapshot_allocations": len(m.allocations),
+        "snapshot_distinct_revisions": len(revisions),
+        "health_p50_ms": pct(h_ms, 50),
+        "health_p99_ms": pct(h_ms, 99),
+    }
+
+
+async def fanout(sock: str, agent: subprocess.Popen[str], subscribers: int, events: int) -> dict[str, float]:
+    """Time from the burst's start until every subscriber has every event of it."""
+    assert agent.stdout is not None
+    # Several connections, as several schedulers would have. The subscribers only parse the protobuf
+    # messages (no conversion), so the figure is the server's fan-out, not this client's Python.
+    channels = [grpc.aio.insecure_channel(f"unix:{sock}") for _ in range(min(subscribers, 20))]
+    async with AgentClient(sock) as c:
+        view = await c.get_snapshot()
+    inc, start_rev = view.identity.incarnation, view.revision
+    ready = asyncio.Event()
+    synced = 0
+    seen: list[list[tuple[int, float]]] = [[] for _ in range(subscribers)]  # (last revision, arrival)
+    got = [0] * subscribers
+    sync_end = pb.EVENT_TYPE_INITIAL_SYNC_END
+    bookmark = pb.EVENT_TYPE_BOOKMARK
+
+    async def sub(i: int) -> None:
+        nonlocal synced
+        watch = channels[i % len(channels)].unary_stream(
+            "/coloc.v1.NodeAgent/Watch",
+            request_serializer=pb.WatchRequest.SerializeToString,
+            response_deserializer=pb.WatchResponse.FromString,
+        )
+        call = watch(pb.WatchRequest(incarnation=inc, from_revision=start_rev))
+        async for resp in call:
+            events = resp.events
+            if events[-1].type == sync_end:
+                synced += 1
+                if synced == subscribers:
+                    ready.set()
+                continue
+            if events[-1].type == bookmark:
+                continue
+            got[i] += len(events)
+            seen[i].append((events[-1].revision, time.perf_counter()))
+
+    tasks = [asyncio.create_task(sub(i)) for i in range(subscribers)]
+    await ready.wait()
+    t0 = time.perf_counter()
+    os.kill(agent.pid, signal.SIGUSR1)
+    line = await asyncio.to_thread(agent.stdout.readline)
+    _, first, last = line.split()
+    target = int(last)
+    deadline = time.monotonic() + 120
+    while not all(s and s[-1][0] >= target for s in seen):
+        assert time.monotonic() < deadline, "subscribers did not get the whole burst"
+        await asyncio.sleep(0.01)
+    for t in tasks:
+        t.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    for ch in channels:
+        await ch.close()
+    n = target - int(first)
+    elapsed = max(next(at for rev, at in s if rev >= target) for s in seen) - t0
+    assert min(got) >= n, "a subscriber missed events"
+    return {
+        "events": n,
+        "per_subscriber_events_per_s": n / elapsed,
+        "deliveries_per_s": n * subscribers / elapsed,
+    }
+
+
+async def client_main(args: argparse.Namespace, sock: str, agent: subprocess.Popen[str]) -> dict[str, object]:
+    assert agent.stdout is not None
+    async with AgentClient(sock) as c:
+
+        async def place(i: int) -> None:  # through the API, as a scheduler would place them
+            r = await c.admit(
+                AdmitRequest(key(i), app(i), Source.YARN, Resources(100, 256 << 20), request_id=f"r{i}"), 1
+            )
+            assert r.accepted, r
+
+        for lo in range(0, args.allocations, 50):
+            await asyncio.gather(*(place(i) for i in range(lo, min(lo + 50, args.allocations))))
+    os.kill(agent.pid, signal.SIGUSR2)  # they start; background churn begins
+    filled = agent.stdout.readline().split()
+    assert filled[0] == "FILLED" and int(filled[2]) == args.allocations, filled
+    out: dict[str, object] = {"allocations": args.allocations, "calls": args.calls}
+    out.update(await latencies(sock, args.calls))
+    os.kill(agent.pid, signal.SIGUSR2)  # quiet: only the bursts from now on
+    await asyncio.sleep(0.1)
+    runs: dict[int, list[dict[str, float]]] = {1: [], args.subscribers: []}
+    for _ in range(3):
+        for s, results in runs.items():
+            results.append(await fanout(sock, agent, s, args.events))
+    one = statistics.median(r["per_subscriber_events_per_s"] for r in runs[1])
+    many = statistics.median(r["per_subscriber_events_per_s"] for r in runs[args.subscribers])
+    out.update(
+        {
+            "snapshot_over_health_p50_ratio": round(out["snapshot_p50_ms"] / out["health_p50_ms"], 2),  # type: ignore[operator]
+            "watch_burst_events": int(runs[1][0]["events"]),
+            "watch_events_per_s_1_subscriber": round(one),
+            f"watch_events_per_s_per_subscriber_{args.subscribers}_subscribers": round(many),
+            f"watch_deliveries_per_s_{args.subscribers}_subscribers": round(
+                statistics.median(r["deliveries_per_s"] for r in runs[args.subscribers])
+            ),
+            "watch_fanout_cost_ratio": round(one / many, 2),
+            "target_snapshot_p99_ms": 5.0,
+        }
+    )
+    return out
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--allocations", type=int, default=1000)
+    p.add_argument("--calls", type=int, default=2000)
+    p.add_argument("--events", type=int, default=20000)
+    p.add_argument("--subscribers", type=int, default=100)
+    p.add_argument("--serve", nargs=2, metavar=("SOCKET", "STATE"), help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.serve:
+        asyncio.run(serve(args.serve[0], args.serve[1], args.allocations, args.events))
+        return 0
+    with tempfile.TemporaryDirectory(prefix="coloc-bench-") as d:
+        sock = f"{d}/agent.sock"
+        agent = subprocess.Popen(
+            [
+                sys.executable,
+                __file__,
+                "--serve",
+                sock,
+                f"{d}/state.json",
+                "--allocations",
+                str(args.allocations),
+                "--events",
+                str(args.events),
+            ],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            assert agent.stdout is not None and agent.stdout.readline().strip() == "READY"
+            out = asyncio.run(client_main(args, sock, agent))
+        finally:
+            agent.terminate()
+            agent.wait(10)
+    for k, v in out.items():
+        print(f"{k:55} {v}")
+    print(json.dumps(out))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

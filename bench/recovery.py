@@ -1,0 +1,310 @@
+"""Scheduler-side recovery time: real agent processes, and replayed endpoints at a larger scale.
+
+    python bench/recovery.py [--sizes 10,25,50] [--allocations 100] [--replayed 200] [--repeat 3]
+
+Real: N agent processes (the harness of the acceptance tests, tests/api/agentfleet.py), each with its
+own socket, node id, state file and private cgroup root holding --allocations allocations: 80 % container
+cgroups found by the agent's cgroup scanner, 20 % launches admitted through the API (pending). A
+scheduler restart is timed: `Recovery(...)` from start to Running (every node snapshotted, applied,
+watched and acknowledged). Side by side, the floor: GetSnapshot from the same N agents at the same
+parallelism, nothing applied.
+
+Replayed (labelled as such): snapshots and watch streams recorded from 10 of the real agents (while
+their cgroups changed), served byte for byte by 200 endpoints in two replay processes; node ids,
+incarnations and keys are rewritten per endpoint with equal-length byte substitutions (so the recorded
+protobuf stays valid and no key repeats across nodes). Only the recovery client is measured there.
+
+Prints one JSON object on its last line. Needs root and writable cgroups.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(REPO / "tests"), str(REPO / "tests" / "api")]
+
+import grpc  # noqa: E402
+from agentfleet import Agent, start_all, stop_all  # noqa: E402
+from apihelp import app_id, cid  # noqa: E402
+from realcg import RealRoot  # noqa: E402
+
+from agent.api.client import AgentClient  # noqa: E402
+from agent.api.coloc.v1 import agent_pb2 as pb  # noqa: E402
+from agent.recovery import NodeState, Recovery, RecoveryConfig, SchedulerState  # noqa: E402
+from agent.state import AdmitRequest  # noqa: E402
+from qos.model import Resources, Source  # noqa: E402
+
+TS = b"1700000000000"
+RECORDED = 10
+
+
+# ---- real agents -------------------------------------------------------------------------------------------
+
+def setup_agents(root: RealRoot, d: Path, n: int, per_node: int) -> list[Agent]:
+    agents = [Agent(root, d, f"node-{i:02d}", "--interval", "0.5") for i in range(n)]
+    containers = per_node * 4 // 5
+    for i, a in enumerate(agents):
+        for s in range(containers):
+            a.add_container(1 + i, s + 1)
+    start_all(agents)
+    return agents
+
+
+async def admit_pending(agents: list[Agent], per_node: int) -> None:
+    first = Recovery([a.address for a in agents], RecoveryConfig(epoch=1))
+    await first.start()
+    assert await first.wait_running() is SchedulerState.RUNNING
+    await first.stop()
+    pending = per_node - per_node * 4 // 5
+
+    async def one(i: int, a: Agent) -> None:
+        async with AgentClient(a.address) as c:
+            for s in range(pending):
+                app = 500 + i
+                r = await c.admit(AdmitRequest(f"yarn/{cid(app, s + 1)}", app_id(app), Source.YARN,
+                                               Resources(100, 64 << 20)), 1)
+                assert r.accepted, r
+
+    await asyncio.gather(*(one(i, a) for i, a in enumerate(agents)))
+
+
+async def time_recovery(addresses: list[str], epoch: int, parallel: int, expect: int) -> float:
+    rec = Recovery(addresses, RecoveryConfig(epoch=epoch, parallel=parallel))
+    t0 = time.perf_counter()
+    await rec.start()
+    state = await rec.wait_running()
+    elapsed = time.perf_counter() - t0
+    totals = rec.cluster.totals()
+    await rec.stop()
+    assert state is SchedulerState.RUNNING and totals["recovered"] == len(addresses), totals
+    assert totals["allocations"] == expect and totals["conflicts"] == 0, totals
+    return elapsed
+
+
+async def time_snapshot_floor(addresses: list[str], parallel: int) -> float:
+    sem = asyncio.Semaphore(parallel)
+    t0 = time.perf_counter()
+
+    async def one(a: str) -> None:
+        async with sem:
+            ch = grpc.aio.insecure_channel(f"unix:{a}", options=[("grpc.max_receive_message_length", 64 << 20)])
+            snap = ch.unary_unary("/coloc.v1.NodeAgent/GetSnapshot",
+                                  request_serializer=pb.GetSnapshotRequest.SerializeToString,
+                                  response_deserializer=pb.Snapshot.FromString)
+            await snap(pb.GetSnapshotRequest())
+            await ch.close()
+
+    await asyncio.gather(*(one(a) for a in addresses))
+    return time.perf_counter() - t0
+
+
+# ---- recording and replay ------------------------------------------------------------------------------------
+
+async def record(agent: Agent, seconds: float) -> tuple[bytes, list[bytes], str]:
+    """GetSnapshot bytes, then the raw Watch responses from its revision while the node's cgroups change."""
+    ch = grpc.aio.insecure_channel(f"unix:{agent.address}")
+    raw = ch.unary_unary("/coloc.v1.NodeAgent/GetSnapshot", request_serializer=pb.GetSnapshotRequest.SerializeToString)
+    snap_bytes: bytes = await raw(pb.GetSnapshotRequest())
+    snap = pb.Snapshot.FromString(snap_bytes)
+    watch = ch.unary_stream("/coloc.v1.NodeAgent/Watch", request_serializer=pb.WatchRequest.SerializeToString)
+    call = watch(pb.WatchRequest(incarnation=snap.identity.incarnation, from_revision=snap.revision))
+    messages: list[bytes] = []
+
+    async def reader() -> None:
+        async for m in call:
+            messages.append(m)
+
+    task = asyncio.create_task(reader())
+    n = int(agent.node_id.split("-")[1])
+    for s in range(5):  # the node keeps changing: two containers start, one ends, ...
+        agent.add_container(900 + n, s + 1)
+        if s % 2:
+            agent.remove_container(f"yarn/{cid(1 + n, s)}")
+        await asyncio.sleep(seconds / 5)
+    call.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    await ch.close()
+    return snap_bytes, messages, snap.identity.incarnation
+
+
+def rewrite(data: bytes, subs: list[tuple[bytes, bytes]]) -> bytes:
+    for old, new in subs:
+        assert len(old) == len(new)
+        data = data.replace(old, new)
+    return data
+
+
+def write_endpoints(d: Path, recordings: list[tuple[str, bytes, list[bytes], str]], count: int) -> None:
+    for k in range(count):
+        node, snap, stream, inc = recordings[k % len(recordings)]
+        subs = [(node.encode(), f"r{k:06d}".encode()), (inc.encode(), str(uuid.uuid4()).encode()),
+                (TS, f"17{k:011d}".encode())]
+        ep = d / f"ep-{k:04d}"
+        ep.mkdir()
+        (ep / "snapshot.bin").write_bytes(rewrite(snap, subs))
+        (ep / "stream.bin").write_bytes(b"".join(len(m).to_bytes(4, "big") + rewrite(m, subs) for m in stream))
+
+
+async def replay_serve(d: Path, lo: int, hi: int) -> None:
+    """Serve endpoints lo..hi-1 of `d`, each on its own socket, from the recorded bytes."""
+    servers = []
+    for k in range(lo, hi):
+        ep = d / f"ep-{k:04d}"
+        snap = (ep / "snapshot.bin").read_bytes()
+        data = (ep / "stream.bin").read_bytes()
+        msgs, i = [], 0
+        while i < len(data):
+            n = int.from_bytes(data[i:i + 4], "big")
+            msgs.append(data[i + 4:i + 4 + n])
+            i += 4 + n
+        parsed = pb.Snapshot.FromString(snap)
+        last = max([parsed.revision] + [e.revision for m in msgs for e in pb.WatchResponse.FromString(m).events])
+        servers.append(await _replay_server(ep.with_suffix(".sock"), snap, msgs, parsed.identity.incarnation, last))
+    print("READY", flush=True)
+    await asyncio.Event().wait()
+
+
+async def _replay_server(sock: Path, snap: bytes, msgs: list[bytes], inc: str, last: int) -> grpc.aio.Server:
+    async def get_snapshot(req: bytes, ctx: grpc.aio.ServicerContext[bytes, bytes]) -> bytes:
+        return snap
+
+    async def watch(req: pb.WatchRequest, ctx: grpc.aio.ServicerContext[bytes, bytes]):  # type: ignore[no-untyped-def]
+        if req.incarnation != inc:
+            await ctx.abort(grpc.StatusCode.FAILED_PRECONDITION, "incarnation")
+        for m in msgs:
+            yield m
+        await asyncio.Event().wait()  # the recording ends here: the stream stays open, as an idle node's
+
+    async def ack(req: pb.AckRecoveryRequest, ctx: grpc.aio.ServicerContext[bytes, bytes]) -> pb.AckRecoveryResponse:
+        return pb.AckRecoveryResponse(lifecycle=pb.LIFECYCLE_SCHEDULABLE, revision=last)
+
+    raw = lambda b: b  # noqa: E731
+    handler = grpc.method_handlers_generic_handler("coloc.v1.NodeAgent", {
+        "GetSnapshot": grpc.unary_unary_rpc_method_handler(get_snapshot, request_deserializer=raw,
+                                                           response_serializer=raw),
+        "Watch": grpc.unary_stream_rpc_method_handler(watch, request_deserializer=pb.WatchRequest.FromString,
+                                                      response_serializer=raw),
+        "AckRecovery": grpc.unary_unary_rpc_method_handler(
+            ack, request_deserializer=pb.AckRecoveryRequest.FromString,
+            response_serializer=pb.AckRecoveryResponse.SerializeToString),
+    })
+    server = grpc.aio.server()
+    server.add_generic_rpc_handlers((handler,))
+    server.add_insecure_port(f"unix:{sock}")
+    await server.start()
+    return server
+
+
+# ---- the run -------------------------------------------------------------------------------------------------
+
+async def measure(args: argparse.Namespace, d: Path, root: RealRoot) -> dict[str, object]:
+    sizes = [int(s) for s in args.sizes.split(",")]
+    out: dict[str, object] = {"allocations_per_node": args.allocations, "parallel": args.parallel,
+                              "repeat": args.repeat}
+    t0 = time.perf_counter()
+    agents = setup_agents(root, d, max(sizes), args.allocations)
+    try:
+        await admit_pending(agents, args.allocations)
+        out["setup_s"] = round(time.perf_counter() - t0, 1)
+        epoch = 10
+        for n in sizes:
+            addrs = [a.address for a in agents[:n]]
+            rec, floor = [], []
+            for _ in range(args.repeat):
+                epoch += 1
+                rec.append(await time_recovery(addrs, epoch, args.parallel, n * args.allocations))
+                floor.append(await time_snapshot_floor(addrs, args.parallel))
+            out[f"real_{n}_nodes_recovery_s"] = round(statistics.median(rec), 3)
+            out[f"real_{n}_nodes_snapshot_floor_s"] = round(statistics.median(floor), 3)
+            out[f"real_{n}_nodes_recovery_over_floor_ratio"] = round(statistics.median(rec) / statistics.median(floor), 2)
+            out[f"real_{n}_nodes_ms_per_node"] = round(1000 * statistics.median(rec) / n, 1)
+        recordings = []
+        for a in agents[:RECORDED]:
+            snap, msgs, inc = await record(a, 1.0)
+            recordings.append((a.node_id, snap, msgs, inc))
+        out["recorded_stream_messages"] = sum(len(r[2]) for r in recordings)
+    finally:
+        stop_all(agents)
+
+    ep_dir = d / "replay"
+    ep_dir.mkdir()
+    write_endpoints(ep_dir, recordings, args.replayed)
+    half = args.replayed // 2
+    servers = [subprocess.Popen([sys.executable, __file__, "--replay-serve", str(ep_dir), str(lo), str(hi)],
+                                stdout=subprocess.PIPE, text=True)
+               for lo, hi in ((0, half), (half, args.replayed))]
+    try:
+        for s in servers:
+            assert s.stdout is not None and s.stdout.readline().strip() == "READY"
+        addrs = [str(ep_dir / f"ep-{k:04d}.sock") for k in range(args.replayed)]
+        expect = sum(len(pb.Snapshot.FromString((ep_dir / f"ep-{k:04d}" / "snapshot.bin").read_bytes()).allocations)
+                     for k in range(args.replayed))
+        rec, floor = [], []
+        for r in range(args.repeat):
+            rec.append(await time_replayed(addrs, 100 + r, args.parallel))
+            floor.append(await time_snapshot_floor(addrs, args.parallel))
+        out[f"replayed_{args.replayed}_nodes_recovery_s"] = round(statistics.median(rec), 3)
+        out[f"replayed_{args.replayed}_nodes_snapshot_floor_s"] = round(statistics.median(floor), 3)
+        out[f"replayed_{args.replayed}_nodes_recovery_over_floor_ratio"] = round(
+            statistics.median(rec) / statistics.median(floor), 2)
+        out["replayed_allocations_in_snapshots"] = expect
+        out["replayed_label"] = (f"replayed: {args.replayed} endpoints serving snapshots and watch streams recorded "
+                                 f"from {RECORDED} real agents, ids rewritten per endpoint")
+    finally:
+        for s in servers:
+            s.terminate()
+            s.wait(10)
+    out["target_real_50_nodes_s"] = 3.0
+    out["target_replayed_200_nodes_s"] = 5.0
+    return out
+
+
+async def time_replayed(addresses: list[str], epoch: int, parallel: int) -> float:
+    rec = Recovery(addresses, RecoveryConfig(epoch=epoch, parallel=parallel))
+    t0 = time.perf_counter()
+    await rec.start()
+    state = await rec.wait_running()
+    elapsed = time.perf_counter() - t0
+    totals = rec.cluster.totals()
+    await rec.stop()
+    assert state is SchedulerState.RUNNING and totals["recovered"] == len(addresses), totals
+    assert totals["conflicts"] == 0 and all(n.state is NodeState.RECOVERED for n in rec.cluster.nodes.values())
+    return elapsed
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--sizes", default="10,25,50")
+    p.add_argument("--allocations", type=int, default=100)
+    p.add_argument("--replayed", type=int, default=200)
+    p.add_argument("--repeat", type=int, default=3)
+    p.add_argument("--parallel", type=int, default=32)
+    p.add_argument("--replay-serve", nargs=3, help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.replay_serve:
+        asyncio.run(replay_serve(Path(args.replay_serve[0]), int(args.replay_serve[1]), int(args.replay_serve[2])))
+        return 0
+    root = RealRoot(prefix="coloc-bench")
+    try:
+        with tempfile.TemporaryDirectory(prefix="coloc-rb-", dir="/tmp") as d:
+            out = asyncio.run(measure(args, Path(d), root))
+    finally:
+        root.cleanup()
+    for k, v in out.items():
+        print(f"{k:48} {v}")
+    print(json.dumps(out))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
