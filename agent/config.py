@@ -11,7 +11,9 @@ from typing import Literal
 import yaml
 
 from agent.configload import ConfigError, from_mapping, parse_bytes
+from agent.api.server import ApiConfig
 from agent.metrics.config import MetricsConfig
+from qos.batch import BatchConfig
 from agent.standalone import StandaloneConfig
 from qos.policies import PolicyConfig
 
@@ -108,6 +110,26 @@ class EvictionConfig:
 
 
 @dataclass(frozen=True)
+class StateConfig:
+    """The node's allocation ledger. `path` "" keeps no state on disk (tests and tools only)."""
+
+    path: str = "/var/lib/coloc-agent/state.json"
+    ring_size: int = 4096
+    watch_queue_size: int = 1024
+    pending_launch_ttl_s: float = 300.0
+
+    def __post_init__(self) -> None:
+        if self.path and not os.path.isabs(self.path):
+            raise ConfigError(f"state.path: must be absolute, got {self.path!r}")
+        if self.ring_size < 16:
+            raise ConfigError(f"state.ring_size: must be ≥ 16, got {self.ring_size}")
+        if self.watch_queue_size < 16:
+            raise ConfigError(f"state.watch_queue_size: must be ≥ 16, got {self.watch_queue_size}")
+        if self.pending_launch_ttl_s <= 0:
+            raise ConfigError("state.pending_launch_ttl_s: must be > 0")
+
+
+@dataclass(frozen=True)
 class AuditConfig:
     """Where audit records go: a JSON-lines file, or "" for the log only."""
 
@@ -131,6 +153,9 @@ class AgentConfig:
     standalone: StandaloneConfig = field(default_factory=StandaloneConfig)
     policies: PolicyConfig = field(default_factory=PolicyConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
+    state: StateConfig = field(default_factory=StateConfig)
+    api: ApiConfig = field(default_factory=ApiConfig)
+    batch: BatchConfig = field(default_factory=lambda: BatchConfig(origin="local"))
 
 
 def load_config(path: str | Path) -> AgentConfig:

@@ -25,7 +25,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from agent.config import AgentConfig, CgroupConfig, EvictionConfig, LoopConfig, NodeConfig
+from agent.config import AgentConfig, CgroupConfig, EvictionConfig, LoopConfig, NodeConfig, StateConfig
 from agent.published import ActionRecord
 from agent.runtime import BE_TIER, Runtime, build, remove_tree
 from agent.spawn import spawn_in_cgroup, workload_argv
@@ -74,6 +74,7 @@ def demo_config(root: str, memory: str, interval: float) -> AgentConfig:
         loop=LoopConfig(interval_s=interval, stale_after_s=max(5.0, 3 * interval)),
         eviction=EvictionConfig(grace_period_s=1.0, rate_per_minute=30, burst=3),
         standalone=StandaloneConfig(workloads=tuple(be)),
+        state=StateConfig(path=""),
     )
 
 

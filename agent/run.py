@@ -11,6 +11,7 @@ import sys
 
 from agent.config import ConfigError, load_config
 from agent.logs import setup_logging
+from agent.api.server import ApiStartError, start_api_server
 from agent.runtime import build
 
 log = logging.getLogger("coloc.run")
@@ -31,7 +32,23 @@ async def serve(config_path: str, dry_run: bool = False, ready: asyncio.Event | 
         cfg = dataclasses.replace(cfg, eviction=dataclasses.replace(cfg.eviction, dry_run=True))
     setup_logging(cfg.log.level, cfg.log.format)
     rt = build(cfg)
-    metrics = rt.metrics.start(rt.board) if cfg.metrics.enabled else None
+    ledger = rt.ledger
+    assert ledger is not None
+    ledger.start_persistence()
+    if ledger.startup_problem:
+        log.error("state file problem", extra={"fields": {"problem": ledger.startup_problem}})
+    metrics = (rt.metrics.start(rt.board, ledger_view=lambda: ledger.last_view)
+               if cfg.metrics.enabled else None)
+    try:
+        api = await start_api_server(ledger, cfg.api, board=rt.board)
+    except ApiStartError as err:
+        await api.stop(2.0)
+        if metrics is not None:
+            metrics.stop()
+        await ledger.close()
+        rt.close()
+        await ledger.close()
+        raise ConfigError(str(err)) from err
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -19,13 +19,17 @@ from agent.executors.apply import ActionExecutor, Evictor
 from agent.executors.process_kill import LocalEvictor
 from agent.loop import LoopTiming, TickLoop
 from agent.metrics import MetricsHub
+from agent.published import ActionRecord
+from agent.state import Ledger, LedgerConfig
+from qos.actions import Action
+from qos.batch import BatchConfig, local_origin
 from agent.published import Board
 from agent.standalone import StandaloneScanner
 from cgroups.discovery import Hierarchy, discover
 from cgroups.errors import CgroupError
 from cgroups.reader import CgroupReader
 from cgroups.writer import CgroupWriter
-from qos.model import Resources, Source, Workload
+from qos.model import NodeSnapshot, Resources, Source, Workload
 
 log = logging.getLogger("coloc.runtime")
 
@@ -51,6 +55,7 @@ class Runtime:
     capacity: Resources
     cpus: tuple[int, ...]
     metrics: MetricsHub
+    ledger: Ledger | None = None
     created_root: bool = False
     extra_tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
@@ -109,7 +114,34 @@ def remove_tree(writer: CgroupWriter, reader: CgroupReader, rel: str) -> None:
         writer.rmdir(rel, recursive=True)
 
 
-def build(cfg: AgentConfig, board: Board | None = None) -> Runtime:
+def open_ledger(cfg: AgentConfig) -> Ledger:
+    """Load (or start) the persisted ledger; a corrupt state file is set aside and reported, not fatal."""
+    return Ledger.open(LedgerConfig(
+        node_id=cfg.node.node_name, state_path=cfg.state.path or None, ring_size=cfg.state.ring_size,
+        watch_queue_size=cfg.state.watch_queue_size, pending_launch_ttl_s=cfg.state.pending_launch_ttl_s))
+
+
+class LedgerFeed:
+    """Each tick: bring the ledger in line with the snapshot and turn what was done into notices."""
+
+    def __init__(self, ledger: Ledger, batch: BatchConfig) -> None:
+        self._ledger = ledger
+        self._batch = batch
+
+    def on_tick(self, snap: NodeSnapshot, _actions: list[Action], records: list[ActionRecord]) -> None:
+        origin = local_origin(snap, self._batch)
+        if origin is None:  # system usage unmeasured this tick: keep what was reported
+            origin = self._ledger.node.batch_allocatable
+        self._ledger.sync(snap, origin, time.time())
+        for r in records:
+            if r.kind == "evict" and r.outcome in ("started", "dry_run"):
+                self._ledger.notice("eviction", r.reason, {"key": r.target, "policy": r.policy,
+                                                           "outcome": r.outcome})
+            elif r.kind in ("set_be_cpuset", "set_be_cpu_quota") and r.outcome == "applied":
+                self._ledger.notice("suppression", r.reason, {"knob": r.kind, "value": r.target})
+
+
+def build(cfg: AgentConfig, board: Board | None = None, *, with_ledger: bool = True) -> Runtime:
     hierarchy = discover(base=Path(cfg.cgroups.mount))
     root = cfg.cgroups.root.strip("/")
     reader = CgroupReader(hierarchy, root)
@@ -139,13 +171,14 @@ def build(cfg: AgentConfig, board: Board | None = None) -> Runtime:
         return rt_holder[0].list_workloads()
 
     hub = MetricsHub(cfg.metrics)
+    ledger = open_ledger(cfg) if with_ledger else None
+    hooks = (LedgerFeed(ledger, cfg.batch).on_tick,) if ledger is not None else ()
     loop = TickLoop(
         collector, list_workloads, executor, cfg.policies, board,
         LoopTiming(cfg.loop.interval_s, cfg.loop.fast_path, cfg.loop.fast_poll_s,
                    cfg.loop.fast_hp_jump_milli_cpu, cfg.loop.fast_psi_stall_ratio),
-        on_publish=(hub.observe,))
+        hooks=hooks, on_publish=(hub.observe,))
     rt = Runtime(cfg, hierarchy, reader, writer, collector, scanner, executor, loop, board, audit, capacity,
-                 cpus,
-                 hub, created)
+                 cpus, hub, ledger, created)
     rt_holder.append(rt)
     return rt

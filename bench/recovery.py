@@ -50,6 +50,7 @@ RECORDED = 10
 
 # ---- real agents -------------------------------------------------------------------------------------------
 
+
 def setup_agents(root: RealRoot, d: Path, n: int, per_node: int) -> list[Agent]:
     agents = [Agent(root, d, f"node-{i:02d}", "--interval", "0.5") for i in range(n)]
     containers = per_node * 4 // 5
@@ -71,8 +72,12 @@ async def admit_pending(agents: list[Agent], per_node: int) -> None:
         async with AgentClient(a.address) as c:
             for s in range(pending):
                 app = 500 + i
-                r = await c.admit(AdmitRequest(f"yarn/{cid(app, s + 1)}", app_id(app), Source.YARN,
-                                               Resources(100, 64 << 20)), 1)
+                r = await c.admit(
+                    AdmitRequest(
+                        f"yarn/{cid(app, s + 1)}", app_id(app), Source.YARN, Resources(100, 64 << 20)
+                    ),
+                    1,
+                )
                 assert r.accepted, r
 
     await asyncio.gather(*(one(i, a) for i, a in enumerate(agents)))
@@ -97,10 +102,14 @@ async def time_snapshot_floor(addresses: list[str], parallel: int) -> float:
 
     async def one(a: str) -> None:
         async with sem:
-            ch = grpc.aio.insecure_channel(f"unix:{a}", options=[("grpc.max_receive_message_length", 64 << 20)])
-            snap = ch.unary_unary("/coloc.v1.NodeAgent/GetSnapshot",
-                                  request_serializer=pb.GetSnapshotRequest.SerializeToString,
-                                  response_deserializer=pb.Snapshot.FromString)
+            ch = grpc.aio.insecure_channel(
+                f"unix:{a}", options=[("grpc.max_receive_message_length", 64 << 20)]
+            )
+            snap = ch.unary_unary(
+                "/coloc.v1.NodeAgent/GetSnapshot",
+                request_serializer=pb.GetSnapshotRequest.SerializeToString,
+                response_deserializer=pb.Snapshot.FromString,
+            )
             await snap(pb.GetSnapshotRequest())
             await ch.close()
 
@@ -108,12 +117,15 @@ async def time_snapshot_floor(addresses: list[str], parallel: int) -> float:
     return time.perf_counter() - t0
 
 
-# ---- recording and replay ------------------------------------------------------------------------------------
+# ---- recording and replay ---------------------------------------------------------------------------
+
 
 async def record(agent: Agent, seconds: float) -> tuple[bytes, list[bytes], str]:
     """GetSnapshot bytes, then the raw Watch responses from its revision while the node's cgroups change."""
     ch = grpc.aio.insecure_channel(f"unix:{agent.address}")
-    raw = ch.unary_unary("/coloc.v1.NodeAgent/GetSnapshot", request_serializer=pb.GetSnapshotRequest.SerializeToString)
+    raw = ch.unary_unary(
+        "/coloc.v1.NodeAgent/GetSnapshot", request_serializer=pb.GetSnapshotRequest.SerializeToString
+    )
     snap_bytes: bytes = await raw(pb.GetSnapshotRequest())
     snap = pb.Snapshot.FromString(snap_bytes)
     watch = ch.unary_stream("/coloc.v1.NodeAgent/Watch", request_serializer=pb.WatchRequest.SerializeToString)
@@ -147,12 +159,17 @@ def rewrite(data: bytes, subs: list[tuple[bytes, bytes]]) -> bytes:
 def write_endpoints(d: Path, recordings: list[tuple[str, bytes, list[bytes], str]], count: int) -> None:
     for k in range(count):
         node, snap, stream, inc = recordings[k % len(recordings)]
-        subs = [(node.encode(), f"r{k:06d}".encode()), (inc.encode(), str(uuid.uuid4()).encode()),
-                (TS, f"17{k:011d}".encode())]
+        subs = [
+            (node.encode(), f"r{k:06d}".encode()),
+            (inc.encode(), str(uuid.uuid4()).encode()),
+            (TS, f"17{k:011d}".encode()),
+        ]
         ep = d / f"ep-{k:04d}"
         ep.mkdir()
         (ep / "snapshot.bin").write_bytes(rewrite(snap, subs))
-        (ep / "stream.bin").write_bytes(b"".join(len(m).to_bytes(4, "big") + rewrite(m, subs) for m in stream))
+        (ep / "stream.bin").write_bytes(
+            b"".join(len(m).to_bytes(4, "big") + rewrite(m, subs) for m in stream)
+        )
 
 
 async def replay_serve(d: Path, lo: int, hi: int) -> None:
@@ -164,12 +181,16 @@ async def replay_serve(d: Path, lo: int, hi: int) -> None:
         data = (ep / "stream.bin").read_bytes()
         msgs, i = [], 0
         while i < len(data):
-            n = int.from_bytes(data[i:i + 4], "big")
-            msgs.append(data[i + 4:i + 4 + n])
+            n = int.from_bytes(data[i : i + 4], "big")
+            msgs.append(data[i + 4 : i + 4 + n])
             i += 4 + n
         parsed = pb.Snapshot.FromString(snap)
-        last = max([parsed.revision] + [e.revision for m in msgs for e in pb.WatchResponse.FromString(m).events])
-        servers.append(await _replay_server(ep.with_suffix(".sock"), snap, msgs, parsed.identity.incarnation, last))
+        last = max(
+            [parsed.revision] + [e.revision for m in msgs for e in pb.WatchResponse.FromString(m).events]
+        )
+        servers.append(
+            await _replay_server(ep.with_suffix(".sock"), snap, msgs, parsed.identity.incarnation, last)
+        )
     print("READY", flush=True)
     await asyncio.Event().wait()
 
@@ -185,19 +206,28 @@ async def _replay_server(sock: Path, snap: bytes, msgs: list[bytes], inc: str, l
             yield m
         await asyncio.Event().wait()  # the recording ends here: the stream stays open, as an idle node's
 
-    async def ack(req: pb.AckRecoveryRequest, ctx: grpc.aio.ServicerContext[bytes, bytes]) -> pb.AckRecoveryResponse:
+    async def ack(
+        req: pb.AckRecoveryRequest, ctx: grpc.aio.ServicerContext[bytes, bytes]
+    ) -> pb.AckRecoveryResponse:
         return pb.AckRecoveryResponse(lifecycle=pb.LIFECYCLE_SCHEDULABLE, revision=last)
 
     raw = lambda b: b  # noqa: E731
-    handler = grpc.method_handlers_generic_handler("coloc.v1.NodeAgent", {
-        "GetSnapshot": grpc.unary_unary_rpc_method_handler(get_snapshot, request_deserializer=raw,
-                                                           response_serializer=raw),
-        "Watch": grpc.unary_stream_rpc_method_handler(watch, request_deserializer=pb.WatchRequest.FromString,
-                                                      response_serializer=raw),
-        "AckRecovery": grpc.unary_unary_rpc_method_handler(
-            ack, request_deserializer=pb.AckRecoveryRequest.FromString,
-            response_serializer=pb.AckRecoveryResponse.SerializeToString),
-    })
+    handler = grpc.method_handlers_generic_handler(
+        "coloc.v1.NodeAgent",
+        {
+            "GetSnapshot": grpc.unary_unary_rpc_method_handler(
+                get_snapshot, request_deserializer=raw, response_serializer=raw
+            ),
+            "Watch": grpc.unary_stream_rpc_method_handler(
+                watch, request_deserializer=pb.WatchRequest.FromString, response_serializer=raw
+            ),
+            "AckRecovery": grpc.unary_unary_rpc_method_handler(
+                ack,
+                request_deserializer=pb.AckRecoveryRequest.FromString,
+                response_serializer=pb.AckRecoveryResponse.SerializeToString,
+            ),
+        },
+    )
     server = grpc.aio.server()
     server.add_generic_rpc_handlers((handler,))
     server.add_insecure_port(f"unix:{sock}")
@@ -205,12 +235,16 @@ async def _replay_server(sock: Path, snap: bytes, msgs: list[bytes], inc: str, l
     return server
 
 
-# ---- the run -------------------------------------------------------------------------------------------------
+# ---- the run ----------------------------------------------------------------------------------------
+
 
 async def measure(args: argparse.Namespace, d: Path, root: RealRoot) -> dict[str, object]:
     sizes = [int(s) for s in args.sizes.split(",")]
-    out: dict[str, object] = {"allocations_per_node": args.allocations, "parallel": args.parallel,
-                              "repeat": args.repeat}
+    out: dict[str, object] = {
+        "allocations_per_node": args.allocations,
+        "parallel": args.parallel,
+        "repeat": args.repeat,
+    }
     t0 = time.perf_counter()
     agents = setup_agents(root, d, max(sizes), args.allocations)
     try:
@@ -226,7 +260,9 @@ async def measure(args: argparse.Namespace, d: Path, root: RealRoot) -> dict[str
                 floor.append(await time_snapshot_floor(addrs, args.parallel))
             out[f"real_{n}_nodes_recovery_s"] = round(statistics.median(rec), 3)
             out[f"real_{n}_nodes_snapshot_floor_s"] = round(statistics.median(floor), 3)
-            out[f"real_{n}_nodes_recovery_over_floor_ratio"] = round(statistics.median(rec) / statistics.median(floor), 2)
+            out[f"real_{n}_nodes_recovery_over_floor_ratio"] = round(
+                statistics.median(rec) / statistics.median(floor), 2
+            )
             out[f"real_{n}_nodes_ms_per_node"] = round(1000 * statistics.median(rec) / n, 1)
         recordings = []
         for a in agents[:RECORDED]:
@@ -240,15 +276,22 @@ async def measure(args: argparse.Namespace, d: Path, root: RealRoot) -> dict[str
     ep_dir.mkdir()
     write_endpoints(ep_dir, recordings, args.replayed)
     half = args.replayed // 2
-    servers = [subprocess.Popen([sys.executable, __file__, "--replay-serve", str(ep_dir), str(lo), str(hi)],
-                                stdout=subprocess.PIPE, text=True)
-               for lo, hi in ((0, half), (half, args.replayed))]
+    servers = [
+        subprocess.Popen(
+            [sys.executable, __file__, "--replay-serve", str(ep_dir), str(lo), str(hi)],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for lo, hi in ((0, half), (half, args.replayed))
+    ]
     try:
         for s in servers:
             assert s.stdout is not None and s.stdout.readline().strip() == "READY"
         addrs = [str(ep_dir / f"ep-{k:04d}.sock") for k in range(args.replayed)]
-        expect = sum(len(pb.Snapshot.FromString((ep_dir / f"ep-{k:04d}" / "snapshot.bin").read_bytes()).allocations)
-                     for k in range(args.replayed))
+        expect = sum(
+            len(pb.Snapshot.FromString((ep_dir / f"ep-{k:04d}" / "snapshot.bin").read_bytes()).allocations)
+            for k in range(args.replayed)
+        )
         rec, floor = [], []
         for r in range(args.repeat):
             rec.append(await time_replayed(addrs, 100 + r, args.parallel))
@@ -256,10 +299,13 @@ async def measure(args: argparse.Namespace, d: Path, root: RealRoot) -> dict[str
         out[f"replayed_{args.replayed}_nodes_recovery_s"] = round(statistics.median(rec), 3)
         out[f"replayed_{args.replayed}_nodes_snapshot_floor_s"] = round(statistics.median(floor), 3)
         out[f"replayed_{args.replayed}_nodes_recovery_over_floor_ratio"] = round(
-            statistics.median(rec) / statistics.median(floor), 2)
+            statistics.median(rec) / statistics.median(floor), 2
+        )
         out["replayed_allocations_in_snapshots"] = expect
-        out["replayed_label"] = (f"replayed: {args.replayed} endpoints serving snapshots and watch streams recorded "
-                                 f"from {RECORDED} real agents, ids rewritten per endpoint")
+        out["replayed_label"] = (
+            f"replayed: {args.replayed} endpoints serving snapshots and watch streams recorded "
+            f"from {RECORDED} real agents, ids rewritten per endpoint"
+        )
     finally:
         for s in servers:
             s.terminate()
@@ -278,7 +324,9 @@ async def time_replayed(addresses: list[str], epoch: int, parallel: int) -> floa
     totals = rec.cluster.totals()
     await rec.stop()
     assert state is SchedulerState.RUNNING and totals["recovered"] == len(addresses), totals
-    assert totals["conflicts"] == 0 and all(n.state is NodeState.RECOVERED for n in rec.cluster.nodes.values())
+    assert totals["conflicts"] == 0 and all(
+        n.state is NodeState.RECOVERED for n in rec.cluster.nodes.values()
+    )
     return elapsed
 
 
@@ -292,7 +340,9 @@ def main() -> int:
     p.add_argument("--replay-serve", nargs=3, help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.replay_serve:
-        asyncio.run(replay_serve(Path(args.replay_serve[0]), int(args.replay_serve[1]), int(args.replay_serve[2])))
+        asyncio.run(
+            replay_serve(Path(args.replay_serve[0]), int(args.replay_serve[1]), int(args.replay_serve[2]))
+        )
         return 0
     root = RealRoot(prefix="coloc-bench")
     try:

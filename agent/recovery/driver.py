@@ -160,10 +160,13 @@ class Recovery:
                     nc.state = NodeState.LOST
                     nc.lost_at = now
                     self._report(nc, "lost", nc.last_error or "no answer")
-            if self.state is SchedulerState.RECOVERING and all(
-                    n.state is not NodeState.RECOVERING for n in self.cluster.nodes.values()):
-                self._set_scheduler(SchedulerState.RUNNING)
+            self._check_running()
             await asyncio.sleep(0.05)
+
+    def _check_running(self) -> None:
+        if self.state is SchedulerState.RECOVERING and all(
+                n.state is not NodeState.RECOVERING for n in self.cluster.nodes.values()):
+            self._set_scheduler(SchedulerState.RUNNING)
 
     # ---- one node -------------------------------------------------------------------------------------
 
@@ -249,3 +252,4 @@ class Recovery:
             if was is NodeState.LOST:
                 detail += " (was lost)"
             self._report(nc, "recovered", detail)
+            self._check_running()

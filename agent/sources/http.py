@@ -109,7 +109,7 @@ class HttpFetcher:
                     raise FetchError("timeout", f"{where}: body not complete after {ep.timeout_s}s")
                 if conn.sock is not None:
                     conn.sock.settimeout(left)
-                chunk = resp.read(_CHUNK)
+                chunk = resp.read1(_CHUNK)  # one socket read: a trickling server meets the deadline
                 if not chunk:
                     break
                 body += chunk

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from realcg import RealRoot
 
-from agent.config import AgentConfig, CgroupConfig, EvictionConfig, LoopConfig, NodeConfig
+from agent.config import AgentConfig, CgroupConfig, EvictionConfig, LoopConfig, NodeConfig, StateConfig
 from agent.runtime import Runtime, build
 from agent.spawn import workload_argv
 from agent.standalone import LocalWorkload, StandaloneConfig
@@ -33,6 +33,7 @@ def agent_config(root: str, *, cpus: float = 2, memory: int | str = "1Gi", polic
         audit=replace(AgentConfig().audit, path=audit),
         standalone=StandaloneConfig(workloads=workloads),
         policies=pol,
+        state=StateConfig(path=""),
     )
 
 
