@@ -10,11 +10,11 @@ from typing import Literal
 
 import yaml
 
-from agent.configload import ConfigError, from_mapping, parse_bytes
 from agent.api.server import ApiConfig
+from agent.configload import ConfigError, from_mapping, parse_bytes
 from agent.metrics.config import MetricsConfig
-from qos.batch import BatchConfig
 from agent.standalone import StandaloneConfig
+from qos.batch import BatchConfig
 from qos.policies import PolicyConfig
 
 __all__ = ["AgentConfig", "ConfigError", "load_config"]

@@ -9,9 +9,9 @@ import logging
 import signal
 import sys
 
+from agent.api.server import ApiStartError, start_api_server
 from agent.config import ConfigError, load_config
 from agent.logs import setup_logging
-from agent.api.server import ApiStartError, start_api_server
 from agent.runtime import build
 
 log = logging.getLogger("coloc.run")

@@ -19,16 +19,15 @@ from agent.executors.apply import ActionExecutor, Evictor
 from agent.executors.process_kill import LocalEvictor
 from agent.loop import LoopTiming, TickLoop
 from agent.metrics import MetricsHub
-from agent.published import ActionRecord
-from agent.state import Ledger, LedgerConfig
-from qos.actions import Action
-from qos.batch import BatchConfig, local_origin
-from agent.published import Board
+from agent.published import ActionRecord, Board
 from agent.standalone import StandaloneScanner
+from agent.state import Ledger, LedgerConfig
 from cgroups.discovery import Hierarchy, discover
 from cgroups.errors import CgroupError
 from cgroups.reader import CgroupReader
 from cgroups.writer import CgroupWriter
+from qos.actions import Action
+from qos.batch import BatchConfig, local_origin
 from qos.model import NodeSnapshot, Resources, Source, Workload
 
 log = logging.getLogger("coloc.runtime")

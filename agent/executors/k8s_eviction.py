@@ -131,7 +131,7 @@ class K8sEvictor:
         pod = f"{w.namespace}/{w.name}"
         try:
             self._api.create_namespaced_pod_eviction(
-                w.name, w.namespace, body, _content_type="application/json",
+                w.name, w.namespace, body, _headers={"Content-Type": "application/json"},
                 _request_timeout=self.cfg.timeout_s)
         except ApiException as err:
             status = int(err.status) if err.status is not None else None
@@ -183,7 +183,8 @@ class K8sEvictor:
             first_timestamp=now, last_timestamp=now, count=1)
         try:
             self._api.create_namespaced_event(
-                w.namespace, event, _content_type="application/json", _request_timeout=self.cfg.timeout_s)
+                w.namespace, event, _headers={"Content-Type": "application/json"},
+                _request_timeout=self.cfg.timeout_s)
         except (ApiException, HTTPError, OSError) as err:
             log.warning("could not post the %s event for %s/%s: %s", event_reason, w.namespace, w.name, err)
 
