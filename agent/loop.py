@@ -149,7 +149,12 @@ class TickLoop:
                     self._tick_errors += 1
                     log.exception("tick failed")
                 self._wake.clear()
-                remaining = self._timing.interval_s - (time.monotonic() - started)
+                interval = self._timing.interval_s
+                if self._last is not None and self._last.hp_usage.milli_cpu is None:
+                    # No rates yet (first tick): a second reading soon gives them, so BE is not left
+                    # unmanaged for a whole interval after start.
+                    interval = min(interval, max(0.1, 2 * self._timing.fast_poll_s))
+                remaining = interval - (time.monotonic() - started)
                 waiters = [asyncio.ensure_future(self._wake.wait()), asyncio.ensure_future(stop.wait())]
                 await asyncio.wait(waiters, timeout=max(0.0, remaining), return_when=asyncio.FIRST_COMPLETED)
                 for w in waiters:

@@ -77,6 +77,14 @@ class BatchState:
     origin: Resources | None = None
     origin_at: float = 0.0
     pending: Mapping[str, tuple[float, Resources]] = field(default_factory=dict)
+    blocked: Mapping[str, float] = field(default_factory=dict)  # key -> when its eviction was refused
+
+
+def note_blocked(state: BatchState, key: str, at: float) -> BatchState:
+    """An eviction was refused (a disruption budget, a UID conflict, no cgroup yet): its release is no
+    longer pending, and the victim is passed over for `pending_release_s` so the next one is taken."""
+    pending = {k: v for k, v in state.pending.items() if k != key}
+    return replace(state, pending=pending, blocked={**state.blocked, key: at})
 
 
 @dataclass(frozen=True, slots=True)
@@ -308,8 +316,10 @@ def _yarn_order(w: Workload) -> tuple[int, ...]:
 
 
 def victim_order(workloads: Iterable[Workload]) -> list[Workload]:
-    """Lowest priority first; newest first among equals (start time, then YARN id, then key)."""
-    return sorted(workloads, key=lambda w: (w.priority, -w.started_at, _neg(_yarn_order(w)), _neg_str(w.key)))
+    """Lowest priority first; newest first among equals (start time, then YARN id, then key); a YARN
+    ApplicationMaster after every other workload of its priority (killing it loses the application)."""
+    return sorted(workloads, key=lambda w: (w.priority, w.is_yarn_am, -w.started_at, _neg(_yarn_order(w)),
+                                            _neg_str(w.key)))
 
 
 def _neg(t: tuple[int, ...]) -> tuple[int, ...]:
@@ -365,7 +375,8 @@ def decide_batch(snapshot: NodeSnapshot, cfg: BatchConfig, state: BatchState, *,
     present = {w.key: w for w in snapshot.workloads}
     pending = {k: v for k, v in state.pending.items()
                if k in present and now - v[0] < cfg.pending_release_s}
-    state = replace(state, pending=pending)
+    blocked = {k: at for k, at in state.blocked.items() if k in present and now - at < cfg.pending_release_s}
+    state = replace(state, pending=pending, blocked=blocked)
     view = ledger_view(origin, snapshot.workloads)
     if not view.overcommitted:
         return [], state
@@ -387,7 +398,7 @@ def decide_batch(snapshot: NodeSnapshot, cfg: BatchConfig, state: BatchState, *,
         return [Hold(POLICY, "overcommitted; waiting for pending releases")], state
     candidates = [w for w in snapshot.workloads
                   if w.be and w.source in (Source.K8S, Source.YARN) and not w.terminating
-                  and w.key not in pending]
+                  and w.key not in pending and w.key not in blocked]
     victims = select_victims(candidates, need, snapshot.workloads)
     numbers = view.numbers()
     numbers["pending_release_milli_cpu"] = releasing.milli_cpu

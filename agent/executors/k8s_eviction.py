@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import json
 import logging
 import re
 import threading
@@ -55,8 +56,8 @@ class EvictionResult:
 
     @property
     def ok(self) -> bool:
-        """The pod is on its way out (or already gone)."""
-        return self.outcome in (EvictionOutcome.EVICTED, EvictionOutcome.GONE)
+        """The pod is on its way out (evicted now or within the window) or already gone."""
+        return self.outcome in (EvictionOutcome.EVICTED, EvictionOutcome.GONE, EvictionOutcome.ALREADY_EVICTED)
 
     @property
     def try_next(self) -> bool:
@@ -65,9 +66,13 @@ class EvictionResult:
 
 
 def _status_message(err: ApiException) -> str:
-    body = err.body if isinstance(err.body, str) else ""
-    m = re.search(r'"message"\s*:\s*"((?:[^"\\]|\\.){0,300})"', body)
-    return m.group(1) if m else (err.reason or "")
+    """The `message` of the Status body the API server sent, else the HTTP reason."""
+    try:
+        doc = json.loads(err.body) if isinstance(err.body, str | bytes) else None
+    except ValueError:
+        doc = None
+    message = doc.get("message") if isinstance(doc, dict) else None
+    return str(message)[:300] if message else str(err.reason or "")
 
 
 def _numbers_text(numbers: Mapping[str, float]) -> str:

@@ -40,6 +40,7 @@ class YarnKillResult:
     escalated: bool  # SIGKILL was needed
     seconds: float
     detail: str
+    found: bool = True  # False: refused id, or no cgroup (pending launch / already gone)
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,8 +57,10 @@ class ReleaseResult:
 
 
 def plan_release(containers: Iterable[Workload], want: Resources) -> list[Workload]:
-    """Which containers to kill for `want`: newest container id first, skipping any that adds nothing to a
-    target still unmet; an AM only once no other container of its application is left unchosen."""
+    """Which containers to kill for `want`: newest container id first, every ApplicationMaster after every
+    other container (killing an AM loses its whole application's progress), and an AM only once no other
+    container of its application is left unchosen; a container that adds nothing to a target still unmet
+    is passed over."""
     parsed: list[tuple[ContainerId, Workload]] = []
     for w in containers:
         if w.source is not Source.YARN or w.terminating:
@@ -66,7 +69,7 @@ def plan_release(containers: Iterable[Workload], want: Resources) -> list[Worklo
             parsed.append((parse_container_id(w.key.removeprefix("yarn/")), w))
         except IdError:
             continue
-    parsed.sort(key=lambda cw: cw[0], reverse=True)
+    parsed.sort(key=lambda cw: (not cw[0].is_am, cw[0]), reverse=True)
     left: dict[str, int] = {}
     for cid, _ in parsed:
         left[cid.app_id] = left.get(cid.app_id, 0) + 1
@@ -122,6 +125,13 @@ class YarnKiller:
         except (ValueError, CgroupError):
             return False
 
+    def running(self, container_id: str) -> bool:
+        """Its cgroup exists and still holds processes (an emptied one is already being released)."""
+        try:
+            return bool(self._members(self.container_cgroup(container_id)))
+        except (ValueError, CgroupError):
+            return False
+
     def _members(self, rel: str) -> set[int]:
         return self._writer.members(rel)
 
@@ -145,10 +155,11 @@ class YarnKiller:
             rel = self.container_cgroup(container_id)
         except ValueError as err:
             log.warning("yarn kill refused: %s", err)
-            return YarnKillResult(str(container_id)[:96], False, False, 0.0, f"refused: {err}")
+            return YarnKillResult(str(container_id)[:96], False, False, 0.0, f"refused: {err}", found=False)
         cid = rel.rsplit("/", 1)[-1]
         if not self._reader.exists(rel):
-            return YarnKillResult(cid, False, False, 0.0, "no cgroup (pending launch or already gone)")
+            return YarnKillResult(cid, False, False, 0.0, "no cgroup (pending launch or already gone)",
+                                  found=False)
         procs: list[psutil.Process] = []
         escalated = False
         try:
@@ -178,10 +189,11 @@ class YarnKiller:
     async def kill_by_resource(self, milli_cpu: int, memory_bytes: int,
                                containers: Sequence[Workload]) -> ReleaseResult:
         """Kill the fewest newest containers that release ≥ `milli_cpu` and ≥ `memory_bytes` (by their
-        allocations); returns what was released. Containers without a cgroup are not candidates."""
+        allocations); returns what was released. Only containers with processes are candidates: one
+        with no cgroup yet cannot be killed here, an emptied one is already on its way out."""
         want = Resources(max(0, milli_cpu), max(0, memory_bytes))
         alive = [w for w in containers
-                 if w.source is Source.YARN and self.exists(w.key.removeprefix("yarn/"))]
+                 if w.source is Source.YARN and self.running(w.key.removeprefix("yarn/"))]
         plan = plan_release(alive, want)
         results = await asyncio.gather(*(self.kill_container(w.key.removeprefix("yarn/")) for w in plan))
         released = Resources()
@@ -201,5 +213,4 @@ class YarnKiller:
         if workload.source is not Source.YARN:
             return EvictOutcome(False, f"{workload.key}: not a YARN container", try_next=True)
         r = await self.kill_container(workload.key.removeprefix("yarn/"))
-        pending = r.detail.startswith("no cgroup") or r.detail.startswith("refused")
-        return EvictOutcome(r.ok, r.detail, try_next=pending)
+        return EvictOutcome(r.ok, r.detail, try_next=not r.found)

@@ -8,7 +8,9 @@ it back on the same port.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import socket
 import ssl
 import threading
 from dataclasses import dataclass, field
@@ -55,6 +57,7 @@ class FakeHttpServer:
         self._thread: threading.Thread | None = None
         self._stopping = threading.Event()
         self._lock = threading.Lock()
+        self._conns: set[socket.socket] = set()
 
     # -- lifecycle ---------------------------------------------------------------------------------
 
@@ -70,6 +73,16 @@ class FakeHttpServer:
 
             def log_message(self, format: str, *args: Any) -> None:
                 pass
+
+            def setup(self) -> None:
+                super().setup()
+                with owner._lock:
+                    owner._conns.add(self.connection)
+
+            def finish(self) -> None:
+                with owner._lock:
+                    owner._conns.discard(self.connection)
+                super().finish()
 
             def _handle(self) -> None:
                 n = int(self.headers.get("Content-Length") or 0)
@@ -102,6 +115,11 @@ class FakeHttpServer:
             self._server.shutdown()
             self._server.server_close()
             self._server = None
+        with self._lock:
+            conns, self._conns = list(self._conns), set()
+        for conn in conns:  # kept-alive client connections die with the server, as with a real outage
+            with contextlib.suppress(OSError):
+                conn.shutdown(socket.SHUT_RDWR)
         if self._thread is not None:
             self._thread.join(timeout=5)
             self._thread = None

@@ -18,8 +18,8 @@ from fakes.tls import TlsFiles
 from agent.sources.config import KubeletConfig
 from agent.sources.kubelet import KubeletSource, PodListError, parse_pod_list
 from cgroups.layout import Layout
-from qos.batch import BatchConfig, BatchState, decide_batch
 from qos.actions import Evict
+from qos.batch import BatchConfig, BatchState, decide_batch
 from qos.model import NodeSnapshot, Resources, Tier, Usage
 
 GIB = 1 << 30
@@ -40,21 +40,39 @@ def test_mixed_podlist_maps_every_field(fixtures: Path) -> None:
     assert rejected == []
     by_name = {p.info.name: p for p in pods}
     # The Succeeded job holds nothing any more and is not a workload.
-    assert set(by_name) == {"spark-exec-1", "web-7d9f8c-x2x9z", "redis-0", "etl-job-5xk2p", "yarn-nm-0",
-                            "scratch", "kube-proxy-node-a"}
+    assert set(by_name) == {
+        "spark-exec-1",
+        "web-7d9f8c-x2x9z",
+        "redis-0",
+        "etl-job-5xk2p",
+        "yarn-nm-0",
+        "scratch",
+        "kube-proxy-node-a",
+    }
 
     spark = by_name["spark-exec-1"]
     w = spark.workload
-    assert (w.key, w.namespace, w.tier, w.be, w.priority) == (f"k8s/{UID.format(1)}", "batch",
-                                                               Tier.BESTEFFORT, True, 5500)
+    assert (w.key, w.namespace, w.tier, w.be, w.priority) == (
+        f"k8s/{UID.format(1)}",
+        "batch",
+        Tier.BESTEFFORT,
+        True,
+        5500,
+    )
     assert w.requests == Resources(2000, 4 * GIB)  # batch-cpu is milli-cores already; batch-memory bytes
     assert w.cgroup == f"besteffort/pod{UID.format(1)}"
     assert w.started_at == _ts("2024-05-01T10:00:01Z")
     assert not w.terminating
     assert spark.info.batch_requests == Resources(2000, 4 * GIB)
-    assert spark.info.container_ids == ("containerd://4c5f3e2d1b0a99887766554433221100aabbccddeeff00112233445566778899",)
+    assert spark.info.container_ids == (
+        "containerd://4c5f3e2d1b0a99887766554433221100aabbccddeeff00112233445566778899",
+    )
     assert spark.info.pod_ips == ("10.244.1.11",)
-    assert (spark.info.phase, spark.info.koord_qos, spark.info.priority_class) == ("Running", "BE", "koord-batch")
+    assert (spark.info.phase, spark.info.koord_qos, spark.info.priority_class) == (
+        "Running",
+        "BE",
+        "koord-batch",
+    )
 
     web = by_name["web-7d9f8c-x2x9z"]
     # max(Σ containers = 600m / 1152Mi, init container 1500m / 256Mi), per resource
@@ -77,7 +95,11 @@ def test_mixed_podlist_maps_every_field(fixtures: Path) -> None:
     assert nm.workload.requests == Resources(1000, GIB)  # "1k" batch-cpu = 1000 milli-cores
 
     scratch = by_name["scratch"]  # no label, BestEffort: BE by its Kubernetes class; no startTime yet
-    assert (scratch.workload.be, scratch.workload.requests, scratch.info.phase) == (True, Resources(), "Pending")
+    assert (scratch.workload.be, scratch.workload.requests, scratch.info.phase) == (
+        True,
+        Resources(),
+        "Pending",
+    )
     assert scratch.workload.started_at == _ts("2024-05-01T10:10:00Z")
 
     proxy = by_name["kube-proxy-node-a"]  # a static pod: its UID is the 32-hex config hash
@@ -101,11 +123,17 @@ def test_hostile_pods_are_rejected_with_reasons_and_the_rest_kept(fixtures: Path
     assert [p.info.name for p in pods] == ["ok-pod"]
     text = "\n".join(rejected)
     assert len(rejected) == 9, text
-    for needle in ("'../../../etc/passwd' is not a lower-case UID", "cpu: '1e30' is out of range",
-                   "memory: '-1Gi' is out of range", "'../escape' is not a DNS-1123 name",
-                   "batch-cpu: not a quantity: '12abc'", "'ROOT' is not one of",
-                   "batch-memory: '9Ei' is out of range", "'0A1B2C3D-0000-4000-8000-000000000018' is not",
-                   "spec.priority 'high' is not an int32"):
+    for needle in (
+        "'../../../etc/passwd' is not a lower-case UID",
+        "cpu: '1e30' is out of range",
+        "memory: '-1Gi' is out of range",
+        "'../escape' is not a DNS-1123 name",
+        "batch-cpu: not a quantity: '12abc'",
+        "'ROOT' is not one of",
+        "batch-memory: '9Ei' is out of range",
+        "'0A1B2C3D-0000-4000-8000-000000000018' is not",
+        "spec.priority 'high' is not an int32",
+    ):
         assert needle in text, needle
     # Nothing from a rejected pod reaches a cgroup path.
     assert all(".." not in p.workload.cgroup for p in pods)
@@ -122,15 +150,16 @@ def test_not_a_podlist_is_an_error() -> None:
 def _source(url: str, clock: FakeClock, tmp_path: Path, **kw: object) -> KubeletSource:
     token = tmp_path / "token"
     token.write_text("s3cr3t-token\n")
-    cfg = KubeletConfig(url=url, token_file=str(token), timeout_s=0.5, resync_s=1.0, stale_after_s=5.0,
-                        **kw)  # type: ignore[arg-type]
+    cfg = KubeletConfig(url=url, token_file=str(token), timeout_s=0.5, resync_s=1.0, stale_after_s=5.0, **kw)  # type: ignore[arg-type]
     return KubeletSource(cfg, Layout("cgroupfs"), clock=clock)
 
 
-async def test_https_with_token_and_ca(fixtures: Path, tls_files: TlsFiles, clock: FakeClock,
-                                       tmp_path: Path) -> None:
-    with FakeKubelet(fixtures / "kubelet" / "podlist-mixed.json", token="s3cr3t-token",
-                     tls=(tls_files.cert, tls_files.key)) as kubelet:
+async def test_https_with_token_and_ca(
+    fixtures: Path, tls_files: TlsFiles, clock: FakeClock, tmp_path: Path
+) -> None:
+    with FakeKubelet(
+        fixtures / "kubelet" / "podlist-mixed.json", token="s3cr3t-token", tls=(tls_files.cert, tls_files.key)
+    ) as kubelet:
         src = _source(kubelet.url, clock, tmp_path, ca_file=tls_files.ca)
         await src.refresh()
         res = src.workloads()
@@ -141,15 +170,22 @@ async def test_https_with_token_and_ca(fixtures: Path, tls_files: TlsFiles, cloc
         assert src.find_pod("app.kubernetes.io/component", "node-manager").name == "yarn-nm-0"  # type: ignore[union-attr]
 
 
-async def test_untrusted_certificate_is_refused(fixtures: Path, tls_files: TlsFiles, clock: FakeClock,
-                                                tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    with FakeKubelet(fixtures / "kubelet" / "podlist-mixed.json", tls=(tls_files.cert, tls_files.key)) as kubelet:
+async def test_untrusted_certificate_is_refused(
+    fixtures: Path, tls_files: TlsFiles, clock: FakeClock, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    with FakeKubelet(
+        fixtures / "kubelet" / "podlist-mixed.json", tls=(tls_files.cert, tls_files.key)
+    ) as kubelet:
         src = _source(kubelet.url, clock, tmp_path, ca_file=tls_files.other_ca)
         with caplog.at_level(logging.WARNING, "coloc.sources.kubelet"):
             await src.refresh()
         res = src.workloads()
         assert res.workloads == ()
-        assert res.stale_reason is not None and "tls" in res.stale_reason and "no good answer" in res.stale_reason
+        assert (
+            res.stale_reason is not None
+            and "tls" in res.stale_reason
+            and "no good answer" in res.stale_reason
+        )
         assert any("TLS failed" in r.getMessage() for r in caplog.records)
 
 
@@ -163,19 +199,41 @@ async def test_wrong_token_gives_no_data(fixtures: Path, clock: FakeClock, tmp_p
 
 def _stale_snapshot(stale: dict[str, str]) -> NodeSnapshot:
     from qos.model import Source, Workload
-    ws = (Workload("k8s/a", "a", Source.K8S, Tier.BESTEFFORT, True, 5000, "besteffort/poda",
-                   Resources(9000, 0)),)
-    return NodeSnapshot(taken_at=0.0, capacity=Resources(16000, 64 * GIB), cpus=(0, 1), node_usage=Usage(),
-                        hp_usage=Usage(), be_usage=Usage(), system_usage=Usage(), workloads=ws, stale=stale)
+
+    ws = (
+        Workload(
+            "k8s/a", "a", Source.K8S, Tier.BESTEFFORT, True, 5000, "besteffort/poda", Resources(9000, 0)
+        ),
+    )
+    return NodeSnapshot(
+        taken_at=0.0,
+        capacity=Resources(16000, 64 * GIB),
+        cpus=(0, 1),
+        node_usage=Usage(),
+        hp_usage=Usage(),
+        be_usage=Usage(),
+        system_usage=Usage(),
+        workloads=ws,
+        stale=stale,
+    )
 
 
-@pytest.mark.parametrize(("mode", "expect"), [
-    ("down", "down:"), ("slow", "timeout:"), ("trickle", "timeout:"), ("garbage", "garbage:"),
-    ("truncated", "truncated:"), ("error500", "HTTP 500"), ("empty", "empty body"), ("empty-list", "empty:"),
-])
+@pytest.mark.parametrize(
+    ("mode", "expect"),
+    [
+        ("down", "down:"),
+        ("slow", "timeout:"),
+        ("trickle", "timeout:"),
+        ("garbage", "garbage:"),
+        ("truncated", "truncated:"),
+        ("error500", "HTTP 500"),
+        ("empty", "empty body"),
+        ("empty-list", "empty:"),
+    ],
+)
 async def test_outage_keeps_last_good_then_goes_stale_then_recovers(
-        mode: str, expect: str, fixtures: Path, clock: FakeClock, tmp_path: Path,
-        caplog: pytest.LogCaptureFixture) -> None:
+    mode: str, expect: str, fixtures: Path, clock: FakeClock, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     kubelet = FakeKubelet(fixtures / "kubelet" / "podlist-mixed.json").start()
     try:
         src = _source(kubelet.url, clock, tmp_path)
@@ -208,8 +266,12 @@ async def test_outage_keeps_last_good_then_goes_stale_then_recovers(
         assert stale.stale_reason is not None and "old (bound 5s)" in stale.stale_reason
         assert expect in stale.stale_reason
         # Stale data forbids eviction: the ledger holds instead of evicting.
-        actions, _ = decide_batch(_stale_snapshot({"kubelet": stale.stale_reason}), BatchConfig(),
-                                  BatchState(), origin_annotation='{"resources":{"kubernetes.io/batch-cpu":"1000"}}')
+        actions, _ = decide_batch(
+            _stale_snapshot({"kubelet": stale.stale_reason}),
+            BatchConfig(),
+            BatchState(),
+            origin_annotation='{"resources":{"kubernetes.io/batch-cpu":"1000"}}',
+        )
         assert not any(isinstance(a, Evict) for a in actions)
 
         if mode == "down":
@@ -251,3 +313,34 @@ async def test_resync_schedule_and_new_pod_cgroups(fixtures: Path, clock: FakeCl
         assert not src.due()
         clock.advance(0.5)
         assert src.due()  # resync_s passed
+
+
+async def test_run_refreshes_at_once_on_request_and_stops(fixtures: Path, tmp_path: Path) -> None:
+    import asyncio
+
+    with FakeKubelet(fixtures / "kubelet" / "podlist-mixed.json") as kubelet:
+        cfg = KubeletConfig(
+            url=kubelet.url,
+            token_file="",
+            timeout_s=0.5,
+            resync_s=30,
+            stale_after_s=60,
+            min_resync_gap_s=0.05,
+        )
+        src = KubeletSource(cfg, Layout("cgroupfs"))
+        stop = asyncio.Event()
+        task = asyncio.create_task(src.run(stop))
+        for _ in range(200):
+            if kubelet.seen("GET", "/pods"):
+                break
+            await asyncio.sleep(0.01)
+        assert len(kubelet.seen("GET", "/pods")) == 1 and src.workloads().stale_reason is None
+        src.request_resync()  # e.g. a new pod cgroup appeared
+        for _ in range(200):
+            if len(kubelet.seen("GET", "/pods")) == 2:
+                break
+            await asyncio.sleep(0.01)
+        assert len(kubelet.seen("GET", "/pods")) == 2
+        stop.set()
+        await asyncio.wait_for(task, 2)
+        assert len(kubelet.seen("GET", "/pods")) == 2  # nothing more until resync_s

@@ -38,8 +38,13 @@ def api() -> Iterator[FakeApiServer]:
 def _reporter(api: FakeApiServer, clock: FakeClock, **kw: object) -> NodeReporter:
     conf = client.Configuration()
     conf.host = api.url
-    return NodeReporter(ReportingConfig(resync_s=300, **kw), make_api_client(KubeApiConfig(), conf),  # type: ignore[arg-type]
-                        "node-a", timeout_s=2.0, clock=clock)
+    return NodeReporter(
+        ReportingConfig(resync_s=300, **kw),
+        make_api_client(KubeApiConfig(), conf),  # type: ignore[arg-type]
+        "node-a",
+        timeout_s=2.0,
+        clock=clock,
+    )
 
 
 def test_patch_is_a_merge_patch_of_the_one_annotation(api: FakeApiServer, clock: FakeClock) -> None:
@@ -49,9 +54,15 @@ def test_patch_is_a_merge_patch_of_the_one_annotation(api: FakeApiServer, clock:
     assert ctype == "application/merge-patch+json"
     assert list(body) == ["metadata"] and list(body["metadata"]["annotations"]) == [THIRD_PARTY_ANNOTATION]
     value = api.annotations[THIRD_PARTY_ANNOTATION]
-    assert json.loads(value) == {"allocations": [{
-        "name": "hadoop-yarn", "priority": "koord-batch",
-        "resources": {"kubernetes.io/batch-cpu": "5000", "kubernetes.io/batch-memory": str(5 * GIB)}}]}
+    assert json.loads(value) == {
+        "allocations": [
+            {
+                "name": "hadoop-yarn",
+                "priority": "koord-batch",
+                "resources": {"kubernetes.io/batch-cpu": "5000", "kubernetes.io/batch-memory": str(5 * GIB)},
+            }
+        ]
+    }
     assert parse_third_party_allocations(value) == {"hadoop-yarn": Resources(5000, 5 * GIB)}
     assert ORIGIN_ANNOTATION in api.annotations  # the rest of the node is untouched
 
@@ -92,12 +103,17 @@ def test_origin_is_read_from_the_node(api: FakeApiServer, clock: FakeClock) -> N
     assert parse_origin_annotation(ann.origin) == Resources(8000, 32 * GIB)
 
 
-@pytest.mark.parametrize(("text", "needle"), [
-    ("{", "not valid JSON"), ('{"resource": {}}', "expected an object with 'resources'"),
-    ('{"resources": {"kubernetes.io/batch-cpu": "lots"}}', "batch-cpu: not a quantity"),
-    ('{"resources": {"kubernetes.io/batch-cpu": "-5"}}', "out of range"),
-    ('{"resources": {"kubernetes.io/batch-memory": "2Ei"}}', "out of range"), (None, "expected a JSON string"),
-])
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [
+        ("{", "not valid JSON"),
+        ('{"resource": {}}', "expected an object with 'resources'"),
+        ('{"resources": {"kubernetes.io/batch-cpu": "lots"}}', "batch-cpu: not a quantity"),
+        ('{"resources": {"kubernetes.io/batch-cpu": "-5"}}', "out of range"),
+        ('{"resources": {"kubernetes.io/batch-memory": "2Ei"}}', "out of range"),
+        (None, "expected a JSON string"),
+    ],
+)
 def test_bad_origin_annotation_names_the_problem(text: str | None, needle: str) -> None:
     with pytest.raises(BatchAnnotationError, match=ORIGIN_ANNOTATION) as err:
         parse_origin_annotation(text)

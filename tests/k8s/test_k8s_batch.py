@@ -1,0 +1,276 @@
+"""The batch ledger shared by Kubernetes BE pods and YARN containers (pure: hand-made snapshots)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+
+from qos.actions import Evict, EvictReason, Hold
+from qos.batch import (
+    BatchConfig,
+    BatchLedgerView,
+    BatchState,
+    admit_batch,
+    damp,
+    decide_batch,
+    k8s_requested,
+    ledger_view,
+    local_origin,
+    origin_batch_total,
+    select_victims,
+    third_party_allocations_json,
+    yarn_requested,
+)
+from qos.model import NodeSnapshot, Resources, Source, Tier, Usage, Workload
+
+GIB = 1 << 30
+TS = 1700000000000
+ORIGIN_8 = json.dumps(
+    {"resources": {"kubernetes.io/batch-cpu": "8000", "kubernetes.io/batch-memory": "64Gi"}}
+)
+
+
+def pod(name: str, prio: int, cores: float, started: float, be: bool = True, **kw: object) -> Workload:
+    return Workload(
+        f"k8s/{name}",
+        name,
+        Source.K8S,
+        Tier.BESTEFFORT if be else Tier.BURSTABLE,
+        be,
+        prio,
+        f"besteffort/pod{name}",
+        Resources(int(cores * 1000), GIB),
+        started_at=started,
+        **kw,
+    )  # type: ignore[arg-type]
+
+
+def yarn(seq: int, cores: int, started: float, app: int = 1, prio: int = 5000, **kw: object) -> Workload:
+    cid = f"container_e17_{TS}_{app:04d}_01_{seq:06d}"
+    return Workload(
+        f"yarn/{cid}",
+        cid,
+        Source.YARN,
+        Tier.BESTEFFORT,
+        True,
+        prio,
+        f"besteffort/hadoop-yarn/{cid}",
+        Resources(cores * 1000, GIB),
+        started_at=started,
+        app_id=f"application_{TS}_{app:04d}",
+        container_seq=seq,
+        **kw,
+    )  # type: ignore[arg-type]
+
+
+SYSTEM = Usage(1000.0, 2 * GIB)
+
+
+def snap(
+    workloads: list[Workload],
+    taken_at: float = 1000.0,
+    stale: dict[str, str] | None = None,
+    system: Usage = SYSTEM,
+) -> NodeSnapshot:
+    return NodeSnapshot(
+        taken_at=taken_at,
+        capacity=Resources(16000, 64 * GIB),
+        cpus=tuple(range(16)),
+        node_usage=Usage(),
+        hp_usage=Usage(),
+        be_usage=Usage(),
+        system_usage=system,
+        workloads=tuple(workloads),
+        stale=stale or {},
+    )
+
+
+# k8s: 1 + 2 + 3 = 6 cores; YARN: 1 (AM) + 2 + 2 = 5 cores; origin 8 cores.
+K8S = [pod("free-pod", 3500, 1, 100), pod("batch-a", 5500, 2, 100), pod("batch-b", 5500, 3, 300)]
+YARN = [yarn(1, 1, 200), yarn(2, 2, 210), yarn(3, 2, 220)]
+HP = [pod("web", 9500, 4, 50, be=False)]
+
+
+def test_overcommit_reported_admissions_refused_and_released_in_order() -> None:
+    workloads = K8S + YARN + HP
+    view = ledger_view(Resources(8000, 64 * GIB), workloads)
+    assert (view.k8s_requested.milli_cpu, view.yarn_requested.milli_cpu) == (6000, 5000)
+    assert (
+        view.overcommit == Resources(3000, 0) and view.overcommitted and view.free == Resources(0, 58 * GIB)
+    )
+    refused = admit_batch(view, Resources(100, 0))
+    assert not refused.accepted and "overcommitted by 3000m CPU" in refused.reason
+
+    actions, state = decide_batch(snap(workloads), BatchConfig(), BatchState(), origin_annotation=ORIGIN_8)
+    evicts = [a for a in actions if isinstance(a, Evict)]
+    # Lowest priority first (the koord-free pod), then the YARN containers at 5000, newest first, the AM
+    # last; it stops as soon as 3 cores are released.
+    assert [e.key for e in evicts] == ["k8s/free-pod", YARN[2].key]
+    assert all(e.reason is EvictReason.BATCH_OVERCOMMIT for e in evicts)
+    assert [e.release_milli_cpu for e in evicts] == [1000, 2000]
+    assert (
+        evicts[0].numbers["overcommit_milli_cpu"] == 3000
+        and "k8s 6000m + yarn 5000m > origin 8000m" in evicts[0].message
+    )
+    assert not any(isinstance(a, Hold) for a in actions)
+
+    released = [w for w in workloads if w.key not in {e.key for e in evicts}]
+    after = ledger_view(Resources(8000, 64 * GIB), released)
+    assert not after.overcommitted and after.requested.milli_cpu == 8000
+    assert admit_batch(after, Resources(0, GIB)).accepted
+    assert "does not fit" in admit_batch(after, Resources(1, 0)).reason
+    actions, _ = decide_batch(snap(released, 1001), BatchConfig(), state, origin_annotation=ORIGIN_8)
+    assert actions == []
+
+
+def test_chosen_victims_count_as_pending_so_nothing_is_over_evicted() -> None:
+    workloads = K8S + YARN
+    actions, state = decide_batch(snap(workloads), BatchConfig(), BatchState(), origin_annotation=ORIGIN_8)
+    assert len([a for a in actions if isinstance(a, Evict)]) == 2
+    # Next tick the victims are still there (terminating takes time): no new victim.
+    again, state = decide_batch(snap(workloads, 1010), BatchConfig(), state, origin_annotation=ORIGIN_8)
+    assert again == [Hold("batch_overcommit", "overcommitted; waiting for pending releases")]
+    # Past pending_release_s a victim still present may be chosen again.
+    late, _ = decide_batch(snap(workloads, 1061), BatchConfig(), state, origin_annotation=ORIGIN_8)
+    assert [a.key for a in late if isinstance(a, Evict)] == ["k8s/free-pod", YARN[2].key]
+
+
+def test_terminating_workloads_count_as_releasing() -> None:
+    workloads = [dataclasses.replace(K8S[0], terminating=True), *K8S[1:], *YARN]
+    actions, _ = decide_batch(snap(workloads), BatchConfig(), BatchState(), origin_annotation=ORIGIN_8)
+    # 1 core is already on its way out: 2 more are needed, the newest non-AM YARN container gives them.
+    assert [a.key for a in actions if isinstance(a, Evict)] == [YARN[2].key]
+
+
+def test_no_eviction_on_stale_data() -> None:
+    actions, _ = decide_batch(
+        snap(K8S + YARN, stale={"yarn": "yarn: last good data is 40s old"}),
+        BatchConfig(),
+        BatchState(),
+        origin_annotation=ORIGIN_8,
+    )
+    assert actions == [
+        Hold("batch_overcommit", "overcommitted but data is stale (yarn: yarn: last good data is 40s old)")
+    ]
+    assert not admit_batch(ledger_view(Resources(8000, 0), []), Resources(), {"yarn": "old"}).accepted
+
+
+def test_eviction_off_only_refuses() -> None:
+    actions, _ = decide_batch(
+        snap(K8S + YARN), BatchConfig(evict=False), BatchState(), origin_annotation=ORIGIN_8
+    )
+    assert [type(a) for a in actions] == [Hold]
+
+
+def test_the_am_goes_only_when_its_application_has_nothing_else() -> None:
+    chosen = select_victims(YARN, Resources(4500, 0), YARN)
+    assert [w.container_seq for w in chosen] == [3, 2, 1]
+    other_app = [*YARN, yarn(1, 1, 500, app=2)]
+    # app 2's lone AM is newer, but an AM comes after every plain container of its priority
+    assert [w.key for w in select_victims(other_app, Resources(2000, 0), other_app)] == [YARN[2].key]
+
+
+def test_origin_zero_releases_everything_lowest_priority_then_newest_first() -> None:
+    actions, _ = decide_batch(
+        snap(K8S),
+        BatchConfig(),
+        BatchState(),
+        origin_annotation=json.dumps({"resources": {"kubernetes.io/batch-cpu": "0"}}),
+    )
+    assert [a.key for a in actions] == ["k8s/free-pod", "k8s/batch-b", "k8s/batch-a"]
+    assert k8s_requested(K8S) == Resources(6000, 3 * GIB) and yarn_requested(K8S) == Resources()
+
+
+@pytest.mark.parametrize(
+    ("annotation", "needle"),
+    [
+        (None, "origin unknown"),
+        ("nope", "not valid JSON"),
+        ('{"resources":{"kubernetes.io/batch-cpu":"1e30"}}', "out of range"),
+    ],
+)
+def test_origin_annotation_missing_or_bad_holds(annotation: str | None, needle: str) -> None:
+    actions, _ = decide_batch(snap(K8S + YARN), BatchConfig(), BatchState(), origin_annotation=annotation)
+    assert len(actions) == 1 and isinstance(actions[0], Hold) and needle in actions[0].reason
+
+
+def test_local_origin_formula() -> None:
+    web = dataclasses.replace(pod("web", 9500, 1, 0, be=False), usage=Usage(2000.0, 4 * GIB))
+    redis = pod("redis", 9800, 2, 0, be=False)  # no metrics yet: its request counts (2 cores, 1 GiB)
+    s = snap([web, redis, *K8S], system=Usage(1000.0, 2 * GIB))
+    cfg = BatchConfig(origin="local", reserved_milli_cpu=500, reserved_memory_bytes=3 * GIB)
+    # cpu: 16 − 16×40% − max(1, 0.5) − (2 + 2) = 4.6 cores; memory: 64 − 64×35% − max(2, 3) − (4 + 1) GiB
+    assert local_origin(s, cfg) == Resources(4600, int(64 * GIB - 64 * GIB * 0.35 - 3 * GIB - 5 * GIB))
+    assert local_origin(snap([], system=Usage()), cfg) is None
+    busy = dataclasses.replace(web, usage=Usage(20000.0, 60 * GIB))
+    assert local_origin(snap([busy]), cfg) == Resources(0, 0)  # clamped
+
+
+def test_local_origin_is_damped() -> None:
+    cfg = BatchConfig(origin="local", update_interval_s=300)
+    base = Resources(10000, 10 * GIB)
+    assert damp(None, 0, base, 100, cfg) == (base, 100)
+    assert damp(base, 100, Resources(10900, 10 * GIB), 200, cfg) == (base, 100)  # 9 %: kept
+    assert damp(base, 100, Resources(11100, 10 * GIB), 200, cfg) == (Resources(11100, 10 * GIB), 200)
+    assert damp(base, 100, Resources(10100, 10 * GIB), 400, cfg) == (Resources(10100, 10 * GIB), 400)  # age
+    web = dataclasses.replace(pod("web", 9500, 1, 0, be=False), usage=Usage(2000.0, 4 * GIB))
+    first, state = origin_batch_total(snap([web], 1000), cfg, BatchState())
+    assert first is not None and state.origin == first and state.origin_at == 1000
+    nudged = dataclasses.replace(web, usage=Usage(2100.0, 4 * GIB))
+    second, state2 = origin_batch_total(snap([nudged], 1010), cfg, state)
+    assert second == first and state2.origin_at == 1000
+    # system usage unknown: keep what is in force rather than trusting a partial formula
+    third, _ = origin_batch_total(snap([web], 1020, system=Usage()), cfg, state2)
+    assert third == first
+
+
+def test_third_party_json_is_koordinator_shaped() -> None:
+    doc = json.loads(third_party_allocations_json(Resources(5000, 5 * GIB)))
+    assert doc == {
+        "allocations": [
+            {
+                "name": "hadoop-yarn",
+                "priority": "koord-batch",
+                "resources": {"kubernetes.io/batch-cpu": "5000", "kubernetes.io/batch-memory": str(5 * GIB)},
+            }
+        ]
+    }
+
+
+@pytest.mark.parametrize(
+    ("kw", "field"),
+    [
+        ({"cpu_reclaim_threshold_percent": 150}, "batch.cpu_reclaim_threshold_percent"),
+        ({"diff_threshold": -1}, "batch.diff_threshold"),
+        ({"update_interval_s": 0}, "batch.update_interval_s"),
+        ({"pending_release_s": 0}, "batch.pending_release_s"),
+        ({"origin": "guess"}, "batch.origin"),
+        ({"reserved_milli_cpu": -1}, "batch.reserved_milli_cpu"),
+    ],
+)
+def test_config_errors_name_the_field(kw: dict[str, object], field: str) -> None:
+    with pytest.raises(ValueError, match=field):
+        BatchConfig(**kw)  # type: ignore[arg-type]
+
+
+def test_view_numbers() -> None:
+    v = BatchLedgerView(Resources(8000, 10), Resources(6000, 4), Resources(5000, 8))
+    assert v.numbers()["overcommit_milli_cpu"] == 3000 and v.numbers()["overcommit_memory_bytes"] == 2
+
+
+def test_a_refused_eviction_moves_on_to_the_next_victim() -> None:
+    from qos.batch import note_blocked
+
+    workloads = K8S + YARN
+    actions, state = decide_batch(snap(workloads), BatchConfig(), BatchState(), origin_annotation=ORIGIN_8)
+    assert [a.key for a in actions] == ["k8s/free-pod", YARN[2].key]
+    state = note_blocked(state, "k8s/free-pod", 1000.5)  # 429: its disruption budget said no
+    again, state = decide_batch(snap(workloads, 1001), BatchConfig(), state, origin_annotation=ORIGIN_8)
+    # 2 cores are pending from the YARN container; 1 more is needed: the next in order, not the blocked pod.
+    assert [a.key for a in again] == [YARN[1].key]
+    later, _ = decide_batch(
+        snap(workloads, 1070), BatchConfig(), state, origin_annotation=ORIGIN_8
+    )  # the block has expired: the pod is a candidate again (all are, the pending ones expired too)
+    assert [a.key for a in later] == ["k8s/free-pod", YARN[2].key]

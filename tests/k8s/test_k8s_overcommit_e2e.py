@@ -1,0 +1,212 @@
+"""The overcommit acceptance test end to end: Kubernetes asks 6 cores and YARN 5 cores of a batch origin of
+8 cores. Local fake servers stand in for the kubelet, the API server and the NodeManager (they cannot run
+here) and serve the documented formats; real processes in real cgroups stand in for the YARN containers.
+The ledger reports 3 cores over, admissions are refused, and the releases — through the Eviction API and
+by killing the YARN container — bring it within budget in the stated order; YARN's allocations are then
+reported back in the Node annotation."""
+
+from __future__ import annotations
+
+import copy
+import json
+import time
+from pathlib import Path
+
+import pytest
+from conftest import FakeClock
+from fakes.apiserver import FakeApiServer
+from fakes.kubelet import FakeKubelet
+from fakes.nodemanager import FakeNodeManager
+from kubernetes import client
+from realcg import RealRoot
+
+from agent.executors.k8s_eviction import K8sEvictor
+from agent.executors.yarn_kill import YarnKiller
+from agent.reporting.node_annotations import NodeReporter, ReportOutcome
+from agent.sources.config import KubeApiConfig, KubeletConfig, NodeManagerConfig, ReportingConfig
+from agent.sources.kubeapi import make_api_client
+from agent.sources.kubelet import KubeletSource
+from agent.sources.yarn import NodeManagerSource
+from cgroups.layout import Layout
+from cgroups.reader import CgroupReader
+from cgroups.writer import CgroupWriter
+from qos.actions import Evict
+from qos.batch import (
+    THIRD_PARTY_ANNOTATION,
+    BatchConfig,
+    BatchState,
+    admit_batch,
+    decide_batch,
+    ledger_view,
+    parse_origin_annotation,
+    parse_third_party_allocations,
+    yarn_requested,
+)
+from qos.model import NodeSnapshot, Resources, Source, Usage
+
+pytestmark = pytest.mark.cgroups
+
+FIX = Path(__file__).resolve().parent.parent / "fixtures"
+TS = 1700000000000
+GIB = 1 << 30
+C1, C2, C3 = (f"container_e17_{TS}_0001_01_00000{i}" for i in (1, 2, 3))
+PODS = {"free-pod": (3500, "1000", 1), "batch-a": (5500, "2000", 2), "batch-b": (5500, "3000", 3)}
+
+
+def _podlist(names: list[str]) -> dict[str, object]:
+    """Pods built from the checked-in kubelet payload's BE pod, renamed and resized."""
+    mixed = json.loads((FIX / "kubelet" / "podlist-mixed.json").read_text())
+    template = next(p for p in mixed["items"] if p["metadata"]["name"] == "spark-exec-1")
+    items = []
+    for name in names:
+        prio, cpu, n = PODS[name]
+        p = copy.deepcopy(template)
+        p["metadata"].update(name=name, uid=f"0a1b2c3d-0000-4000-8000-0000000000c{n}")
+        p["spec"]["priority"] = prio
+        res = p["spec"]["containers"][0]["resources"]
+        res["requests"] = res["limits"] = {
+            "kubernetes.io/batch-cpu": cpu,
+            "kubernetes.io/batch-memory": "1Gi",
+        }
+        p["status"]["startTime"] = f"2024-05-01T10:00:0{n}Z"
+        items.append(p)
+    return {"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": items}
+
+
+def _containers(ids: list[str]) -> dict[str, object]:
+    cores = {C1: 1, C2: 2, C3: 2}
+    return {
+        "containers": {
+            "container": [
+                {
+                    "id": c,
+                    "state": "RUNNING",
+                    "exitCode": -1000,
+                    "diagnostics": "",
+                    "user": "hadoop",
+                    "totalMemoryNeededMB": 1024,
+                    "totalVCoresNeeded": cores[c],
+                    "nodeId": "node-a:45454",
+                    "containerLogsLink": f"http://node-a:8042/node/containerlogs/{c}/hadoop",
+                    "executionType": "GUARANTEED",
+                    "containerLogFiles": [],
+                }
+                for c in ids
+            ]
+        }
+    }
+
+
+def _snapshot(*results: object, at: float) -> NodeSnapshot:
+    workloads = tuple(w for r in results for w in r.workloads)  # type: ignore[attr-defined]
+    stale = {
+        name: r.stale_reason
+        for name, r in zip(("kubelet", "yarn"), results, strict=True)  # type: ignore[attr-defined]
+        if r.stale_reason
+    }  # type: ignore[attr-defined]
+    return NodeSnapshot(
+        taken_at=at,
+        capacity=Resources(16000, 64 * GIB),
+        cpus=tuple(range(16)),
+        node_usage=Usage(),
+        hp_usage=Usage(),
+        be_usage=Usage(),
+        system_usage=Usage(),
+        workloads=workloads,
+        stale=stale,
+    )
+
+
+async def test_k8s_6_plus_yarn_5_against_origin_8(
+    real_root: RealRoot, tmp_path: Path, clock: FakeClock
+) -> None:
+    for c in (C1, C2, C3):
+        real_root.spawn(real_root.mkcg(f"besteffort/hadoop-yarn/{c}"), ["sleep", "300"])
+    podlist, nm_dir = tmp_path / "pods.json", tmp_path / "nm"
+    nm_dir.mkdir()
+    podlist.write_text(json.dumps(_podlist(list(PODS))))
+    for name in ("info.json", "apps.json"):
+        (nm_dir / name).write_bytes((FIX / "nodemanager" / "3.x" / name).read_bytes())
+    (nm_dir / "containers.json").write_text(json.dumps(_containers([C1, C2, C3])))
+    known = {("batch", n): f"0a1b2c3d-0000-4000-8000-0000000000c{v[2]}" for n, v in PODS.items()}
+
+    layout = Layout("cgroupfs")
+    reader = CgroupReader(real_root.hierarchy, real_root.name)
+    with (
+        FakeKubelet(podlist) as kubelet,
+        FakeNodeManager(nm_dir) as nm,
+        FakeApiServer(FIX / "apiserver" / "node.json", known) as api,
+    ):
+        kube = KubeletSource(
+            KubeletConfig(url=kubelet.url, token_file="", timeout_s=1, resync_s=1, stale_after_s=5),
+            layout,
+            clock=clock,
+        )
+        yarn = NodeManagerSource(
+            NodeManagerConfig(
+                enabled=True, url=nm.url, timeout_s=1, resync_s=1, stale_after_s=5, priority=5000
+            ),
+            layout,
+            reader.children,
+            cgroup_dir=reader.dir,
+            clock=clock,
+        )
+        conf = client.Configuration()
+        conf.host = api.url
+        api_client = make_api_client(KubeApiConfig(), conf)
+        evictor = K8sEvictor(KubeApiConfig(), api_client, "node-a")
+        killer = YarnKiller(
+            layout, reader, CgroupWriter(real_root.hierarchy, real_root.name), 1.0, poll_s=0.02
+        )
+        reporter = NodeReporter(ReportingConfig(), api_client, "node-a", clock=clock)
+
+        await kube.refresh()
+        await yarn.refresh()
+        annotations = await reporter.aread()
+        assert annotations is not None and annotations.origin is not None
+        origin = parse_origin_annotation(annotations.origin)
+        assert origin.milli_cpu == 8000
+        snap = _snapshot(kube.workloads(), yarn.workloads(), at=time.time())
+        assert await reporter.areport(yarn_requested(snap.workloads)) is ReportOutcome.PATCHED
+        assert (
+            parse_third_party_allocations(api.annotations[THIRD_PARTY_ANNOTATION])["hadoop-yarn"].milli_cpu
+            == 5000
+        )
+
+        view = ledger_view(origin, snap.workloads)
+        assert (view.k8s_requested.milli_cpu, view.yarn_requested.milli_cpu) == (6000, 5000)
+        assert view.overcommit.milli_cpu == 3000
+        assert not admit_batch(view, Resources(500, 0), snap.stale).accepted
+
+        actions, _ = decide_batch(snap, BatchConfig(), BatchState(), origin_annotation=annotations.origin)
+        evicts = [a for a in actions if isinstance(a, Evict)]
+        assert [e.key for e in evicts] == ["k8s/0a1b2c3d-0000-4000-8000-0000000000c1", f"yarn/{C3}"]
+        for e in evicts:
+            w = snap.workload(e.key)
+            assert w is not None
+            outcome = await (evictor.evict(w, e) if w.source is Source.K8S else killer.evict(w, e))
+            assert outcome.ok, outcome.detail
+        assert api.evicted == [("batch", "free-pod", "0a1b2c3d-0000-4000-8000-0000000000c1")]
+        assert real_root.pids(f"besteffort/hadoop-yarn/{C3}") == []
+        assert (
+            len(real_root.pids(f"besteffort/hadoop-yarn/{C1}"))
+            == len(real_root.pids(f"besteffort/hadoop-yarn/{C2}"))
+            == 1
+        )
+
+        # What the kubelet and the NodeManager report once the releases went through.
+        kubelet.body = json.dumps(_podlist(["batch-a", "batch-b"])).encode()
+        nm.docs["/ws/v1/node/containers"] = json.dumps(_containers([C1, C2])).encode()
+        clock.advance(1)
+        await kube.refresh()
+        await yarn.refresh()
+        after = _snapshot(kube.workloads(), yarn.workloads(), at=time.time())
+        fits = ledger_view(origin, after.workloads)
+        assert fits.requested.milli_cpu == 5000 + 3000 and not fits.overcommitted
+        assert decide_batch(after, BatchConfig(), BatchState(), origin_annotation=annotations.origin)[0] == []
+        assert admit_batch(fits, Resources(0, GIB), after.stale).accepted
+        assert await reporter.areport(yarn_requested(after.workloads)) is ReportOutcome.PATCHED
+        assert (
+            parse_third_party_allocations(api.annotations[THIRD_PARTY_ANNOTATION])["hadoop-yarn"].milli_cpu
+            == 3000
+        )
