@@ -18,7 +18,7 @@ from pathlib import Path
 from cgroups.errors import CgroupError, CgroupGone
 from cgroups.node import NodeCpuMeter, read_meminfo
 from cgroups.reader import CgroupReader, CgroupSample
-from qos.model import BeTierState, NodeSnapshot, Resources, Usage, Workload
+from qos.model import BeTierState, NodeSnapshot, Resources, Source, Usage, Workload
 
 log = logging.getLogger("coloc.collect")
 
@@ -91,6 +91,10 @@ class Collector:
             got = self._sample(w.cgroup, now)
             seen.add(w.cgroup)
             if got is None:
+                if w.source is not Source.LOCAL:
+                    # Known to its scheduler but no cgroup yet (launching) or any more (ending): it still
+                    # holds its allocation, so it stays, with no usage.
+                    out.append(dataclasses.replace(w, terminating=w.terminating or w.key in terminating))
                 continue
             sample, usage = got
             stall = self._stall_percent(w.cgroup, sample, now) if not w.be else None

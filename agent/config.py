@@ -13,6 +13,13 @@ import yaml
 from agent.api.server import ApiConfig
 from agent.configload import ConfigError, from_mapping, parse_bytes
 from agent.metrics.config import MetricsConfig
+from agent.sources.config import (
+    KubeApiConfig,
+    KubeletConfig,
+    NodeManagerConfig,
+    ReportingConfig,
+    SourcesConfig,
+)
 from agent.standalone import StandaloneConfig
 from qos.batch import BatchConfig
 from qos.policies import PolicyConfig
@@ -156,6 +163,9 @@ class AgentConfig:
     state: StateConfig = field(default_factory=StateConfig)
     api: ApiConfig = field(default_factory=ApiConfig)
     batch: BatchConfig = field(default_factory=lambda: BatchConfig(origin="local"))
+    sources: SourcesConfig = field(default_factory=lambda: SourcesConfig(
+        kubelet=KubeletConfig(enabled=False), yarn=NodeManagerConfig(enabled=False),
+        kube_api=KubeApiConfig(enabled=False), reporting=ReportingConfig(mode="off")))
 
 
 def load_config(path: str | Path) -> AgentConfig:

@@ -17,15 +17,17 @@ from dataclasses import dataclass
 from agent.collect import Collector
 from agent.executors.apply import ActionExecutor
 from agent.published import ActionRecord, Board, Counters, Published
-from qos.actions import Action
-from qos.model import NodeSnapshot, Workload
+from qos.actions import Action, Evict
+from qos.batch import BatchConfig, BatchState, decide_batch
+from qos.model import NodeSnapshot, Resources, Workload
 from qos.policies import PolicyConfig, PolicyState, decide
 from qos.suppression import bounds
 
 log = logging.getLogger("coloc.loop")
 
 WorkloadLister = Callable[[], tuple[list[Workload], dict[str, str]]]
-TickHook = Callable[[NodeSnapshot, list[Action], list[ActionRecord]], None]
+TickHook = Callable[[NodeSnapshot, Resources | None, list[ActionRecord]], None]
+"""Called after each tick with the snapshot, the batch budget (origin) and what was done."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,7 +47,9 @@ class TickLoop:
                  policy_cfg: PolicyConfig, board: Board, timing: LoopTiming,
                  hooks: tuple[TickHook, ...] = (), sources_synced: Callable[[], bool] = lambda: True,
                  source_ages: Callable[[], dict[str, float]] = dict,
-                 on_publish: tuple[Callable[[Published], None], ...] = ()) -> None:
+                 on_publish: tuple[Callable[[Published], None], ...] = (),
+                 batch: BatchConfig | None = None,
+                 origin_annotation: Callable[[], str | None] = lambda: None) -> None:
         self._collector = collector
         self._list = list_workloads
         self._executor = executor
@@ -57,6 +61,9 @@ class TickLoop:
         self._sources_synced = sources_synced
         self._source_ages = source_ages
         self._on_publish = on_publish
+        self._batch_cfg = batch or BatchConfig(origin="local")
+        self._batch_state = BatchState()
+        self._origin_annotation = origin_annotation
         self._wake = asyncio.Event()
         self._recent: deque[ActionRecord] = deque(maxlen=50)
         self._tick = 0
@@ -79,6 +86,10 @@ class TickLoop:
         workloads, stale = self._list()
         snap = self._collector.collect(workloads, self._executor.terminating, stale, started_wall)
         actions, self._policy_state = decide(snap, self._policy_cfg, self._policy_state)
+        batch_actions, self._batch_state = decide_batch(
+            snap, self._batch_cfg, self._batch_state, origin_annotation=self._origin_annotation())
+        chosen = {a.key for a in actions if isinstance(a, Evict)}
+        actions += [a for a in batch_actions if not (isinstance(a, Evict) and a.key in chosen)]
         records = self._execute_sync(actions, snap)
         sup = self._policy_state.suppression
         self._policy_name = self._policy_cfg.suppression.policy
@@ -86,7 +97,7 @@ class TickLoop:
         self._recent.extend(records)
         for hook in self._hooks:
             try:
-                hook(snap, actions, records)
+                hook(snap, self._batch_state.origin, records)
             except Exception:
                 log.exception("tick hook failed")
         self._last = snap

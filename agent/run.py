@@ -56,11 +56,15 @@ async def serve(config_path: str, dry_run: bool = False, ready: asyncio.Event | 
             loop.add_signal_handler(sig, stop.set)
     log.info("agent started", extra={"fields": {"node": cfg.node.node_name, "root": cfg.cgroups.root,
                                                   "dry_run": cfg.eviction.dry_run}})
+    sources = asyncio.create_task(rt.sources.run(stop))
     try:
         if ready is not None:
             ready.set()
         await rt.loop.run(stop)
     finally:
+        stop.set()
+        with contextlib.suppress(Exception):
+            await sources
         await rt.executor.drain(timeout_s=cfg.eviction.grace_period_s + 2)
         if metrics is not None:
             metrics.stop()

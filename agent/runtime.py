@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
@@ -16,19 +15,25 @@ from agent.audit import AuditLog
 from agent.collect import Collector, TierPaths
 from agent.config import AgentConfig
 from agent.executors.apply import ActionExecutor, Evictor
+from agent.executors.k8s_eviction import K8sEvictor
 from agent.executors.process_kill import LocalEvictor
+from agent.executors.yarn_kill import YarnKiller
 from agent.loop import LoopTiming, TickLoop
 from agent.metrics import MetricsHub
 from agent.published import ActionRecord, Board
+from agent.reporting.node_annotations import NodeReporter
+from agent.sources.kubeapi import make_api_client
+from agent.sources.kubelet import KubeletSource
+from agent.sources.yarn import NodeManagerSource
 from agent.standalone import StandaloneScanner
 from agent.state import Ledger, LedgerConfig
-from cgroups.discovery import Hierarchy, discover
+from agent.workload_sources import WorkloadSources
+from cgroups.discovery import Hierarchy, detect_driver, discover
 from cgroups.errors import CgroupError
+from cgroups.layout import Layout
 from cgroups.reader import CgroupReader
 from cgroups.writer import CgroupWriter
-from qos.actions import Action
-from qos.batch import BatchConfig, local_origin
-from qos.model import NodeSnapshot, Resources, Source, Workload
+from qos.model import NodeSnapshot, Resources, Source
 
 log = logging.getLogger("coloc.runtime")
 
@@ -46,7 +51,7 @@ class Runtime:
     reader: CgroupReader
     writer: CgroupWriter
     collector: Collector
-    scanner: StandaloneScanner
+    sources: WorkloadSources
     executor: ActionExecutor
     loop: TickLoop
     board: Board
@@ -56,13 +61,6 @@ class Runtime:
     metrics: MetricsHub
     ledger: Ledger | None = None
     created_root: bool = False
-    extra_tasks: list[asyncio.Task[None]] = field(default_factory=list)
-
-    def list_workloads(self) -> tuple[list[Workload], dict[str, str]]:
-        try:
-            return self.scanner.scan(), {}
-        except CgroupError as err:
-            return [], {"standalone": f"cannot list cgroups: {err}"}
 
     def close(self) -> None:
         self.reader.close()
@@ -123,13 +121,11 @@ def open_ledger(cfg: AgentConfig) -> Ledger:
 class LedgerFeed:
     """Each tick: bring the ledger in line with the snapshot and turn what was done into notices."""
 
-    def __init__(self, ledger: Ledger, batch: BatchConfig) -> None:
+    def __init__(self, ledger: Ledger) -> None:
         self._ledger = ledger
-        self._batch = batch
 
-    def on_tick(self, snap: NodeSnapshot, _actions: list[Action], records: list[ActionRecord]) -> None:
-        origin = local_origin(snap, self._batch)
-        if origin is None:  # system usage unmeasured this tick: keep what was reported
+    def on_tick(self, snap: NodeSnapshot, origin: Resources | None, records: list[ActionRecord]) -> None:
+        if origin is None:  # the batch budget is unknown this tick: keep what was reported
             origin = self._ledger.node.batch_allocatable
         self._ledger.sync(snap, origin, time.time())
         for r in records:
@@ -140,44 +136,78 @@ class LedgerFeed:
                 self._ledger.notice("suppression", r.reason, {"knob": r.kind, "value": r.target})
 
 
+def make_layout(cfg: AgentConfig, hierarchy: Hierarchy) -> Layout:
+    override = None if cfg.cgroups.driver == "auto" else cfg.cgroups.driver
+    try:
+        driver = detect_driver(hierarchy, root=cfg.cgroups.root.strip("/"), override=override)
+    except (CgroupError, OSError):
+        driver = "cgroupfs"
+    return Layout(driver, yarn_hierarchy=cfg.cgroups.yarn_hierarchy)
+
+
+def make_sources(cfg: AgentConfig, layout: Layout, reader: CgroupReader, hierarchy: Hierarchy,
+                 api_client: object | None) -> WorkloadSources:
+    root = cfg.cgroups.root.strip("/")
+    kubelet = KubeletSource(cfg.sources.kubelet, layout) if cfg.sources.kubelet.enabled else None
+    scanner = None
+    if kubelet is None and cfg.standalone.enabled:
+        scanner = StandaloneScanner(
+            cfg.standalone, lambda rel: [c.rsplit("/", 1)[-1] for c in reader.children(rel)],
+            layout.tier("besteffort"), layout.tier("burstable"), cfg.cgroups.yarn_hierarchy,
+            lambda rel: str(hierarchy.controller_dir("cpu") / root / rel))
+    yarn = None
+    if cfg.sources.yarn.enabled:
+        yarn = NodeManagerSource(cfg.sources.yarn, layout, reader.children, kubelet=kubelet,
+                                 cgroup_dir=reader.dir)
+    reporter = None
+    if api_client is not None and cfg.sources.reporting.mode != "off":
+        reporter = NodeReporter(cfg.sources.reporting, api_client, cfg.node.node_name)  # type: ignore[arg-type]
+    return WorkloadSources(scanner, kubelet, yarn, reporter, cfg.sources.reporting.resync_s)
+
+
+def make_evictors(cfg: AgentConfig, layout: Layout, reader: CgroupReader, writer: CgroupWriter,
+                  api_client: object | None) -> dict[Source, Evictor]:
+    local = LocalEvictor(reader, writer, cfg.eviction.grace_period_s)
+    evictors: dict[Source, Evictor] = {Source.LOCAL: local, Source.YARN: local}
+    if cfg.sources.yarn.enabled:
+        evictors[Source.YARN] = YarnKiller(layout, reader, writer, cfg.eviction.grace_period_s)
+    if api_client is not None:
+        evictors[Source.K8S] = K8sEvictor(cfg.sources.kube_api, api_client,  # type: ignore[arg-type]
+                                          cfg.node.node_name)
+    return evictors
+
+
 def build(cfg: AgentConfig, board: Board | None = None, *, with_ledger: bool = True) -> Runtime:
+    """Everything but the async parts (sources' refresh tasks, API server, metrics server)."""
     hierarchy = discover(base=Path(cfg.cgroups.mount))
     root = cfg.cgroups.root.strip("/")
     reader = CgroupReader(hierarchy, root)
     writer = CgroupWriter(hierarchy, root)
+    layout = make_layout(cfg, hierarchy)
+    be_tier = layout.tier("besteffort")
     capacity, cpus = node_capacity(cfg)
     created = False
     if cfg.cgroups.setup_tiers:
         created = setup_tiers(writer, reader, cpus, cfg.cgroups.yarn_hierarchy)
-    collector = Collector(reader, TierPaths(root="", besteffort=BE_TIER), capacity, cpus,
+    collector = Collector(reader, TierPaths(root="", besteffort=be_tier), capacity, cpus,
                           cfg.node.scope, cfg.loop.interval_s)
-    scanner = StandaloneScanner(
-        cfg.standalone, lambda rel: [c.rsplit("/", 1)[-1] for c in reader.children(rel)], BE_TIER,
-        BURSTABLE_TIER, cfg.cgroups.yarn_hierarchy,
-        lambda rel: str(hierarchy.controller_dir("cpu") / root / rel))
+    api_client = make_api_client(cfg.sources.kube_api) if cfg.sources.kube_api.enabled else None
+    sources = make_sources(cfg, layout, reader, hierarchy, api_client)
     audit = AuditLog(cfg.audit.path)
-    local = LocalEvictor(reader, writer, cfg.eviction.grace_period_s)
-    evictors: dict[Source, Evictor] = {Source.LOCAL: local, Source.YARN: local}
     executor = ActionExecutor(
-        writer, BE_TIER, evictors,
+        writer, be_tier, make_evictors(cfg, layout, reader, writer, api_client),
         dry_run=cfg.eviction.dry_run, rate_per_s=cfg.eviction.rate_per_minute / 60.0,
         burst=cfg.eviction.burst, recheck_cooldown_s=cfg.eviction.recheck_cooldown_s, audit=audit,
         now=time.monotonic())
     board = board or Board()
-    rt_holder: list[Runtime] = []  # the loop lists workloads through the runtime, built just below
-
-    def list_workloads() -> tuple[list[Workload], dict[str, str]]:
-        return rt_holder[0].list_workloads()
-
     hub = MetricsHub(cfg.metrics)
     ledger = open_ledger(cfg) if with_ledger else None
-    hooks = (LedgerFeed(ledger, cfg.batch).on_tick,) if ledger is not None else ()
+    hooks = (LedgerFeed(ledger).on_tick,) if ledger is not None else ()
     loop = TickLoop(
-        collector, list_workloads, executor, cfg.policies, board,
+        collector, sources.list, executor, cfg.policies, board,
         LoopTiming(cfg.loop.interval_s, cfg.loop.fast_path, cfg.loop.fast_poll_s,
                    cfg.loop.fast_hp_jump_milli_cpu, cfg.loop.fast_psi_stall_ratio),
-        hooks=hooks, on_publish=(hub.observe,))
-    rt = Runtime(cfg, hierarchy, reader, writer, collector, scanner, executor, loop, board, audit, capacity,
-                 cpus, hub, ledger, created)
-    rt_holder.append(rt)
-    return rt
+        hooks=hooks, sources_synced=sources.synced, source_ages=sources.ages, on_publish=(hub.observe,),
+        batch=cfg.batch, origin_annotation=lambda: sources.origin_annotation)
+    return Runtime(cfg, hierarchy, reader, writer, collector, sources, executor, loop, board, audit,
+                   capacity, cpus, hub, ledger, created)

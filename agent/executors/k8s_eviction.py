@@ -57,7 +57,8 @@ class EvictionResult:
     @property
     def ok(self) -> bool:
         """The pod is on its way out (evicted now or within the window) or already gone."""
-        return self.outcome in (EvictionOutcome.EVICTED, EvictionOutcome.GONE, EvictionOutcome.ALREADY_EVICTED)
+        return self.outcome in (EvictionOutcome.EVICTED, EvictionOutcome.GONE,
+                                EvictionOutcome.ALREADY_EVICTED)
 
     @property
     def try_next(self) -> bool:

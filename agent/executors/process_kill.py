@@ -63,7 +63,8 @@ async def kill_cgroup(
     started = time.monotonic()
     try:
         procs = _procs(reader, rel)
-        writer.thaw(rel)  # a frozen v1 task acts on signals only once thawed
+        with contextlib.suppress(CgroupGone):  # not every cgroup has a freezer directory (YARN's do not)
+            writer.thaw(rel)  # a frozen v1 task acts on signals only once thawed
         _signal_all(procs, signal.SIGTERM)
         deadline = started + grace_period_s
         while reader.pids(rel) and time.monotonic() < deadline:

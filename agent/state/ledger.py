@@ -245,12 +245,15 @@ class Ledger:
 
     def check_epoch(self, epoch: int) -> None:
         """Fence: a lower epoch than already seen raises StaleEpoch; a higher one is recorded."""
-        check_epoch(epoch)
-        if epoch < self._node.highest_epoch:
-            raise StaleEpoch(epoch, self._node.highest_epoch)
+        self._fence(epoch)
         if epoch > self._node.highest_epoch:
             self._set_node(replace(self._node, highest_epoch=epoch), self._clock())
             self._mark_dirty()
+
+    def _fence(self, epoch: int) -> None:
+        check_epoch(epoch)
+        if epoch < self._node.highest_epoch:
+            raise StaleEpoch(epoch, self._node.highest_epoch)
 
     def admit(self, request: AdmitRequest, epoch: int) -> AdmitResult:
         """Arbitrate a new batch allocation against the ledger; accepted ones are PENDING_LAUNCH until a
@@ -295,10 +298,8 @@ class Ledger:
 
     def ack_recovery(self, epoch: int, applied_revision: int) -> AckResult:
         """A scheduler applied this incarnation's state up to `applied_revision`: RECOVERING → SCHEDULABLE."""
-        check_epoch(epoch)
-        if applied_revision > self._rev:
-            raise RevisionAhead("applied_revision", applied_revision, self._rev)
-        if applied_revision < 0:
+        self._fence(epoch)
+        if not 0 <= applied_revision <= self._rev:
             raise RevisionAhead("applied_revision", applied_revision, self._rev)
         self.check_epoch(epoch)
         state = lifecycle.next_state(self._node.lifecycle, Trigger.ACK_RECOVERY)
@@ -311,9 +312,12 @@ class Ledger:
 
     def transition(self, trigger: Trigger, epoch: int, *, drain: DrainStatus | None = None,
                    request_id: str = "") -> list[Event]:
-        """Move the lifecycle (and drain status) by `trigger`; the one entry for decommission work."""
-        self.check_epoch(epoch)
+        """Move the lifecycle (and drain status) by `trigger`; the one entry for decommission work.
+
+        Raises StaleEpoch or LifecycleError before changing anything."""
+        self._fence(epoch)
         state = lifecycle.next_state(self._node.lifecycle, trigger)
+        self.check_epoch(epoch)
         new = replace(self._node, lifecycle=state, drain=self._node.drain if drain is None else drain)
         if request_id:
             self._request_ids = (*self._request_ids, request_id)[-self.cfg.request_id_history:]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import grp
+import json
 import os
 import socket
 import stat
@@ -591,3 +592,21 @@ async def test_concurrent_admissions_never_overcommit(served: Served) -> None:
     assert len(accepted) == 2000 // 150
     assert all(r.refusal is Refusal.INSUFFICIENT_CPU for r in results if not r.accepted)
     assert served.ledger.batch_allocated.milli_cpu == 150 * len(accepted) <= BATCH.milli_cpu
+
+
+async def test_status_cli(served: Served, capsys: pytest.CaptureFixture[str]) -> None:
+    from agent.status_cli import main
+
+    served.sync([workload(1, 1, cpu=250)])
+    served.ledger.notice("suppression", "BE cpuset shrunk to 1 CPU", {"cpus": "1"})
+    assert await asyncio.to_thread(main, ["--socket", served.address]) == 0
+    text = capsys.readouterr().out
+    assert "node        node-t" in text and "lifecycle   RECOVERING" in text
+    assert "yarn   RUNNING" in text and "250 milli-CPU" in text
+    assert "BE cpuset shrunk to 1 CPU" in text
+    assert await asyncio.to_thread(main, ["--socket", served.address, "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["lifecycle"] == "RECOVERING" and data["identity"]["node_id"] == "node-t"
+    assert data["allocations"][0]["count"] == 1
+    assert await asyncio.to_thread(main, ["--socket", str(served.dir / "nobody.sock"), "--timeout", "1"]) == 1
+    assert "UNAVAILABLE" in capsys.readouterr().err

@@ -6,9 +6,11 @@ the pressure is real working set measured by the kernel against the configured c
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -16,6 +18,7 @@ from agentkit import agent_config, running, wait_for
 from realcg import RealRoot
 
 from agent.runtime import build
+from agent.sources.config import NodeManagerConfig
 from agent.spawn import workload_argv
 from agent.standalone import LocalWorkload
 from cgroups.reader import CgroupReader
@@ -113,23 +116,27 @@ async def test_dry_run_changes_nothing_on_disk(real_root: RealRoot, tmp_path: Pa
 
 
 async def test_no_eviction_on_stale_data(real_root: RealRoot, tmp_path: Path) -> None:
-    """A workload source that is configured but not answering makes the data stale: no eviction."""
+    """A NodeManager that is configured but not answering makes the data stale: memory is over the
+    threshold, yet nothing is evicted, and the hold says why."""
     mib, pids = _layout(real_root)
     ws = await _settle(real_root, list(mib), mib)
-    rt = build(agent_config(real_root.name, memory=int(ws[""] / 0.75), interval=0.3, workloads=PRIORITIES))
-    real_list = rt.list_workloads
-
-    def with_stale() -> tuple[list, dict[str, str]]:  # type: ignore[type-arg]
-        workloads, stale = real_list()
-        return workloads, {**stale, "yarn": "NodeManager at 127.0.0.1:1 refused the connection"}
-
-    rt.list_workloads = with_stale  # type: ignore[method-assign]
+    cfg = agent_config(real_root.name, memory=int(ws[""] / 0.75), interval=0.3, workloads=PRIORITIES)
+    # A NodeManager that is configured but not there (nothing listens on port 1).
+    nm = NodeManagerConfig(enabled=True, url="http://127.0.0.1:1", timeout_s=0.5, resync_s=0.5,
+                           stale_after_s=1.0)
+    cfg = replace(cfg, sources=replace(cfg.sources, yarn=nm))
+    rt = build(cfg)
     started = time.monotonic()
     async with running(rt):
+        stop = asyncio.Event()
+        refresh = asyncio.create_task(rt.sources.run(stop))
         await wait_for(lambda: False, 2.5)
+        stop.set()
+        await refresh
         pub = rt.board.get()
     assert pub is not None and pub.tick >= 3
     assert all(_alive(p) for p in pids.values())
     holds = pub.counters.holds
+    assert "yarn" in pub.snapshot.stale
     assert any(reason == "stale_data" or "stale" in reason for (_p, reason) in holds), holds
     assert time.monotonic() - started < 30
