@@ -46,6 +46,11 @@ from qos.model import Resources, Source  # noqa: E402
 
 TS = b"1700000000000"
 RECORDED = 10
+T0 = time.monotonic()
+
+
+def progress(msg: str) -> None:
+    print(f"[{time.monotonic() - T0:7.1f}s] {msg}", file=sys.stderr, flush=True)
 
 
 # ---- real agents -------------------------------------------------------------------------------------------
@@ -247,8 +252,10 @@ async def measure(args: argparse.Namespace, d: Path, root: RealRoot) -> dict[str
     }
     t0 = time.perf_counter()
     agents = setup_agents(root, d, max(sizes), args.allocations)
+    progress(f"{len(agents)} agents up")
     try:
         await admit_pending(agents, args.allocations)
+        progress("launches admitted")
         out["setup_s"] = round(time.perf_counter() - t0, 1)
         epoch = 10
         for n in sizes:
@@ -258,6 +265,7 @@ async def measure(args: argparse.Namespace, d: Path, root: RealRoot) -> dict[str
                 epoch += 1
                 rec.append(await time_recovery(addrs, epoch, args.parallel, n * args.allocations))
                 floor.append(await time_snapshot_floor(addrs, args.parallel))
+                progress(f"{n} real nodes: recovery {rec[-1]:.3f}s, snapshot floor {floor[-1]:.3f}s")
             out[f"real_{n}_nodes_recovery_s"] = round(statistics.median(rec), 3)
             out[f"real_{n}_nodes_snapshot_floor_s"] = round(statistics.median(floor), 3)
             out[f"real_{n}_nodes_recovery_over_floor_ratio"] = round(
@@ -268,6 +276,7 @@ async def measure(args: argparse.Namespace, d: Path, root: RealRoot) -> dict[str
         for a in agents[:RECORDED]:
             snap, msgs, inc = await record(a, 1.0)
             recordings.append((a.node_id, snap, msgs, inc))
+            progress(f"recorded {a.node_id}: {len(msgs)} watch messages")
         out["recorded_stream_messages"] = sum(len(r[2]) for r in recordings)
     finally:
         stop_all(agents)
@@ -296,6 +305,7 @@ async def measure(args: argparse.Namespace, d: Path, root: RealRoot) -> dict[str
         for r in range(args.repeat):
             rec.append(await time_replayed(addrs, 100 + r, args.parallel))
             floor.append(await time_snapshot_floor(addrs, args.parallel))
+            progress(f"{args.replayed} replayed: recovery {rec[-1]:.3f}s, snapshot floor {floor[-1]:.3f}s")
         out[f"replayed_{args.replayed}_nodes_recovery_s"] = round(statistics.median(rec), 3)
         out[f"replayed_{args.replayed}_nodes_snapshot_floor_s"] = round(statistics.median(floor), 3)
         out[f"replayed_{args.replayed}_nodes_recovery_over_floor_ratio"] = round(
