@@ -1,0 +1,87 @@
+"""The real agent process (`coloc-agent run`) on a private cgroup root, scraped by a real Prometheus server,
+asked for its status over its real unix socket, and stopped with SIGTERM."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import yaml
+from promserver import PrometheusServer, free_port
+from realcg import RealRoot
+
+from agent.spawn import workload_argv
+
+pytestmark = [pytest.mark.cgroups, pytest.mark.slow]
+
+
+def _config(tmp_path: Path, root: str, port: int) -> Path:
+    cfg = {
+        "node": {"name": "prom-node", "cpus": 2, "memory": "1Gi", "scope": "cgroup-root"},
+        "cgroups": {"root": root, "setup_tiers": True},
+        "loop": {"interval_s": 0.5, "stale_after_s": 5},
+        "metrics": {"bind": "127.0.0.1", "port": port},
+        "state": {"path": str(tmp_path / "state.json")},
+        "api": {"socket_path": str(tmp_path / "agent.sock")},
+        "log": {"format": "json"},
+        "standalone": {"workloads": [{"cgroup": "besteffort/batch", "priority": 3000, "milli_cpu": 500}]},
+    }
+    path = tmp_path / "agent.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+def _wait(pred: Callable[[], bool], timeout: float) -> bool:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if pred():
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def test_agent_process_is_scraped_by_prometheus_and_answers_status(
+        real_root: RealRoot, tmp_path: Path, prometheus: Callable[..., PrometheusServer]) -> None:
+    real_root.mkcg("besteffort/batch")
+    real_root.spawn("besteffort/batch", workload_argv("burn"))
+    port = free_port()
+    log = (tmp_path / "agent.log").open("w")
+    agent = subprocess.Popen([sys.executable, "-m", "agent.cli", "run", "--config",
+                              str(_config(tmp_path, real_root.name, port))], stdout=log, stderr=log)
+    try:
+        assert _wait(lambda: (tmp_path / "agent.sock").exists(), 20), (tmp_path / "agent.log").read_text()
+        prom = prometheus([f"127.0.0.1:{port}"], scrape_interval="1s")
+        prom.wait_for_scrape()
+        prom.wait_until("coloc_ticks_total", lambda v: (v or 0) >= 2, 20)
+        assert prom.value("coloc_node_cpu_capacity_cores") == 2.0
+        assert prom.value("coloc_node_memory_capacity_bytes") == float(1 << 30)
+        assert prom.value('coloc_workloads{tier="besteffort",source="local"}') == 1.0
+        # cpuset + cpu.idle is the default: BE confined to one CPU of the private 2-CPU node.
+        prom.wait_until("coloc_be_cpuset_cpus", lambda v: v == 1.0, 20)
+        assert prom.value("coloc_be_cpu_idle") == 1.0
+        assert prom.value('up{job="coloc-agent"}') == 1.0
+
+        status = subprocess.run([sys.executable, "-m", "agent.cli", "status", "--json", "--socket",
+                                 f"unix:{tmp_path / 'agent.sock'}"], capture_output=True, text=True,
+                                timeout=30, check=True)
+        doc = json.loads(status.stdout)
+        assert "prom-node" in json.dumps(doc)
+        assert int(doc["applications"]) == 1, "the BE workload is an application in the ledger"
+
+        agent.send_signal(signal.SIGTERM)
+        assert agent.wait(15) == 0
+        assert not (tmp_path / "agent.sock").exists(), "the socket should be removed on a clean stop"
+        assert (tmp_path / "state.json").exists()
+        lines = (tmp_path / "agent.log").read_text().splitlines()
+        assert all(json.loads(line)["level"] for line in lines if line.startswith("{"))
+    finally:
+        if agent.poll() is None:
+            agent.kill()
+            agent.wait()
+        log.close()
