@@ -55,7 +55,7 @@ def test_agent_process_is_scraped_by_prometheus_and_answers_status(
     agent = subprocess.Popen([sys.executable, "-m", "agent.cli", "run", "--config",
                               str(_config(tmp_path, real_root.name, port))], stdout=log, stderr=log)
     try:
-        assert _wait(lambda: (tmp_path / "agent.sock").exists(), 20), (tmp_path / "agent.log").read_text()
+        assert _wait((tmp_path / "agent.sock").exists, 20), (tmp_path / "agent.log").read_text()
         prom = prometheus([f"127.0.0.1:{port}"], scrape_interval="1s")
         prom.wait_for_scrape()
         prom.wait_until("coloc_ticks_total", lambda v: (v or 0) >= 2, 20)
