@@ -9,19 +9,17 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from agent.configload import ConfigError, parse_bytes
+from agent.sources.ids import IdError, parse_container_id
 from qos.model import Resources, Source, Tier, Workload
 
 log = logging.getLogger("coloc.standalone")
 
-# container_[e<epoch>_]<clusterTs>_<appSeq>_<attempt>_<containerSeq>
-_YARN_CONTAINER = re.compile(r"^container_(?:e(\d{1,9})_)?(\d{10,14})_(\d{4,9})_(\d{2,9})_(\d{6,12})$")
 
 
 @dataclass(frozen=True)
@@ -54,11 +52,11 @@ class StandaloneConfig:
 
 def parse_yarn_container(name: str) -> tuple[str, int] | None:
     """`container_…` → (application id, container sequence), or None when the name is not a container id."""
-    m = _YARN_CONTAINER.match(name)
-    if not m:
+    try:
+        cid = parse_container_id(name)
+    except IdError:
         return None
-    _epoch, ts, app, _attempt, seq = m.groups()
-    return f"application_{ts}_{app}", int(seq)
+    return cid.app_id, cid.seq
 
 
 class StandaloneScanner:

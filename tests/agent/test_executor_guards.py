@@ -1,0 +1,102 @@
+"""The executor's last guards on evictions, whatever a policy asked: stale data, HP workloads, in-flight
+keys, cool-downs, the token bucket, dry run. The evictor here is a recording one of our own interface
+(the real evictors are tested end to end elsewhere)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from agent.executors.apply import ActionExecutor, EvictOutcome
+from agent.published import ActionRecord
+from cgroups.discovery import Hierarchy
+from cgroups.writer import CgroupWriter
+from qos.actions import Evict, EvictReason, Hold
+from qos.model import NodeSnapshot, Resources, Source, Tier, Usage, Workload
+
+
+class Recorder:
+    def __init__(self, delay: float = 0.0) -> None:
+        self.evicted: list[str] = []
+        self.delay = delay
+
+    async def evict(self, workload: Workload, action: Evict) -> EvictOutcome:
+        await asyncio.sleep(self.delay)
+        self.evicted.append(workload.key)
+        return EvictOutcome(True, "recorded")
+
+
+def _w(key: str, be: bool = True) -> Workload:
+    return Workload(key=key, name=key, source=Source.LOCAL, tier=Tier.BESTEFFORT if be else Tier.GUARANTEED,
+                    be=be, priority=3000, cgroup=key.split("/", 1)[1])
+
+
+def _snap(*ws: Workload, stale: dict[str, str] | None = None) -> NodeSnapshot:
+    return NodeSnapshot(taken_at=0.0, capacity=Resources(2000, 1 << 30), cpus=(0, 1), node_usage=Usage(),
+                        hp_usage=Usage(), be_usage=Usage(), system_usage=Usage(), workloads=ws,
+                        stale=stale or {})
+
+
+def _executor(tmp_path: Path, rec: Recorder, *, dry_run: bool = False, burst: int = 5,
+              audit: list[ActionRecord] | None = None) -> ActionExecutor:
+    (tmp_path / "cg").mkdir(exist_ok=True)
+    writer = CgroupWriter(Hierarchy.v2(tmp_path), "cg")
+    sink = audit.append if audit is not None else (lambda _r: None)
+    return ActionExecutor(writer, "besteffort", {Source.LOCAL: rec}, dry_run=dry_run, rate_per_s=0.001,
+                          burst=burst, recheck_cooldown_s=60.0, audit=sink, now=0.0)
+
+
+def _evict(key: str) -> Evict:
+    return Evict(key, EvictReason.MEMORY_PRESSURE, "test")
+
+
+async def test_guards(tmp_path: Path) -> None:
+    rec = Recorder(delay=0.05)
+    audit: list[ActionRecord] = []
+    ex = _executor(tmp_path, rec, audit=audit)
+    be, hp = _w("local/besteffort/a"), _w("local/hp", be=False)
+
+    await ex.execute([_evict(hp.key)], _snap(be, hp))
+    assert audit[-1].outcome == "skipped" and "not_best_effort" in audit[-1].reason
+
+    await ex.execute([_evict(be.key)], _snap(be, hp, stale={"yarn": "down"}))
+    assert audit[-1].outcome == "skipped" and "stale_data" in audit[-1].reason
+
+    await ex.execute([_evict("local/besteffort/gone")], _snap(be))
+    assert "workload_gone" in audit[-1].reason
+
+    await ex.execute([_evict(be.key)], _snap(be))
+    assert audit[-1].outcome == "started"
+    assert ex.terminating == {be.key}
+    await ex.execute([_evict(be.key)], _snap(be))
+    assert "already_terminating" in audit[-1].reason
+    await ex.drain(2)
+    assert rec.evicted == [be.key]
+    assert audit[-1].outcome == "done"
+    await ex.execute([_evict(be.key)], _snap(be))
+    assert "cooldown" in audit[-1].reason
+    assert ex.evictions[("memory_pressure", "local")] == 1
+    assert ex.holds[("memory_pressure", "not_best_effort")] == 1
+
+
+async def test_rate_limit_and_hold_counting(tmp_path: Path) -> None:
+    rec = Recorder()
+    ex = _executor(tmp_path, rec, burst=2)
+    ws = [_w(f"local/besteffort/w{i}") for i in range(4)]
+    records = await ex.execute([_evict(w.key) for w in ws] + [Hold("p", "why")], _snap(*ws))
+    await ex.drain(2)
+    assert [r.outcome for r in records] == ["started", "started", "skipped", "skipped"]
+    assert "rate_limited" in records[2].reason
+    assert sorted(rec.evicted) == ["local/besteffort/w0", "local/besteffort/w1"]
+    assert ex.holds[("p", "why")] == 1
+
+
+async def test_dry_run_evicts_nothing(tmp_path: Path) -> None:
+    rec = Recorder()
+    ex = _executor(tmp_path, rec, dry_run=True)
+    w = _w("local/besteffort/a")
+    records = await ex.execute([_evict(w.key)], _snap(w))
+    await ex.drain(1)
+    assert records[0].outcome == "dry_run"
+    assert rec.evicted == []
+    assert ex.terminating == frozenset()
