@@ -42,12 +42,10 @@ async def serve(config_path: str, dry_run: bool = False, ready: asyncio.Event | 
     try:
         api = await start_api_server(ledger, cfg.api, board=rt.board)
     except ApiStartError as err:
-        await api.stop(2.0)
         if metrics is not None:
             metrics.stop()
         await ledger.close()
         rt.close()
-        await ledger.close()
         raise ConfigError(str(err)) from err
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -66,8 +64,10 @@ async def serve(config_path: str, dry_run: bool = False, ready: asyncio.Event | 
         with contextlib.suppress(Exception):
             await sources
         await rt.executor.drain(timeout_s=cfg.eviction.grace_period_s + 2)
+        await api.stop(2.0)
         if metrics is not None:
             metrics.stop()
+        await ledger.close()
         rt.close()
         log.info("agent stopped")
     return 0

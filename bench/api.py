@@ -40,7 +40,7 @@ BIG = Resources(1 << 40, 1 << 60)
 
 
 def key(n: int) -> str:
-    return f"yarn/container_e01_{TS}_{1 + n // 100:04d}_01_{n:06d}"
+    return f"yarn/container_e01_{TS}_{1 + n // 100:04d}_01_{n + 1:06d}"
 
 
 def app(n: int) -> str:

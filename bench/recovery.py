@@ -2,9 +2,9 @@
 
     python bench/recovery.py [--sizes 10,25,50] [--allocations 100] [--replayed 200] [--repeat 3]
 
-Real: N agent processes (the harness of the acceptance tests, tests/api/agentfleet.py), each with its
-own socket, node id, state file and private cgroup root holding --allocations allocations: 80 % container
-cgroups found by the agent's cgroup scanner, 20 % launches admitted through the API (pending). A
+Real: N `coloc-agent run` processes (started by the acceptance tests' harness, tests/api/agentfleet.py),
+each with its own socket, node id, state file and private cgroup root holding --allocations allocations:
+80 % container cgroups found by the agent's cgroup scanner, 20 % launches admitted through the API. A
 scheduler restart is timed: `Recovery(...)` from start to Running (every node snapshotted, applied,
 watched and acknowledged). Side by side, the floor: GetSnapshot from the same N agents at the same
 parallelism, nothing applied.
@@ -35,7 +35,7 @@ sys.path[:0] = [str(REPO / "tests"), str(REPO / "tests" / "api")]
 
 import grpc  # noqa: E402
 from agentfleet import Agent, start_all, stop_all  # noqa: E402
-from apihelp import app_id, cid  # noqa: E402
+from apikit import app_id, cid  # noqa: E402
 from realcg import RealRoot  # noqa: E402
 
 from agent.api.client import AgentClient  # noqa: E402
@@ -57,7 +57,8 @@ def progress(msg: str) -> None:
 
 
 def setup_agents(root: RealRoot, d: Path, n: int, per_node: int) -> list[Agent]:
-    agents = [Agent(root, d, f"node-{i:02d}", "--interval", "0.5") for i in range(n)]
+    agents = [Agent(root, d, f"node-{i:02d}", {"loop.interval_s": 1.0, "loop.stale_after_s": 5.0})
+              for i in range(n)]
     containers = per_node * 4 // 5
     for i, a in enumerate(agents):
         for s in range(containers):
@@ -79,7 +80,7 @@ async def admit_pending(agents: list[Agent], per_node: int) -> None:
                 app = 500 + i
                 r = await c.admit(
                     AdmitRequest(
-                        f"yarn/{cid(app, s + 1)}", app_id(app), Source.YARN, Resources(100, 64 << 20)
+                        f"yarn/{cid(app, s + 1)}", app_id(app), Source.YARN, Resources(10, 16 << 20)
                     ),
                     1,
                 )

@@ -131,7 +131,8 @@ class Recovery:
                 return False
             self._changed.clear()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._changed.wait(), min(left, 0.1))
+                async with asyncio.timeout(min(left, 0.1)):
+                    await self._changed.wait()
         return True
 
     async def stop(self) -> None:
@@ -215,7 +216,10 @@ class Recovery:
             try:
                 while True:
                     try:
-                        batch = await asyncio.wait_for(anext(stream), self.cfg.watch_idle_s)
+                        # Not wait_for: in 3.11 it can swallow our cancellation when a message arrives at
+                        # the same moment, and this loop would then never stop.
+                        async with asyncio.timeout(self.cfg.watch_idle_s):
+                            batch = await anext(stream)
                     except TimeoutError:
                         raise AgentCallError(nc.address, "Watch", grpc.StatusCode.DEADLINE_EXCEEDED,
                                              f"no message for {self.cfg.watch_idle_s}s") from None

@@ -87,7 +87,10 @@ class Subscription:
         if self.dropped is not None:
             raise WatcherDropped(self.dropped)
         try:
-            first = await asyncio.wait_for(self._queue.get(), timeout)
+            # asyncio.timeout, not wait_for: wait_for (3.11) can swallow a cancellation that races with
+            # an arriving event, and a cancelled watcher would then live on.
+            async with asyncio.timeout(timeout):
+                first = await self._queue.get()
         except TimeoutError:
             return []
         out.append(first)

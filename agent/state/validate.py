@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import re
 
+from agent.sources.ids import IdError, check_pod_uid, parse_app_id, parse_container_id
 from agent.state.errors import InvalidRequest
 from agent.state.records import AdmitRequest
 from qos.model import Source
 
 MAX_EPOCH = (1 << 63) - 1
-_UID = re.compile(r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")
-_YARN_CONTAINER = re.compile(r"^container_(?:e\d{1,9}_)?(\d{10,14})_(\d{4,9})_\d{2,9}_\d{6,12}$")
-_YARN_APP = re.compile(r"^application_(\d{10,14})_(\d{4,9})$")
 _LOCAL_SEGMENT = re.compile(r"^[A-Za-z0-9_.:@+-]{1,128}$")
 _TEXT = re.compile(r"^[\x21-\x7e]{1,253}$")  # printable ASCII, no spaces
 _TAG_KEY = re.compile(r"^[A-Za-z0-9_./-]{1,128}$")
@@ -32,11 +30,13 @@ def check_key(key: str, source: Source, field: str = "allocation.key") -> None:
     if not sep or prefix != source.value:
         raise InvalidRequest(field, f"must start with '{source.value}/' (the allocation's source), "
                                     f"got {key!r}")
-    if source is Source.K8S and not _UID.match(rest):
-        raise InvalidRequest(field, f"expected 'k8s/<pod uid>', got {key!r}")
-    if source is Source.YARN and not _YARN_CONTAINER.match(rest):
-        raise InvalidRequest(field, "expected 'yarn/container_[e<epoch>_]<ts>_<app>_<attempt>_<seq>', "
-                                    f"got {key!r}")
+    try:
+        if source is Source.K8S:
+            check_pod_uid(rest)
+        elif source is Source.YARN:
+            parse_container_id(rest)
+    except IdError as err:
+        raise InvalidRequest(field, str(err)) from None
     if source is Source.LOCAL:
         parts = rest.split("/")
         if len(rest) > 255 or not all(_LOCAL_SEGMENT.match(p) and p not in (".", "..") for p in parts):
@@ -49,9 +49,11 @@ def check_admit(req: AdmitRequest) -> None:
         raise InvalidRequest("allocation.application_id",
                              f"must be 1-253 printable characters without spaces, got {req.application_id!r}")
     if req.source is Source.YARN:
-        app = _YARN_APP.match(req.application_id)
-        cont = _YARN_CONTAINER.match(req.key.partition("/")[2])
-        if app is None or cont is None or app.groups() != cont.groups():
+        try:
+            app = parse_app_id(req.application_id)
+        except IdError as err:
+            raise InvalidRequest("allocation.application_id", str(err)) from None
+        if parse_container_id(req.key.partition("/")[2]).app_id != app:
             raise InvalidRequest("allocation.application_id",
                                  f"{req.application_id!r} is not the application of container {req.key!r}")
     r = req.resources

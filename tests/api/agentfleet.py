@@ -1,4 +1,5 @@
-"""Real agent processes on real sockets, each with its own node id, state file and private cgroup root.
+"""Real agent processes (`coloc-agent run`) on real sockets, each with its own node id, state file and
+private cgroup root.
 
 Allocations come from real sources: container cgroups created under the agent's root (found by the
 agent's cgroup scanner) and admissions through the API. Every process and cgroup is removed afterwards.
@@ -6,30 +7,58 @@ agent's cgroup scanner) and admissions through the API. Every process and cgroup
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
-from apihelp import cid
+import grpc
+import yaml
+from apikit import cid
 from realcg import RealRoot
 
-AGENT = Path(__file__).resolve().parent / "agent_proc.py"
+from agent.api.coloc.v1 import agent_pb2 as pb
+from agent.api.coloc.v1 import agent_pb2_grpc as pb_grpc
+
 YARN = "besteffort/hadoop-yarn"
 
 
 class Agent:
-    def __init__(self, root: RealRoot, workdir: Path, node_id: str, *opts: str) -> None:
+    """One `coloc-agent run --config FILE` process managing the private node `<root>/<node_id>`.
+
+    `settings` override the YAML (dotted keys, e.g. `{"loop.interval_s": 0.05}`)."""
+
+    def __init__(self, root: RealRoot, workdir: Path, node_id: str, settings: dict[str, object] | None = None
+                 ) -> None:
         self.root = root
         self.node_id = node_id
         self.socket = workdir / f"{node_id}.sock"
         self.state = workdir / f"{node_id}.json"
-        self.opts = opts
-        self.proc: subprocess.Popen[str] | None = None
+        self.config = workdir / f"{node_id}.yaml"
+        self.log = workdir / f"{node_id}.log"
+        self.proc: subprocess.Popen[bytes] | None = None
         self.incarnation = ""
         root.mkcg(f"{node_id}/{YARN}")
+        cfg: dict[str, dict[str, object]] = {
+            "node": {"name": node_id, "cpus": 2, "memory": "2Gi", "scope": "cgroup-root"},
+            "cgroups": {"root": f"{root.name}/{node_id}", "driver": "cgroupfs", "setup_tiers": True,
+                        "cleanup_on_exit": False},
+            "loop": {"interval_s": 0.1, "fast_path": False, "stale_after_s": 1.0},
+            "eviction": {"dry_run": True},  # these tests are about the ledger, not about evicting
+            "log": {"level": "warning", "format": "text"},
+            "metrics": {"enabled": False},
+            "state": {"path": str(self.state)},
+            "api": {"socket_path": str(self.socket), "bookmark_interval_s": 0.5},
+            "batch": {"origin": "local"},
+        }
+        for dotted, value in (settings or {}).items():
+            section, key = dotted.split(".", 1)
+            cfg.setdefault(section, {})[key] = value
+        self.config.write_text(yaml.safe_dump(cfg))
 
     @property
     def address(self) -> str:
@@ -37,41 +66,57 @@ class Agent:
 
     def launch(self) -> None:
         """Start the process; `wait_ready` completes the start (so many agents can boot at once)."""
-        self.proc = subprocess.Popen(
-            [
-                sys.executable,
-                str(AGENT),
-                "--node-id",
-                self.node_id,
-                "--cgroup-root",
-                f"{self.root.name}/{self.node_id}",
-                "--socket",
-                str(self.socket),
-                "--state",
-                str(self.state),
-                *self.opts,
-            ],
-            stdout=subprocess.PIPE,
-            text=True,
-        )
+        with open(self.log, "ab") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "agent.cli", "run", "--config", str(self.config)],
+                stdin=subprocess.DEVNULL, stdout=log, stderr=log)
 
-    def wait_ready(self) -> str:
-        assert self.proc is not None and self.proc.stdout is not None
-        line = self.proc.stdout.readline()
-        assert line.startswith("READY "), f"agent {self.node_id} did not start: {line!r}"
-        self.incarnation = line.split()[1]
+    def _probe(self, deadline: float) -> bool:
+        assert self.proc is not None
+        if self.proc.poll() is not None:
+            raise AssertionError(f"agent {self.node_id} exited: {self.log.read_text()[-2000:]}")
+        if time.monotonic() > deadline:
+            raise AssertionError(f"agent {self.node_id} not ready: {self.log.read_text()[-2000:]}")
+        if not self.socket.exists():
+            return False
+        with grpc.insecure_channel(f"unix:{self.socket}") as ch:
+            try:
+                m = pb_grpc.NodeAgentStub(ch).GetSnapshot(pb.GetSnapshotRequest(), timeout=2.0)
+            except grpc.RpcError:
+                return False
+        if m.node.batch_allocatable.milli_cpu == 0:  # serving, but no batch budget computed yet
+            return False
+        self.incarnation = m.identity.incarnation
+        return True
+
+    def wait_ready(self, timeout: float = 30.0) -> str:
+        """Until the agent answers on its socket and has a batch budget; returns its incarnation."""
+        deadline = time.monotonic() + timeout
+        while not self._probe(deadline):
+            time.sleep(0.05)
+        return self.incarnation
+
+    async def await_ready(self, timeout: float = 30.0) -> str:
+        deadline = time.monotonic() + timeout
+        while not await asyncio.to_thread(self._probe, deadline):
+            await asyncio.sleep(0.05)
         return self.incarnation
 
     def start(self) -> str:
         self.launch()
         return self.wait_ready()
 
+    async def astart(self) -> str:
+        """`start` for async tests: the event loop keeps running meanwhile."""
+        self.launch()
+        return await self.await_ready()
+
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGCONT)
             self.proc.terminate()
             try:
-                self.proc.wait(10)
+                self.proc.wait(15)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()

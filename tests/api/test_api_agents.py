@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 import grpc
 import pytest
 from agentfleet import Agent, stop_all
-from apihelp import Mirror, app_id, cid, short_dir
+from apikit import Mirror, app_id, cid, short_dir
 from realcg import RealRoot
 
 from agent.api.client import AgentCallError, AgentClient, Marker
@@ -31,8 +31,8 @@ def make_agent(real_root: RealRoot) -> Iterator[Factory]:
     made: list[Agent] = []
     with short_dir() as d:
 
-        def factory(node_id: str, *opts: str, start: bool = True) -> Agent:
-            a = Agent(real_root, d, node_id, *opts)
+        def factory(node_id: str, settings: dict[str, object] | None = None, start: bool = True) -> Agent:
+            a = Agent(real_root, d, node_id, settings)
             made.append(a)
             if start:
                 a.start()
@@ -89,7 +89,7 @@ async def churn(agent: Agent, c: AgentClient, stop: asyncio.Event, rng: random.R
             agent.remove_container(live.pop(rng.randrange(len(live))))
             n["removed"] += 1
         elif roll < 0.9:
-            r = await c.admit(req(9, seq), 1)
+            r = await c.admit(req(9, seq, cpu=1), 1)  # small: the budget of a 2-CPU node lasts
             assert r.accepted, r
             admitted.append((9, seq))
             n["admitted"] += 1
@@ -101,7 +101,7 @@ async def churn(agent: Agent, c: AgentClient, stop: asyncio.Event, rng: random.R
 
 
 async def test_snapshot_and_watch_agree_at_every_revision_under_churn(make_agent: Factory) -> None:
-    agent = make_agent("node-churn", "--interval", "0.03", "--bookmark-s", "0.2")
+    agent = make_agent("node-churn", {"loop.interval_s": 0.05, "api.bookmark_interval_s": 0.2})
     async with AgentClient(agent.address) as c, AgentClient(agent.address) as sampler:
         view = await ack(c)
         mirror = Mirror(view)
@@ -165,7 +165,7 @@ async def _timed_churn(agent: Agent, c: AgentClient, stop: asyncio.Event, second
 
 
 async def test_resume_after_a_dropped_stream_loses_nothing(make_agent: Factory) -> None:
-    agent = make_agent("node-resume", "--interval", "0.03")
+    agent = make_agent("node-resume", {"loop.interval_s": 0.05})
     async with AgentClient(agent.address) as c:
         view = await ack(c)
         mirror = Mirror(view)
@@ -200,10 +200,10 @@ async def test_resume_after_a_dropped_stream_loses_nothing(make_agent: Factory) 
 
 
 async def test_ring_overflow_gives_out_of_range_and_a_resnapshot_recovers(make_agent: Factory) -> None:
-    agent = make_agent("node-ring", "--ring-size", "32", "--interval", "0.05")
+    agent = make_agent("node-ring", {"state.ring_size": 32, "loop.interval_s": 0.05})
     async with AgentClient(agent.address) as c:
         first = await c.get_snapshot()
-        for s in range(40):
+        for s in range(1, 41):
             agent.add_container(1, s)
 
         async def all_seen() -> bool:
@@ -239,7 +239,7 @@ async def test_agent_restart_gives_a_new_incarnation_and_the_client_resnapshots(
         await rec.wait_for(lambda cl: f"yarn/{cid(2, 1)}" in cl.nodes[agent.address].allocations, 5)
         agent.kill()  # crash: the pending launch must survive, the stream breaks
         agent.add_container(1, 2)
-        agent.start()
+        await agent.astart()
         assert agent.incarnation != first
         assert await rec.wait_for(
             lambda cl: (
@@ -272,7 +272,7 @@ async def test_epoch_fencing_survives_a_restart(make_agent: Factory) -> None:
             await c.admit(req(1, 2), 4)
         assert err.value.code is grpc.StatusCode.FAILED_PRECONDITION and "epoch 5" in err.value.details
     agent.stop()
-    agent.start()
+    await agent.astart()
     async with AgentClient(agent.address) as c:
         with pytest.raises(AgentCallError) as err:
             await ack(c, epoch=4)
@@ -283,32 +283,36 @@ async def test_epoch_fencing_survives_a_restart(make_agent: Factory) -> None:
 
 
 async def test_admit_refuses_when_full_and_is_idempotent(make_agent: Factory) -> None:
-    agent = make_agent("node-full", "--batch-milli-cpu", "1000", "--interval", "0.05")
+    """The batch budget is the agent's own (local formula on a 2-CPU private node, nearly idle)."""
+    agent = make_agent("node-full", {"loop.interval_s": 0.05})
     async with AgentClient(agent.address) as c:
-        r = await c.admit(req(1, 1, cpu=600), 1)
+        r = await c.admit(req(1, 1, cpu=100), 1)
         assert not r.accepted and r.refusal is Refusal.NOT_SCHEDULABLE
-        await ack(c)
-        first = await c.admit(req(1, 1, cpu=600), 1)
-        assert first.accepted and first.batch_free.milli_cpu == 400
-        full = await c.admit(req(1, 2, cpu=600), 1)
-        assert not full.accepted and full.refusal is Refusal.INSUFFICIENT_CPU and "400 free" in full.message
-        again = await c.admit(req(1, 1, cpu=600), 1)
-        assert again.accepted and again.already_admitted and again.revision == first.revision
+        view = await ack(c)
+        budget = view.node.batch_allocatable.milli_cpu
+        assert 0 < budget <= 2000
+        big = budget - 200
+        first = await c.admit(req(1, 1, cpu=big), 1)
+        assert first.accepted and 150 <= first.batch_free.milli_cpu <= 250
+        full = await c.admit(req(1, 2, cpu=400), 1)
+        assert not full.accepted and full.refusal is Refusal.INSUFFICIENT_CPU and "free" in full.message
+        again = await c.admit(req(1, 1, cpu=big), 1)
+        assert again.accepted and again.already_admitted and again.allocation == first.allocation
         agent.add_container(1, 1)  # the launch starts: still counted once
 
         async def running() -> bool:
             a = {x.key: x for x in (await c.get_snapshot()).allocations}.get(f"yarn/{cid(1, 1)}")
-            return a is not None and a.phase is Phase.RUNNING
+            return a is not None and a.phase is Phase.RUNNING and a.resources.milli_cpu == big
 
         await until(running)
-        assert not (await c.admit(req(1, 2, cpu=600), 1)).accepted
+        assert not (await c.admit(req(1, 2, cpu=400), 1)).accepted
         agent.remove_container(f"yarn/{cid(1, 1)}")  # it ends: the capacity is free again
 
         async def gone() -> bool:
             return not (await c.get_snapshot()).allocations
 
         await until(gone)
-        assert (await c.admit(req(1, 2, cpu=600), 1)).accepted
+        assert (await c.admit(req(1, 2, cpu=400), 1)).accepted
 
 
 def test_agent_directory_layout(make_agent: Factory) -> None:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from agentfleet import Agent, start_all, stop_all
-from apihelp import app_id, cid, short_dir
+from apikit import app_id, cid, short_dir
 from realcg import RealRoot
 
 from agent.api.client import AgentCallError, AgentClient
@@ -46,9 +46,7 @@ def admit_req(node: int, seq: int) -> AdmitRequest:
 async def test_recovery_of_24_agents(real_root: RealRoot) -> None:
     rng = random.Random(11)
     with short_dir() as d:
-        agents = [
-            Agent(real_root, d, f"node-{i:02d}", "--interval", "0.1", "--bookmark-s", "0.5") for i in range(N)
-        ]
+        agents = [Agent(real_root, d, f"node-{i:02d}") for i in range(N)]
         pending: dict[int, set[str]] = {i: set() for i in range(N)}  # accepted launches not started yet
         try:
             for i, a in enumerate(agents):
@@ -145,7 +143,7 @@ async def test_recovery_of_24_agents(real_root: RealRoot) -> None:
             await waker
 
             # The late agent comes up while the scheduler runs: it is recovered then.
-            agents[LATE].start()
+            await agents[LATE].astart()
             assert await rec.wait_for(
                 lambda cl: cl.nodes[agents[LATE].address].state is NodeState.RECOVERED, 15
             )

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from apihelp import app_id, cid, short_dir
+from apikit import app_id, cid, short_dir
 
 from agent.api.server import ApiConfig, start_api_server
 from agent.recovery import Cluster, NodeState, ProtocolError, Recovery, RecoveryConfig, SchedulerState

@@ -20,7 +20,7 @@ from pathlib import Path
 import grpc
 import pytest
 import pytest_asyncio
-from apihelp import Mirror, app_id, cid, short_dir
+from apikit import Mirror, app_id, cid, short_dir
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
@@ -587,7 +587,8 @@ async def test_concurrent_admissions_never_overcommit(served: Served) -> None:
     inc = served.ledger.identity.incarnation
     async with AgentClient(served.address) as c:
         await c.ack_recovery(1, inc, served.ledger.revision)
-        results = await asyncio.gather(*(c.admit(admit_req(1 + n // 10, n, cpu=150), 1) for n in range(40)))
+        results = await asyncio.gather(
+            *(c.admit(admit_req(1 + n // 10, n + 1, cpu=150), 1) for n in range(40)))
     accepted = [r for r in results if r.accepted]
     assert len(accepted) == 2000 // 150
     assert all(r.refusal is Refusal.INSUFFICIENT_CPU for r in results if not r.accepted)

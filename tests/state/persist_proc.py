@@ -30,7 +30,7 @@ def say(line: str) -> None:
 
 
 def key(seq: int) -> str:
-    return f"yarn/container_e01_1700000000000_{1 + seq // 1000:04d}_01_{seq:06d}"
+    return f"yarn/container_e01_1700000000000_{1 + seq // 1000:04d}_01_{seq + 1:06d}"
 
 
 def app(seq: int) -> str:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from statehelp import CAP, Replica, container, hp, k8s, snapshot, yarn, yarn_app
+from statekit import CAP, Replica, container, hp, k8s, snapshot, yarn, yarn_app
 
 from agent.state import (
     AdmitRequest,

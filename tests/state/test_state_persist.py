@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import IO, Any
 
 import pytest
-from statehelp import snapshot, yarn
+from statekit import snapshot, yarn
 
 from agent.state import (
     AdmitRequest,
@@ -39,7 +39,7 @@ def cfg(path: Path, node: str = "node-a", **kw: object) -> LedgerConfig:
 
 
 def admit(ledger: Ledger, seq: int, epoch: int = 1) -> str:
-    key = f"yarn/container_e01_1700000000000_0009_01_{seq:06d}"
+    key = f"yarn/container_e01_1700000000000_0009_01_{seq + 1:06d}"
     res = ledger.admit(
         AdmitRequest(
             key, "application_1700000000000_0009", Source.YARN, Resources(10, 10), request_id=f"r{seq}"

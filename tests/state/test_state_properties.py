@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from statehelp import Replica, container, snapshot, yarn, yarn_app
+from statekit import Replica, container, snapshot, yarn, yarn_app
 
 from agent.state import AdmitRequest, EventType, Ledger, LedgerConfig, Phase
 from agent.state.records import Allocation, Application
