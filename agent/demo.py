@@ -110,7 +110,27 @@ async def measure(demo: Demo, seconds: float, phase: str, live: bool) -> float:
     return (demo.hp_count() - start_count) / (time.monotonic() - start)
 
 
-async def run_demo(scale: float, memory: str, live: bool, out: Path | None) -> dict[str, object]:
+def write_plot(demo: Demo, path: Path) -> str:
+    """HP throughput and the BE budget / BE usage over the demo's phases, as a PNG next to the summary."""
+    try:
+        from agent.plots import plot_timeseries
+    except ImportError:
+        return "no plot: matplotlib is not installed (pip install 'coloc-agent[plots]')"
+    hp = [(s["t"], s["hp_units_per_s"]) for s in demo.samples]
+    be = [(s["t"], s["be_milli_cpu"]) for s in demo.samples]
+    budget = [(s["t"], s["be_budget_milli_cpu"]) for s in demo.samples if s["be_budget_milli_cpu"] >= 0]
+    try:
+        plot_timeseries(path, "coloc-agent demo: HP throughput (work units/s)", {"HP": hp}, "units/s")
+        cpu_path = path.with_name(path.stem + "-be-cpu" + path.suffix)
+        plot_timeseries(cpu_path, "coloc-agent demo: BE CPU (milli-cores)",
+                        {"BE used": be, "BE budget (agent)": budget}, "milli-CPU")
+    except Exception as err:  # a plot is a nicety; never fail the demo for it
+        return f"no plot: {err}"
+    return f"{path}, {cpu_path}"
+
+
+async def run_demo(scale: float, memory: str, live: bool, out: Path | None,
+                   plot: Path | None = None) -> dict[str, object]:
     root = f"coloc-demo-{os.getpid()}"
     rt = build(demo_config(root, memory, 0.5))
     tmp = Path(tempfile.mkdtemp(prefix="coloc-demo-"))
@@ -154,6 +174,8 @@ async def run_demo(scale: float, memory: str, live: bool, out: Path | None) -> d
         last = rt.board.get()
         records = list(last.recent_actions) if last else []
         summary = summarize(alone, contended, with_agent, records, cut_s, demo)
+        if plot is not None:
+            summary["plot"] = write_plot(demo, plot)
         print(json.dumps(summary, indent=2))
         if out is not None:
             out.write_text(json.dumps(summary, indent=2))
@@ -209,6 +231,8 @@ def main(argv: list[str]) -> int:
     p.add_argument("--memory", default="1Gi", help="memory of the private node (default 1Gi)")
     p.add_argument("--quiet", action="store_true", help="no live view, summary only")
     p.add_argument("--json-out", type=Path, help="also write the summary here")
+    p.add_argument("--plot", type=Path, default=Path("coloc-demo.png"),
+                   help="write PNG plots here (default coloc-demo.png; '' for none)")
     args = p.parse_args(argv)
     if os.geteuid() != 0:
         print("coloc-agent demo: needs root (it creates cgroups and moves processes into them)",
@@ -216,7 +240,8 @@ def main(argv: list[str]) -> int:
         return 2
 
     async def guarded() -> None:
-        task = asyncio.ensure_future(run_demo(args.scale, args.memory, not args.quiet, args.json_out))
+        plot = args.plot if str(args.plot) not in ("", ".") else None
+        task = asyncio.ensure_future(run_demo(args.scale, args.memory, not args.quiet, args.json_out, plot))
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, task.cancel)

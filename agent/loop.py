@@ -18,7 +18,7 @@ from agent.collect import Collector
 from agent.executors.apply import ActionExecutor
 from agent.published import ActionRecord, Board, Counters, Published
 from qos.actions import Action, Evict
-from qos.batch import BatchConfig, BatchState, decide_batch
+from qos.batch import BatchConfig, BatchState, decide_batch, note_blocked
 from qos.model import NodeSnapshot, Resources, Workload
 from qos.policies import PolicyConfig, PolicyState, decide
 from qos.suppression import bounds
@@ -64,6 +64,7 @@ class TickLoop:
         self._batch_cfg = batch or BatchConfig(origin="local")
         self._batch_state = BatchState()
         self._origin_annotation = origin_annotation
+        executor.on_refused = self._eviction_refused
         self._wake = asyncio.Event()
         self._recent: deque[ActionRecord] = deque(maxlen=50)
         self._tick = 0
@@ -136,6 +137,10 @@ class TickLoop:
         if cause != "interval":
             log.debug("tick", extra={"fields": {"cause": cause, "tick": self._tick}})
         return pub
+
+    def _eviction_refused(self, key: str) -> None:
+        """The batch policy picks the next victim next tick instead of waiting on this one's release."""
+        self._batch_state = note_blocked(self._batch_state, key, time.time())
 
     def _execute_sync(self, actions: list[Action], snap: NodeSnapshot) -> list[ActionRecord]:
         # execute() awaits nothing for knobs and only spawns tasks for evictions, so it completes in one

@@ -72,6 +72,8 @@ class ActionExecutor:
         self.eviction_failures: Counter[str] = Counter()
         self.holds: Counter[tuple[str, str]] = Counter()
         self.cgroup_write_errors = 0
+        # Told when an eviction was refused with "try the next victim" (e.g. a PodDisruptionBudget).
+        self.on_refused: Callable[[str], None] = lambda _key: None
 
     @property
     def cgroup_writes(self) -> int:
@@ -193,6 +195,8 @@ class ActionExecutor:
             self.evictions[(policy, w.source.value)] += 1
         else:
             self.eviction_failures[policy] += 1
+            if outcome.try_next:
+                self.on_refused(w.key)
         self._record(policy, "evict", w.key, "done" if outcome.ok else "failed", outcome.detail,
                      {"release_milli_cpu": action.release_milli_cpu,
                       "release_memory_bytes": action.release_memory_bytes})

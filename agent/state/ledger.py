@@ -310,15 +310,25 @@ class Ledger:
             self._set_node(new, self._clock(), "ack_recovery")
         return AckResult(state, self._rev)
 
-    def transition(self, trigger: Trigger, epoch: int, *, drain: DrainStatus | None = None,
-                   request_id: str = "") -> list[Event]:
+    def transition(self, trigger: Trigger, epoch: int | None, *, drain: DrainStatus | None = None,
+                   request_id: str = "", batch_allocatable: Resources | None = None) -> list[Event]:
         """Move the lifecycle (and drain status) by `trigger`; the one entry for decommission work.
 
-        Raises StaleEpoch or LifecycleError before changing anything."""
-        self._fence(epoch)
+        A state that offers no batch capacity reports zero at once; `batch_allocatable` (a recommission's
+        recorded value) is reported at once by one that does. Raises StaleEpoch or LifecycleError before
+        changing anything. `epoch` None is the agent itself (a drain finishing), which no scheduler fences."""
+        if epoch is not None:
+            self._fence(epoch)
         state = lifecycle.next_state(self._node.lifecycle, trigger)
-        self.check_epoch(epoch)
-        new = replace(self._node, lifecycle=state, drain=self._node.drain if drain is None else drain)
+        if epoch is not None:
+            self.check_epoch(epoch)
+        batch = self._node.batch_allocatable
+        if not lifecycle.reports_batch(state):
+            batch = Resources()
+        elif batch_allocatable is not None:
+            batch = batch_allocatable
+        new = replace(self._node, lifecycle=state, drain=self._node.drain if drain is None else drain,
+                      batch_allocatable=batch)
         if request_id:
             self._request_ids = (*self._request_ids, request_id)[-self.cfg.request_id_history:]
             self._mark_dirty()
@@ -326,6 +336,16 @@ class Ledger:
             return []
         self._set_node(new, self._clock(), trigger.value.lower())
         self._mark_dirty()
+        return self._ring.last(1)
+
+    def update_drain(self, drain: DrainStatus, reason: str = "drain_progress") -> list[Event]:
+        """Record drain progress (phase, allocations left, waiting applications) without a transition."""
+        if drain == self._node.drain:
+            return []
+        persisted_before = replace(self._node.drain, allocations_left=0)
+        self._set_node(replace(self._node, drain=drain), self._clock(), reason)
+        if replace(drain, allocations_left=0) != persisted_before:
+            self._mark_dirty()
         return self._ring.last(1)
 
     def seen_request(self, request_id: str) -> bool:

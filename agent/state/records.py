@@ -99,6 +99,7 @@ class DrainStatus:
     request_id: str = ""
     reason: str = ""
     waiting_applications: tuple[str, ...] = ()
+    allocations_left: int = 0  # counted each tick while draining; not persisted (re-derived)
 
 
 @dataclass(frozen=True, slots=True)

@@ -100,3 +100,22 @@ async def test_dry_run_evicts_nothing(tmp_path: Path) -> None:
     assert records[0].outcome == "dry_run"
     assert rec.evicted == []
     assert ex.terminating == frozenset()
+
+
+class Refusing(Recorder):
+    async def evict(self, workload: Workload, action: Evict) -> EvictOutcome:
+        self.evicted.append(workload.key)
+        return EvictOutcome(False, "429: disruption budget", try_next=True)
+
+
+async def test_refusal_is_reported_so_the_next_victim_is_taken(tmp_path: Path) -> None:
+    rec = Refusing()
+    ex = _executor(tmp_path, rec)
+    refused: list[str] = []
+    ex.on_refused = refused.append
+    w = _w("local/besteffort/a")
+    await ex.execute([_evict(w.key)], _snap(w))
+    await ex.drain(1)
+    assert refused == [w.key]
+    assert ex.eviction_failures["memory_pressure"] == 1
+    assert ex.evictions == {}
