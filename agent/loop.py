@@ -28,6 +28,8 @@ log = logging.getLogger("coloc.loop")
 WorkloadLister = Callable[[], tuple[list[Workload], dict[str, str]]]
 TickHook = Callable[[NodeSnapshot, Resources | None, list[ActionRecord]], None]
 """Called after each tick with the snapshot, the batch budget (origin) and what was done."""
+Planner = Callable[[NodeSnapshot], list[Action]]
+"""Contributes actions to a tick beside the policies' (e.g. a drain's DRAIN_TIMEOUT evictions)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,7 +51,8 @@ class TickLoop:
                  source_ages: Callable[[], dict[str, float]] = dict,
                  on_publish: tuple[Callable[[Published], None], ...] = (),
                  batch: BatchConfig | None = None,
-                 origin_annotation: Callable[[], str | None] = lambda: None) -> None:
+                 origin_annotation: Callable[[], str | None] = lambda: None,
+                 planners: tuple[Planner, ...] = ()) -> None:
         self._collector = collector
         self._list = list_workloads
         self._executor = executor
@@ -64,6 +67,7 @@ class TickLoop:
         self._batch_cfg = batch or BatchConfig(origin="local")
         self._batch_state = BatchState()
         self._origin_annotation = origin_annotation
+        self._planners = planners
         executor.on_refused = self._eviction_refused
         self._wake = asyncio.Event()
         self._recent: deque[ActionRecord] = deque(maxlen=50)
@@ -91,6 +95,14 @@ class TickLoop:
             snap, self._batch_cfg, self._batch_state, origin_annotation=self._origin_annotation())
         chosen = {a.key for a in actions if isinstance(a, Evict)}
         actions += [a for a in batch_actions if not (isinstance(a, Evict) and a.key in chosen)]
+        for plan in self._planners:
+            try:
+                extra = plan(snap)
+            except Exception:
+                log.exception("planner failed")
+                continue
+            chosen = {a.key for a in actions if isinstance(a, Evict)}
+            actions += [a for a in extra if not (isinstance(a, Evict) and a.key in chosen)]
         records = self._execute_sync(actions, snap)
         sup = self._policy_state.suppression
         self._policy_name = self._policy_cfg.suppression.policy

@@ -6,6 +6,7 @@ import contextlib
 import logging
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -14,6 +15,7 @@ import psutil
 from agent.audit import AuditLog
 from agent.collect import Collector, TierPaths
 from agent.config import AgentConfig
+from agent.drain import DrainController
 from agent.executors.apply import ActionExecutor, Evictor
 from agent.executors.k8s_eviction import K8sEvictor
 from agent.executors.process_kill import LocalEvictor
@@ -61,6 +63,7 @@ class Runtime:
     metrics: MetricsHub
     ledger: Ledger | None = None
     created_root: bool = False
+    drain: DrainController | None = None
 
     def close(self) -> None:
         self.reader.close()
@@ -202,12 +205,24 @@ def build(cfg: AgentConfig, board: Board | None = None, *, with_ledger: bool = T
     board = board or Board()
     hub = MetricsHub(cfg.metrics)
     ledger = open_ledger(cfg) if with_ledger else None
-    hooks = (LedgerFeed(ledger).on_tick,) if ledger is not None else ()
+    drain = DrainController(ledger, _has_processes(reader)) if ledger is not None else None
+    hooks = (LedgerFeed(ledger).on_tick, drain.on_tick) if ledger is not None and drain is not None else ()
     loop = TickLoop(
         collector, sources.list, executor, cfg.policies, board,
         LoopTiming(cfg.loop.interval_s, cfg.loop.fast_path, cfg.loop.fast_poll_s,
                    cfg.loop.fast_hp_jump_milli_cpu, cfg.loop.fast_psi_stall_ratio),
         hooks=hooks, sources_synced=sources.synced, source_ages=sources.ages, on_publish=(hub.observe,),
-        batch=cfg.batch, origin_annotation=lambda: sources.origin_annotation)
+        batch=cfg.batch, origin_annotation=lambda: sources.origin_annotation,
+        planners=(drain.plan,) if drain is not None else ())
     return Runtime(cfg, hierarchy, reader, writer, collector, sources, executor, loop, board, audit,
-                   capacity, cpus, hub, ledger, created)
+                   capacity, cpus, hub, ledger, created, drain)
+
+
+def _has_processes(reader: CgroupReader) -> Callable[[str], bool | None]:
+    """A drain's test for a finished container: its cgroup is there but holds no process."""
+    def has(rel: str) -> bool | None:
+        try:
+            return bool(reader.pids(rel))
+        except (CgroupError, OSError):
+            return None
+    return has

@@ -177,3 +177,21 @@ class AgentClient:
         req = pb.GetStatusRequest(recent=recent)
         resp: pb.Status = await self._unary("GetStatus", self._stub.GetStatus, req, timeout)
         return resp
+
+    async def drain(self, epoch: int, *, graceful: bool = True, timeout_s: int = -1,
+                    wait_for_apps: bool = False, request_id: str = "", reason: str = "",
+                    scheduler_id: str = "", timeout: float | None = 10.0) -> pb.DrainResponse:
+        """Decommission the node (graceful: wait `timeout_s`, < 0 forever, 0 now; forceful: evict now)."""
+        req = pb.DrainRequest(fence=pb.Fence(scheduler_id=scheduler_id, scheduler_epoch=epoch),
+                              request_id=request_id, timeout_seconds=timeout_s, wait_for_apps=wait_for_apps,
+                              mode=pb.DRAIN_MODE_GRACEFUL if graceful else pb.DRAIN_MODE_FORCEFUL,
+                              reason=reason)
+        resp: pb.DrainResponse = await self._unary("Drain", self._stub.Drain, req, timeout)
+        return resp
+
+    async def recommission(self, epoch: int, *, request_id: str = "", scheduler_id: str = "",
+                           timeout: float | None = 10.0) -> pb.DrainResponse:
+        req = pb.RecommissionRequest(fence=pb.Fence(scheduler_id=scheduler_id, scheduler_epoch=epoch),
+                                     request_id=request_id)
+        resp: pb.DrainResponse = await self._unary("Recommission", self._stub.Recommission, req, timeout)
+        return resp

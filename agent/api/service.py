@@ -16,6 +16,7 @@ import grpc
 from agent.api import convert
 from agent.api.coloc.v1 import agent_pb2 as pb
 from agent.api.wire import Encoder
+from agent.drain import DrainReply, request_drain, request_recommission
 from agent.published import Board
 from agent.state.errors import (
     InvalidRequest,
@@ -98,8 +99,8 @@ class NodeAgentService:
             "AckRecovery": unary(self.ack_recovery, pb.AckRecoveryRequest, pb.AckRecoveryResponse),
             "Admit": unary(self.admit, pb.AdmitRequest, pb.AdmitResponse),
             "GetStatus": unary(self.get_status, pb.GetStatusRequest, pb.Status),
-            "Drain": unary(self.unimplemented, pb.DrainRequest, pb.DrainResponse),
-            "Recommission": unary(self.unimplemented, pb.RecommissionRequest, pb.DrainResponse),
+            "Drain": unary(self.drain, pb.DrainRequest, pb.DrainResponse),
+            "Recommission": unary(self.recommission, pb.RecommissionRequest, pb.DrainResponse),
         })
 
     # ---- reads ----------------------------------------------------------------------------------------
@@ -188,6 +189,7 @@ class NodeAgentService:
                         batch_allocated=convert.resources_pb(view.batch_allocated),
                         watchers=ledger.watcher_count, dropped_watchers=ledger.dropped_watchers,
                         startup_problem=ledger.startup_problem or "", state_unsaved=ledger.unsaved_changes)
+        out.node.drain.allocations_left = view.node.drain.allocations_left
         counts: dict[tuple[int, int], list[int]] = {}
         for a in view.allocations:
             c = counts.setdefault((convert.SOURCE_TO_PB[a.source], convert.PHASE_TO_PB[a.phase]), [0, 0, 0])
@@ -277,6 +279,34 @@ class NodeAgentService:
             out.allocation.CopyFrom(convert.allocation_pb(result.allocation))
         return out
 
-    async def unimplemented(self, request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> NoReturn:
-        await abort(context, grpc.StatusCode.UNIMPLEMENTED, "unimplemented",
-                    "decommission is not supported by this agent yet")
+    async def drain(self, request: pb.DrainRequest, context: grpc.aio.ServicerContext[Any, Any]
+                    ) -> pb.DrainResponse:
+        epoch = await self._epoch(request.fence, request.HasField("fence"), context)
+        if request.mode not in (pb.DRAIN_MODE_GRACEFUL, pb.DRAIN_MODE_FORCEFUL):
+            await abort(context, grpc.StatusCode.INVALID_ARGUMENT, "invalid_argument",
+                        f"mode: must be DRAIN_MODE_GRACEFUL or DRAIN_MODE_FORCEFUL, got {request.mode}")
+        try:
+            result = request_drain(self._ledger, epoch, graceful=request.mode == pb.DRAIN_MODE_GRACEFUL,
+                                   timeout_s=request.timeout_seconds, wait_for_apps=request.wait_for_apps,
+                                   request_id=request.request_id, reason=request.reason)
+        except LedgerError as err:
+            await _abort(context, err)
+        await self._durable(context)
+        return _drain_response(result)
+
+    async def recommission(self, request: pb.RecommissionRequest, context: grpc.aio.ServicerContext[Any, Any]
+                           ) -> pb.DrainResponse:
+        epoch = await self._epoch(request.fence, request.HasField("fence"), context)
+        try:
+            result = request_recommission(self._ledger, epoch, request_id=request.request_id)
+        except LedgerError as err:
+            await _abort(context, err)
+        await self._durable(context)
+        return _drain_response(result)
+
+
+def _drain_response(r: DrainReply) -> pb.DrainResponse:
+    out = pb.DrainResponse(lifecycle=convert.LIFECYCLE_TO_PB[r.lifecycle], drain=convert.drain_pb(r.drain),
+                           revision=r.revision, remaining_allocations=r.allocations_left)
+    out.drain.allocations_left = r.allocations_left
+    return out

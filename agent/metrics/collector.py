@@ -412,6 +412,13 @@ class ColocCollector(Collector):
             )
             deadline.add_metric([], ledger.drain_deadline)
             out.append(deadline)
+        if ledger.drain_allocations_left is not None:
+            left = GaugeMetricFamily(
+                "coloc_node_drain_allocations_left",
+                "Allocations still on the node while it is decommissioning (finished containers excluded).",
+            )
+            left.add_metric([], ledger.drain_allocations_left)
+            out.append(left)
         if ledger.allocations or ledger.revision is not None:
             allocs = GaugeMetricFamily(
                 "coloc_ledger_allocations",

@@ -28,6 +28,7 @@ class LedgerFigures:
     k8s_requested: Resources | None = None
     yarn_requested: Resources | None = None
     allocations: Mapping[tuple[str, str], int] = field(default_factory=dict)  # (source, phase) -> n
+    drain_allocations_left: int | None = None  # while decommissioning
 
 
 def _label(value: object) -> str | None:
@@ -67,6 +68,7 @@ def _from_ledger_view(view: object, node: object) -> LedgerFigures:
     if draining:  # allocatable reads 0 while draining; the budget that was offered is kept for rollback
         origin = _resources(getattr(drain, "previous_batch_allocatable", None)) or origin
     deadline = _number(getattr(drain, "deadline", None)) if lifecycle == "decommissioning" else None
+    left = _number(getattr(drain, "allocations_left", None)) if lifecycle == "decommissioning" else None
     requested = {Source.K8S: Resources(), Source.YARN: Resources()}
     counts: dict[tuple[str, str], int] = {}
     for a in getattr(view, "allocations", ()):
@@ -84,6 +86,7 @@ def _from_ledger_view(view: object, node: object) -> LedgerFigures:
         k8s_requested=requested[Source.K8S],
         yarn_requested=requested[Source.YARN],
         allocations=counts,
+        drain_allocations_left=None if left is None else int(left),
     )
 
 

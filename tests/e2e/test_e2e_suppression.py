@@ -48,14 +48,14 @@ async def test_hp_load_cuts_be_quota_fast_and_it_grows_back_slowly(real_root: Re
         assert before is not None
 
         counter = tmp_path / "hp.count"
-        spawn_hp(real_root, "hp", 2, counter)
-        assert await wait_for(counter.exists, 10) is not None  # HP is burning from here
-        started = time.monotonic()
+        spawn_hp(real_root, "hp", 2, counter)  # the clock starts before the interpreter is even up
         cut = await wait_for(lambda: (read_quota_milli(real_root) or 10**9) < before, 3.0, poll=0.005)
         assert cut is not None, "BE quota never dropped after HP load appeared"
+        print(f"BE cut {cut:.3f}s after the HP process was started")
         assert cut <= rt.cfg.loop.interval_s, f"cut took {cut:.3f}s, more than one tick"
         assert rt.loop.wakeups >= 1, "the fast path never woke the loop"
-        assert time.monotonic() - started < 3.0
+        assert cut <= 0.2, f"the fast path should cut within 200 ms, took {cut:.3f}s"
+        assert await wait_for(counter.exists, 10) is not None
 
         # HP recovers: with BE cut to its floor, HP gets (nearly) what it had alone.
         # BE's CPU falls to its quota; HP gets most of what it had alone (loosely: the suite runs

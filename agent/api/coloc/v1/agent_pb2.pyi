@@ -295,6 +295,7 @@ class DrainStatus(_message.Message):
     REQUEST_ID_FIELD_NUMBER: _builtins.int
     REASON_FIELD_NUMBER: _builtins.int
     WAITING_APPLICATIONS_FIELD_NUMBER: _builtins.int
+    ALLOCATIONS_LEFT_FIELD_NUMBER: _builtins.int
     phase: Global___DrainPhase.ValueType
     graceful: _builtins.bool
     wait_for_apps: _builtins.bool
@@ -305,6 +306,8 @@ class DrainStatus(_message.Message):
     """absolute, persisted by the agent"""
     request_id: _builtins.str
     reason: _builtins.str
+    allocations_left: _builtins.int
+    """counted each tick while decommissioning (finished containers excluded)"""
     @_builtins.property
     def previous_batch_allocatable(self) -> Global___Resources: ...
     @_builtins.property
@@ -322,10 +325,11 @@ class DrainStatus(_message.Message):
         request_id: _builtins.str = ...,
         reason: _builtins.str = ...,
         waiting_applications: _abc.Iterable[_builtins.str] | None = ...,
+        allocations_left: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["previous_batch_allocatable", b"previous_batch_allocatable"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["deadline_unix_ms", b"deadline_unix_ms", "graceful", b"graceful", "has_deadline", b"has_deadline", "phase", b"phase", "previous_batch_allocatable", b"previous_batch_allocatable", "reason", b"reason", "request_id", b"request_id", "started_unix_ms", b"started_unix_ms", "wait_for_apps", b"wait_for_apps", "waiting_applications", b"waiting_applications"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["allocations_left", b"allocations_left", "deadline_unix_ms", b"deadline_unix_ms", "graceful", b"graceful", "has_deadline", b"has_deadline", "phase", b"phase", "previous_batch_allocatable", b"previous_batch_allocatable", "reason", b"reason", "request_id", b"request_id", "started_unix_ms", b"started_unix_ms", "wait_for_apps", b"wait_for_apps", "waiting_applications", b"waiting_applications"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

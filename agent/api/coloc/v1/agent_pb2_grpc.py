@@ -113,7 +113,7 @@ class NodeAgentServicer:
 
     def Drain(self, request, context):
         """Graceful or forceful decommission, and its undo (YARN-914 semantics). Epoch-fenced, idempotent on
-        request_id. UNIMPLEMENTED in agents that do not support decommission yet.
+        request_id; a bad field is INVALID_ARGUMENT naming it.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -57,7 +57,7 @@ class NodeAgentStub:
     """Node, lifecycle, ledger totals, recent notices and actions (for operators: `coloc-agent status`)."""
     Drain: _grpc.UnaryUnaryMultiCallable[_agent_pb2.DrainRequest, _agent_pb2.DrainResponse]
     """Graceful or forceful decommission, and its undo (YARN-914 semantics). Epoch-fenced, idempotent on
-    request_id. UNIMPLEMENTED in agents that do not support decommission yet.
+    request_id; a bad field is INVALID_ARGUMENT naming it.
     """
     Recommission: _grpc.UnaryUnaryMultiCallable[_agent_pb2.RecommissionRequest, _agent_pb2.DrainResponse]
 
@@ -79,7 +79,7 @@ class NodeAgentAsyncStub(NodeAgentStub):
     """Node, lifecycle, ledger totals, recent notices and actions (for operators: `coloc-agent status`)."""
     Drain: _aio.UnaryUnaryMultiCallable[_agent_pb2.DrainRequest, _agent_pb2.DrainResponse]  # type: ignore[assignment]
     """Graceful or forceful decommission, and its undo (YARN-914 semantics). Epoch-fenced, idempotent on
-    request_id. UNIMPLEMENTED in agents that do not support decommission yet.
+    request_id; a bad field is INVALID_ARGUMENT naming it.
     """
     Recommission: _aio.UnaryUnaryMultiCallable[_agent_pb2.RecommissionRequest, _agent_pb2.DrainResponse]  # type: ignore[assignment]
 
@@ -134,7 +134,7 @@ class NodeAgentServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_agent_pb2.DrainResponse, _abc.Awaitable[_agent_pb2.DrainResponse]]:
         """Graceful or forceful decommission, and its undo (YARN-914 semantics). Epoch-fenced, idempotent on
-        request_id. UNIMPLEMENTED in agents that do not support decommission yet.
+        request_id; a bad field is INVALID_ARGUMENT naming it.
         """
 
     @_abc_1.abstractmethod

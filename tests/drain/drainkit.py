@@ -1,0 +1,25 @@
+"""Small builders for the drain tests: workloads, snapshots and throwaway ledgers."""
+
+from __future__ import annotations
+
+from qos.model import NodeSnapshot, Resources, Source, Tier, Usage, Workload
+
+CAPACITY = Resources(4000, 8 << 30)
+
+
+def be(name: str, *, priority: int = 3000, started_at: float = 0.0, mem: int = 0, cpu: int = 100,
+       source: Source = Source.LOCAL, app: str | None = None, terminating: bool = False) -> Workload:
+    return Workload(key=f"{source.value}/besteffort/{name}", name=name, source=source, tier=Tier.BESTEFFORT,
+                    be=True, priority=priority, cgroup=f"besteffort/{name}", requests=Resources(cpu, 0),
+                    usage=Usage(memory_working_set_bytes=mem), started_at=started_at, app_id=app,
+                    terminating=terminating)
+
+
+def hp(name: str) -> Workload:
+    return Workload(key=f"local/{name}", name=name, source=Source.LOCAL, tier=Tier.GUARANTEED, be=False,
+                    priority=9000, cgroup=name)
+
+
+def snapshot(*workloads: Workload, at: float = 1000.0, stale: dict[str, str] | None = None) -> NodeSnapshot:
+    return NodeSnapshot(taken_at=at, capacity=CAPACITY, cpus=(0, 1), node_usage=Usage(), hp_usage=Usage(),
+                        be_usage=Usage(), system_usage=Usage(), workloads=tuple(workloads), stale=stale or {})
