@@ -41,8 +41,12 @@ class Collector:
     """Samples the root, the tiers and every workload; `collect` is called once per tick."""
 
     def __init__(self, reader: CgroupReader, tiers: TierPaths, capacity: Resources, cpus: tuple[int, ...],
-                 scope: str, interval_s: float, proc_root: str = "/proc") -> None:
+                 scope: str, interval_s: float, proc_root: str = "/proc",
+                 be_reader: CgroupReader | None = None) -> None:
         self._reader = reader
+        # BE cgroups are the many (hundreds of YARN containers); nobody reads their PSI, so a reader that
+        # skips the pressure files saves two reads per cgroup (bench/collect.py: psi vs no_psi).
+        self._be_reader = be_reader or reader
         self._tiers = tiers
         self._capacity = capacity
         self._cpus = cpus
@@ -59,6 +63,10 @@ class Collector:
         self._node_cpu = NodeCpuMeter(Path(proc_root))
         self.last_duration_s = 0.0
 
+    def close(self) -> None:
+        if self._be_reader is not self._reader:
+            self._be_reader.close()
+
     def _rate(self, rel: str, s: CgroupSample, now: float) -> Usage:
         prev = self._prev.get(rel)
         self._prev[rel] = _Prev(now, s.cpu_usage_ns, s.nr_throttled, s.nr_periods)
@@ -70,12 +78,13 @@ class Collector:
         throttled = (s.nr_throttled - prev.throttled) / periods if periods > 0 else 0.0
         return Usage(milli, ws, throttled)
 
-    def _sample(self, rel: str, now: float) -> tuple[CgroupSample, Usage] | None:
+    def _sample(self, rel: str, now: float, be: bool = False) -> tuple[CgroupSample, Usage] | None:
+        reader = self._be_reader if be else self._reader
         try:
-            s = self._reader.sample(rel)
+            s = reader.sample(rel)
         except CgroupGone:
             self._prev.pop(rel, None)
-            self._reader.forget(rel)
+            reader.forget(rel)
             return None
         return s, self._rate(rel, s, now)
 
@@ -88,7 +97,7 @@ class Collector:
         seen: set[str] = set()
         psi: float | None = None
         for w in workloads:
-            got = self._sample(w.cgroup, now)
+            got = self._sample(w.cgroup, now, be=w.be)
             seen.add(w.cgroup)
             if got is None:
                 if w.source is not Source.LOCAL:
@@ -129,6 +138,7 @@ class Collector:
                 del self._prev[rel]
                 self._stall_prev.pop(rel, None)
                 self._reader.forget(rel)
+                self._be_reader.forget(rel)
         self.last_duration_s = time.perf_counter() - started
         return NodeSnapshot(
             taken_at=now_wall if now_wall is not None else time.time(),

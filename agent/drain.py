@@ -85,7 +85,7 @@ def request_drain(ledger: Ledger, epoch: int, *, graceful: bool, timeout_s: int,
     check_request(request_id, timeout_s, reason)
     if request_id and ledger.seen_request(request_id):
         return reply(ledger, changed=False)
-    now = time.time() if now is None else now
+    now = ledger.now() if now is None else now
     node = ledger.node
     if node.lifecycle is Lifecycle.DECOMMISSIONED and not graceful:
         ledger.transition(Trigger.FORCE_DECOMMISSION, epoch, request_id=request_id)
@@ -142,10 +142,10 @@ class DrainController:
     drain up. Kubernetes pods are left to their own lifecycle (their cgroup goes when the pod goes)."""
 
     def __init__(self, ledger: Ledger, has_processes: HasProcesses = lambda _: None,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] | None = None) -> None:
         self._ledger = ledger
         self._has_processes = has_processes
-        self._clock = clock
+        self._clock = clock or ledger.now
         self._decision: DrainDecision | None = None
         self._apps_seen: set[str] = set()
         self._drain_started: float | None = None

@@ -31,7 +31,7 @@ from agent.standalone import StandaloneScanner
 from agent.state import Ledger, LedgerConfig
 from agent.workload_sources import WorkloadSources
 from cgroups.discovery import Hierarchy, detect_driver, discover
-from cgroups.errors import CgroupError
+from cgroups.errors import CgroupError, InvalidValue
 from cgroups.layout import Layout
 from cgroups.reader import CgroupReader
 from cgroups.writer import CgroupWriter
@@ -66,6 +66,7 @@ class Runtime:
     drain: DrainController | None = None
 
     def close(self) -> None:
+        self.collector.close()
         self.reader.close()
         self.audit.close()
         if self.created_root and self.cfg.cgroups.cleanup_on_exit:
@@ -93,7 +94,10 @@ def setup_tiers(writer: CgroupWriter, reader: CgroupReader, cpus: tuple[int, ...
     for tier in (BURSTABLE_TIER, BE_TIER, f"{BE_TIER}/{yarn}"):
         writer.mkdir(tier)
         writer.set_cpuset(tier, cpus)
-    writer.set_cpu_shares(BE_TIER, BE_SHARES)
+    with contextlib.suppress(InvalidValue):
+        # A restart finds cpu.idle=1 left by the previous incarnation, and the kernel refuses a weight
+        # change while a cgroup is idle: the shares were set when it was made idle.
+        writer.set_cpu_shares(BE_TIER, BE_SHARES)
     return created
 
 
@@ -193,7 +197,8 @@ def build(cfg: AgentConfig, board: Board | None = None, *, with_ledger: bool = T
     if cfg.cgroups.setup_tiers:
         created = setup_tiers(writer, reader, cpus, cfg.cgroups.yarn_hierarchy)
     collector = Collector(reader, TierPaths(root="", besteffort=be_tier), capacity, cpus,
-                          cfg.node.scope, cfg.loop.interval_s)
+                          cfg.node.scope, cfg.loop.interval_s,
+                          be_reader=CgroupReader(hierarchy, root, psi=False))
     api_client = make_api_client(cfg.sources.kube_api) if cfg.sources.kube_api.enabled else None
     sources = make_sources(cfg, layout, reader, hierarchy, api_client)
     audit = AuditLog(cfg.audit.path)

@@ -134,6 +134,10 @@ class Ledger:
 
     # ---- reading --------------------------------------------------------------------------------------
 
+    def now(self) -> float:
+        """The ledger's clock (wall-clock seconds): drain deadlines are set and compared on it."""
+        return self._clock()
+
     @property
     def revision(self) -> int:
         return self._rev
