@@ -9,7 +9,6 @@ runs, and after the ledger sync records progress or ends the drain (DECOMMISSION
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime

