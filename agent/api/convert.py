@@ -86,7 +86,7 @@ def drain_pb(d: DrainStatus) -> pb.DrainStatus:
                          started_unix_ms=ms(d.started_at), has_deadline=d.deadline is not None,
                          deadline_unix_ms=0 if d.deadline is None else ms(d.deadline),
                          request_id=d.request_id, reason=d.reason,
-                         waiting_applications=d.waiting_applications)
+                         waiting_applications=d.waiting_applications, allocations_left=d.allocations_left)
     if d.previous_batch_allocatable is not None:
         out.previous_batch_allocatable.CopyFrom(resources_pb(d.previous_batch_allocatable))
     return out

@@ -476,7 +476,7 @@ async def test_bad_requests_name_the_field(served: Served, spec: pb.AllocationSp
     assert served.ledger.revision == before and served.ledger.node.highest_epoch == 0
 
 
-async def test_health_reflection_unimplemented_drain_and_status(served: Served) -> None:
+async def test_health_reflection_drain_validation_and_status(served: Served) -> None:
     served.sync([workload(1, 1)])
     served.ledger.notice("eviction", "evicted yarn/x to relieve memory", {"key": "yarn/x"})
     channel = grpc.aio.insecure_channel(f"unix:{served.address}")
@@ -494,7 +494,8 @@ async def test_health_reflection_unimplemented_drain_and_status(served: Served) 
     stub = pb_grpc.NodeAgentStub(channel)
     with pytest.raises(grpc.aio.AioRpcError) as err:
         await stub.Drain(pb.DrainRequest(fence=pb.Fence(scheduler_epoch=1)))
-    assert err.value.code() is grpc.StatusCode.UNIMPLEMENTED
+    assert err.value.code() is grpc.StatusCode.INVALID_ARGUMENT  # no mode: the field is named
+    assert (err.value.details() or "").startswith("mode:")
     async with AgentClient(served.address) as c:
         st = await c.status()
     assert st.identity.node_id == "node-t" and st.revision == served.ledger.revision
