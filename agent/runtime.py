@@ -16,11 +16,12 @@ from agent.audit import AuditLog
 from agent.collect import Collector, TierPaths
 from agent.config import AgentConfig
 from agent.drain import DrainController
+from agent.drain_events import DrainPodEvents
 from agent.executors.apply import ActionExecutor, Evictor
 from agent.executors.k8s_eviction import K8sEvictor
 from agent.executors.process_kill import LocalEvictor
 from agent.executors.yarn_kill import YarnKiller
-from agent.loop import LoopTiming, TickLoop
+from agent.loop import LoopTiming, TickHook, TickLoop
 from agent.metrics import MetricsHub
 from agent.published import ActionRecord, Board
 from agent.reporting.node_annotations import NodeReporter
@@ -202,8 +203,9 @@ def build(cfg: AgentConfig, board: Board | None = None, *, with_ledger: bool = T
     api_client = make_api_client(cfg.sources.kube_api) if cfg.sources.kube_api.enabled else None
     sources = make_sources(cfg, layout, reader, hierarchy, api_client)
     audit = AuditLog(cfg.audit.path)
+    evictors = make_evictors(cfg, layout, reader, writer, api_client)
     executor = ActionExecutor(
-        writer, be_tier, make_evictors(cfg, layout, reader, writer, api_client),
+        writer, be_tier, evictors,
         dry_run=cfg.eviction.dry_run, rate_per_s=cfg.eviction.rate_per_minute / 60.0,
         burst=cfg.eviction.burst, recheck_cooldown_s=cfg.eviction.recheck_cooldown_s, audit=audit,
         now=time.monotonic())
@@ -211,7 +213,12 @@ def build(cfg: AgentConfig, board: Board | None = None, *, with_ledger: bool = T
     hub = MetricsHub(cfg.metrics)
     ledger = open_ledger(cfg) if with_ledger else None
     drain = DrainController(ledger, _has_processes(reader)) if ledger is not None else None
-    hooks = (LedgerFeed(ledger).on_tick, drain.on_tick) if ledger is not None and drain is not None else ()
+    hooks: tuple[TickHook, ...] = ()
+    if ledger is not None and drain is not None:
+        hooks = (LedgerFeed(ledger).on_tick, drain.on_tick)
+        k8s = evictors.get(Source.K8S)
+        if isinstance(k8s, K8sEvictor):
+            hooks += (DrainPodEvents(ledger, k8s).on_tick,)
     loop = TickLoop(
         collector, sources.list, executor, cfg.policies, board,
         LoopTiming(cfg.loop.interval_s, cfg.loop.fast_path, cfg.loop.fast_poll_s,

@@ -166,11 +166,16 @@ class K8sEvictor:
         log.info("evicted %s (uid %s): %s: %s", pod, uid, reason, message)
         return EvictionResult(w.key, EvictionOutcome.EVICTED, f"{pod}: evicted (201)", 201)
 
+    def notice_pod(self, w: Workload, event_reason: str, message: str) -> None:
+        """A Warning Event on a pod that is not being evicted (e.g. the node is decommissioning)."""
+        self._event(w, w.key.removeprefix("k8s/"), event_reason, message, numbers=None, extra="",
+                    text=f"{self.cfg.event_component}: pod {w.namespace}/{w.name}: {message}")
+
     def _event(self, w: Workload, uid: str, event_reason: str, why: str, *,
-               numbers: Mapping[str, float] | None, extra: str) -> None:
+               numbers: Mapping[str, float] | None, extra: str, text: str = "") -> None:
         """A Warning Event on the pod; failing to post it is logged, never fatal."""
         what = "evicted" if event_reason == "Evicted" else "could not evict"
-        text = f"{self.cfg.event_component} {what} pod {w.namespace}/{w.name}: {why}"
+        text = text or f"{self.cfg.event_component} {what} pod {w.namespace}/{w.name}: {why}"
         if numbers:
             text += f" [{_numbers_text(numbers)}]"
         if extra:
