@@ -51,7 +51,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from agent.config import AgentConfig, CgroupConfig, NodeConfig
+from agent.config import AgentConfig, CgroupConfig, NodeConfig, StateConfig
 from agent.plots import plot_timeseries
 from agent.runtime import BE_SHARES, BE_TIER, Runtime, build, machine_capacity, remove_tree, setup_tiers
 from agent.spawn import spawn_in_cgroup, workload_argv
@@ -226,7 +226,7 @@ def agent_config(root: str, policy: str) -> AgentConfig:
                        memory_eviction=MemoryEvictionConfig(enabled=False))
     return AgentConfig(node=NodeConfig(name="bench-node", scope="cgroup-root"),
                        cgroups=CgroupConfig(root=root, setup_tiers=True, yarn_hierarchy=YARN),
-                       policies=pol)
+                       policies=pol, state=StateConfig(path=""))  # never the node's real state file
 
 
 def start_agent(node: Node, policy: str) -> Agent:
