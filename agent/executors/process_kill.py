@@ -31,9 +31,22 @@ class KillOutcome:
     detail: str
 
 
+def _subtree(reader: CgroupReader, rel: str) -> list[str]:
+    """`rel` and every cgroup below it, deepest first (a pod's containers sit below the pod)."""
+    return list(reversed(reader.walk(rel)))
+
+
+def _pids(reader: CgroupReader, rel: str) -> list[int]:
+    out: list[int] = []
+    for sub in _subtree(reader, rel):
+        with contextlib.suppress(CgroupGone):  # a child may go while we look
+            out.extend(reader.pids(sub))
+    return out
+
+
 def _procs(reader: CgroupReader, rel: str) -> list[psutil.Process]:
     out = []
-    for pid in reader.pids(rel):
+    for pid in _pids(reader, rel):
         try:
             p = psutil.Process(pid)
             p.create_time()  # pins identity so a recycled PID is never signalled
@@ -59,25 +72,29 @@ async def kill_cgroup(
     poll_s: float = 0.05,
     confirm_timeout_s: float = 10.0,
 ) -> KillOutcome:
-    """Kill everything in cgroup `rel` and wait until `cgroup.procs` is empty."""
+    """Kill everything in cgroup `rel` and below it; done when no `cgroup.procs` in the subtree lists a pid."""
     started = time.monotonic()
     try:
+        if not reader.exists(rel):
+            return KillOutcome(rel, True, False, 0.0, "cgroup gone")
         procs = _procs(reader, rel)
-        with contextlib.suppress(CgroupGone):  # not every cgroup has a freezer directory (YARN's do not)
-            writer.thaw(rel)  # a frozen v1 task acts on signals only once thawed
+        for sub in _subtree(reader, rel):
+            with contextlib.suppress(CgroupGone):  # not every cgroup has a freezer directory (YARN's do not)
+                writer.thaw(sub)  # a frozen v1 task acts on signals only once thawed
         _signal_all(procs, signal.SIGTERM)
         deadline = started + grace_period_s
-        while reader.pids(rel) and time.monotonic() < deadline:
+        while _pids(reader, rel) and time.monotonic() < deadline:
             await asyncio.sleep(poll_s)
         escalated = False
-        if reader.pids(rel):
+        if _pids(reader, rel):
             escalated = True
-            writer.kill_all(rel, signal.SIGKILL)
+            for sub in _subtree(reader, rel):
+                with contextlib.suppress(CgroupGone):
+                    writer.kill_all(sub, signal.SIGKILL)
             _signal_all(_procs(reader, rel), signal.SIGKILL)
         confirm_by = time.monotonic() + confirm_timeout_s
-        while reader.pids(rel):
+        while left := len(_pids(reader, rel)):
             if time.monotonic() > confirm_by:
-                left = len(reader.pids(rel))
                 return KillOutcome(rel, False, escalated, time.monotonic() - started,
                                    f"{left} processes still in the cgroup after SIGKILL")
             await asyncio.sleep(poll_s)
@@ -101,6 +118,6 @@ class LocalEvictor:
         if out.ok and self._remove:
             # An empty cgroup left behind is harmless; the next scan reports it idle.
             with contextlib.suppress(CgroupError):
-                self._writer.rmdir(workload.cgroup)
+                self._writer.rmdir(workload.cgroup, recursive=True)
         how = "SIGKILL after grace period" if out.escalated else "SIGTERM"
         return EvictOutcome(out.ok, f"{out.detail} ({how}, {out.seconds:.2f}s)")
