@@ -72,7 +72,7 @@ async def kill_cgroup(
     poll_s: float = 0.05,
     confirm_timeout_s: float = 10.0,
 ) -> KillOutcome:
-    """Kill everything in cgroup `rel` and below it; done when no `cgroup.procs` in the subtree lists a pid."""
+    """Kill everything in `rel` and below it; done when no `cgroup.procs` in the subtree lists a pid."""
     started = time.monotonic()
     try:
         if not reader.exists(rel):

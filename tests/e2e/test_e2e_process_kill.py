@@ -17,8 +17,8 @@ from cgroups.writer import CgroupWriter
 
 pytestmark = [pytest.mark.cgroups]
 
-IGNORE_TERM = ("import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('ready', flush=True);"
-               " time.sleep(60)")
+IGNORE_TERM = ("import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+               "print('ready', flush=True); time.sleep(60)")
 
 
 async def test_kills_processes_in_child_cgroups_and_escalates(real_root: RealRoot) -> None:
