@@ -62,6 +62,7 @@ class Collector:
         self.tier_window_s = min(interval_s, 0.25)
         self._node_cpu = NodeCpuMeter(Path(proc_root))
         self.last_duration_s = 0.0
+        self.errors: list[str] = []
 
     def close(self) -> None:
         if self._be_reader is not self._reader:
@@ -84,6 +85,13 @@ class Collector:
             s = reader.sample(rel)
         except CgroupGone:
             self._prev.pop(rel, None)
+            self._stall_prev.pop(rel, None)
+            reader.forget(rel)
+            return None
+        except CgroupError as err:
+            # One unreadable cgroup (no fds left, a format we do not know) must not stop QoS for the node;
+            # it makes this tick's data incomplete, so evictions hold (stale) while suppression goes on.
+            self.errors.append(f"{rel}: {err}")
             reader.forget(rel)
             return None
         return s, self._rate(rel, s, now)
@@ -93,6 +101,7 @@ class Collector:
         started = time.perf_counter()
         now = time.monotonic()
         stale = dict(stale)
+        self.errors = []
         out: list[Workload] = []
         seen: set[str] = set()
         psi: float | None = None
@@ -139,6 +148,9 @@ class Collector:
                 self._stall_prev.pop(rel, None)
                 self._reader.forget(rel)
                 self._be_reader.forget(rel)
+        if self.errors:
+            more = f" (and {len(self.errors) - 1} more)" if len(self.errors) > 1 else ""
+            stale.setdefault("cgroups", f"cannot read {self.errors[0]}{more}")
         self.last_duration_s = time.perf_counter() - started
         return NodeSnapshot(
             taken_at=now_wall if now_wall is not None else time.time(),

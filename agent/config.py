@@ -21,6 +21,8 @@ from agent.sources.config import (
     SourcesConfig,
 )
 from agent.standalone import StandaloneConfig
+from cgroups.errors import PathOutsideRoot
+from cgroups.paths import check_rel
 from qos.batch import BatchConfig
 from qos.policies import PolicyConfig
 
@@ -39,15 +41,12 @@ class NodeConfig:
     cpus: float | None = None
     memory: int | str | None = None
     scope: Literal["machine", "cgroup-root"] = "machine"
-    reserved_milli_cpu: int = 0
 
     def __post_init__(self) -> None:
         if self.cpus is not None and not 0 < self.cpus <= 4096:
             raise ConfigError(f"node.cpus: must be in (0, 4096], got {self.cpus}")
         if self.memory is not None and self.memory_bytes is not None and self.memory_bytes <= 0:
             raise ConfigError(f"node.memory: must be positive, got {self.memory!r}")
-        if self.reserved_milli_cpu < 0:
-            raise ConfigError("node.reserved_milli_cpu: must be ≥ 0")
 
     @property
     def memory_bytes(self) -> int | None:
@@ -70,8 +69,12 @@ class CgroupConfig:
     cleanup_on_exit: bool = False
 
     def __post_init__(self) -> None:
-        if self.root.startswith("/") or ".." in Path(self.root).parts or not self.root.strip("/"):
-            raise ConfigError(f"cgroups.root: must be a relative path without '..', got {self.root!r}")
+        try:
+            ok = bool(check_rel(self.root.rstrip("/"), "cgroups.root"))
+        except PathOutsideRoot:
+            ok = False
+        if not ok:
+            raise ConfigError(f"cgroups.root: must be a relative path without '.' or '..', got {self.root!r}")
         if "/" in self.yarn_hierarchy or self.yarn_hierarchy in ("", ".", ".."):
             raise ConfigError(
                 f"cgroups.yarn_hierarchy: must be one directory name, got {self.yarn_hierarchy!r}")
@@ -84,17 +87,17 @@ class LoopConfig:
     fast_poll_s: float = 0.05
     fast_hp_jump_milli_cpu: int = 200
     fast_psi_stall_ratio: float = 0.05
-    stale_after_s: float = 5.0
 
     def __post_init__(self) -> None:
         if not 0.05 <= self.interval_s <= 60:
             raise ConfigError(f"loop.interval_s: must be in [0.05, 60], got {self.interval_s}")
         if not 0.005 <= self.fast_poll_s <= self.interval_s:
             raise ConfigError(f"loop.fast_poll_s: must be in [0.005, interval_s], got {self.fast_poll_s}")
-        if self.stale_after_s < 2 * self.interval_s:
-            raise ConfigError(f"loop.stale_after_s: must be ≥ 2 × interval_s, got {self.stale_after_s}")
         if not 0 < self.fast_psi_stall_ratio <= 1:
             raise ConfigError("loop.fast_psi_stall_ratio: must be in (0, 1]")
+        if not 0 < self.fast_hp_jump_milli_cpu <= 1_000_000:
+            raise ConfigError(
+                f"loop.fast_hp_jump_milli_cpu: must be in (0, 1000000], got {self.fast_hp_jump_milli_cpu}")
 
 
 @dataclass(frozen=True)
@@ -108,8 +111,11 @@ class EvictionConfig:
     recheck_cooldown_s: float = 30.0
 
     def __post_init__(self) -> None:
-        if self.rate_per_minute <= 0:
-            raise ConfigError("eviction.rate_per_minute: must be > 0")
+        if not 0 < self.rate_per_minute <= 100_000:
+            raise ConfigError(f"eviction.rate_per_minute: must be in (0, 100000], got {self.rate_per_minute}")
+        if not 0 <= self.recheck_cooldown_s <= 86_400:
+            raise ConfigError(
+                f"eviction.recheck_cooldown_s: must be in [0, 86400], got {self.recheck_cooldown_s}")
         if self.burst < 1:
             raise ConfigError("eviction.burst: must be ≥ 1")
         if not 0 <= self.grace_period_s <= 600:
@@ -168,6 +174,25 @@ class AgentConfig:
         kube_api=KubeApiConfig(enabled=False), reporting=ReportingConfig(mode="off")))
 
 
+_OFF = {"kubelet": {"enabled": False}, "yarn": {"enabled": False}, "kube_api": {"enabled": False},
+        "reporting": {"mode": "off"}}
+
+
+def with_source_defaults(data: object) -> object:
+    """A source is on when its section is in the file and off when it is not: naming only `sources.yarn`
+    must not quietly turn on the kubelet, the API client and annotation reporting too."""
+    if not isinstance(data, dict) or not isinstance(data.get("sources"), dict):
+        return data
+    sources = dict(data["sources"])
+    for name, off in _OFF.items():
+        section = sources.get(name)
+        if section is None:
+            sources[name] = off
+        elif isinstance(section, dict) and name != "reporting" and "enabled" not in section:
+            sources[name] = {"enabled": True, **section}
+    return {**data, "sources": sources}
+
+
 def load_config(path: str | Path) -> AgentConfig:
     """Read and validate a YAML config file; raise ConfigError naming the file and the field."""
     try:
@@ -179,6 +204,6 @@ def load_config(path: str | Path) -> AgentConfig:
     except yaml.YAMLError as err:
         raise ConfigError(f"{path}: not valid YAML: {err}") from err
     try:
-        return from_mapping(AgentConfig, data)
+        return from_mapping(AgentConfig, with_source_defaults(data))
     except ConfigError as err:
         raise ConfigError(f"{path}: {err}") from err

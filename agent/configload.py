@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import math
 import re
 import types
 import typing
@@ -139,9 +140,9 @@ def _convert(tp: Any, value: object, where: str) -> Any:
             return value
         raise ConfigError(f"{where}: expected an integer, got {value!r}")
     if tp is float:
-        if isinstance(value, int | float) and not isinstance(value, bool):
+        if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
             return float(value)
-        raise ConfigError(f"{where}: expected a number, got {value!r}")
+        raise ConfigError(f"{where}: expected a finite number, got {value!r}")
     if tp is str:
         if isinstance(value, str):
             return value

@@ -70,7 +70,7 @@ def demo_config(root: str, memory: str, interval: float) -> AgentConfig:
     return AgentConfig(
         node=NodeConfig(name="demo-node", memory=memory, scope="cgroup-root"),
         cgroups=CgroupConfig(root=root, setup_tiers=True, cleanup_on_exit=True),
-        loop=LoopConfig(interval_s=interval, stale_after_s=max(5.0, 3 * interval)),
+        loop=LoopConfig(interval_s=interval),
         eviction=EvictionConfig(grace_period_s=1.0, rate_per_minute=30, burst=3),
         standalone=StandaloneConfig(workloads=tuple(be)),
         state=StateConfig(path=""),

@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import contextlib
 import logging
+import resource
 import signal
 import sys
 
@@ -15,6 +16,15 @@ from agent.logs import setup_logging
 from agent.runtime import build
 
 log = logging.getLogger("coloc.run")
+
+
+def raise_fd_limit() -> None:
+    """The reader keeps up to 7 fds per cgroup; a full node needs more than the usual soft limit of 1024."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = hard if hard != resource.RLIM_INFINITY else 1 << 20
+    if soft != resource.RLIM_INFINITY and soft < want:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -31,6 +41,7 @@ async def serve(config_path: str, dry_run: bool = False, ready: asyncio.Event | 
 
         cfg = dataclasses.replace(cfg, eviction=dataclasses.replace(cfg.eviction, dry_run=True))
     setup_logging(cfg.log.level, cfg.log.format)
+    raise_fd_limit()
     rt = build(cfg)
     ledger = rt.ledger
     assert ledger is not None

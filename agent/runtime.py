@@ -87,18 +87,20 @@ def node_capacity(cfg: AgentConfig) -> tuple[Resources, tuple[int, ...]]:
     return Resources(milli, mem), cpus[:ncpu]
 
 
-def setup_tiers(writer: CgroupWriter, reader: CgroupReader, cpus: tuple[int, ...], yarn: str) -> bool:
-    """Lay the tiers out as the kubelet does (besteffort `cpu.shares` 2); return whether the root was new."""
+def setup_tiers(writer: CgroupWriter, reader: CgroupReader, cpus: tuple[int, ...], layout: Layout) -> bool:
+    """Lay the tiers out as the kubelet does (besteffort `cpu.shares` 2), named as the driver names them;
+    return whether the root was new."""
     created = not reader.exists("")
+    be = layout.tier("besteffort")
     writer.mkdir("")
     writer.set_cpuset("", cpus)
-    for tier in (BURSTABLE_TIER, BE_TIER, f"{BE_TIER}/{yarn}"):
+    for tier in (layout.tier("burstable"), be, layout.yarn_root()):
         writer.mkdir(tier)
         writer.set_cpuset(tier, cpus)
     with contextlib.suppress(InvalidValue):
         # A restart finds cpu.idle=1 left by the previous incarnation, and the kernel refuses a weight
         # change while a cgroup is idle: the shares were set when it was made idle.
-        writer.set_cpu_shares(BE_TIER, BE_SHARES)
+        writer.set_cpu_shares(be, BE_SHARES)
     return created
 
 
@@ -162,7 +164,8 @@ def make_sources(cfg: AgentConfig, layout: Layout, reader: CgroupReader, hierarc
         scanner = StandaloneScanner(
             cfg.standalone, lambda rel: [c.rsplit("/", 1)[-1] for c in reader.children(rel)],
             layout.tier("besteffort"), layout.tier("burstable"), cfg.cgroups.yarn_hierarchy,
-            lambda rel: str(hierarchy.controller_dir("cpu") / root / rel))
+            lambda rel: str(hierarchy.controller_dir("cpu") / root / rel),
+            scan_yarn=not cfg.sources.yarn.enabled)
     yarn = None
     if cfg.sources.yarn.enabled:
         yarn = NodeManagerSource(cfg.sources.yarn, layout, reader.children, kubelet=kubelet,
@@ -196,7 +199,7 @@ def build(cfg: AgentConfig, board: Board | None = None, *, with_ledger: bool = T
     capacity, cpus = node_capacity(cfg)
     created = False
     if cfg.cgroups.setup_tiers:
-        created = setup_tiers(writer, reader, cpus, cfg.cgroups.yarn_hierarchy)
+        created = setup_tiers(writer, reader, cpus, layout)
     collector = Collector(reader, TierPaths(root="", besteffort=be_tier), capacity, cpus,
                           cfg.node.scope, cfg.loop.interval_s,
                           be_reader=CgroupReader(hierarchy, root, psi=False))

@@ -63,13 +63,15 @@ class StandaloneScanner:
     """Lists the workloads under the root. `children(rel)` lists sub-cgroups (from the cgroup reader)."""
 
     def __init__(self, cfg: StandaloneConfig, children: Callable[[str], list[str]], be_tier: str,
-                 burstable_tier: str, yarn_hierarchy: str, cgroup_dir: Callable[[str], str]) -> None:
+                 burstable_tier: str, yarn_hierarchy: str, cgroup_dir: Callable[[str], str],
+                 scan_yarn: bool = True) -> None:
         self._cfg = cfg
         self._children = children
         self._be = be_tier
         self._burstable = burstable_tier
         self._yarn = yarn_hierarchy
         self._dir_of = cgroup_dir
+        self._scan_yarn = scan_yarn  # off when the NodeManager source lists the containers
         self._by_cgroup = {w.cgroup.strip("/"): w for w in cfg.workloads}
         self._first_seen: dict[str, float] = {}
         self._warned: set[str] = set()
@@ -101,7 +103,8 @@ class StandaloneScanner:
                 for child in self._children(self._be):
                     rel = f"{self._be}/{child}"
                     if child == self._yarn:
-                        out.extend(self._scan_yarn(rel, seen))
+                        if self._scan_yarn:
+                            out.extend(self._yarn_containers(rel, seen))
                     else:
                         out.append(self._make(rel, Tier.BESTEFFORT, True, Source.LOCAL))
                         seen.add(rel)
@@ -117,7 +120,7 @@ class StandaloneScanner:
             del self._first_seen[gone]
         return out
 
-    def _scan_yarn(self, yarn_rel: str, seen: set[str]) -> list[Workload]:
+    def _yarn_containers(self, yarn_rel: str, seen: set[str]) -> list[Workload]:
         out = []
         for child in self._children(yarn_rel):
             rel = f"{yarn_rel}/{child}"

@@ -57,7 +57,7 @@ def progress(msg: str) -> None:
 
 
 def setup_agents(root: RealRoot, d: Path, n: int, per_node: int) -> list[Agent]:
-    agents = [Agent(root, d, f"node-{i:02d}", {"loop.interval_s": 1.0, "loop.stale_after_s": 5.0})
+    agents = [Agent(root, d, f"node-{i:02d}", {"loop.interval_s": 1.0})
               for i in range(n)]
     containers = per_node * 4 // 5
     for i, a in enumerate(agents):

@@ -243,8 +243,9 @@ def origin_batch_total(snapshot: NodeSnapshot, cfg: BatchConfig, state: BatchSta
     """The origin in force and the updated state. Raises BatchAnnotationError on a malformed annotation."""
     if cfg.origin == "annotation":
         if annotation is None:
-            return None, state
-        return parse_origin_annotation(annotation), state
+            return state.origin, state  # keep the last origin read (None until the first)
+        parsed = parse_origin_annotation(annotation)
+        return parsed, replace(state, origin=parsed, origin_at=snapshot.taken_at)
     computed = local_origin(snapshot, cfg)
     if computed is None:
         return state.origin, state

@@ -74,3 +74,25 @@ def test_parse_bytes(value: object, expected: int) -> None:
 def test_parse_bytes_rejects(value: object) -> None:
     with pytest.raises(ConfigError, match="x:"):
         parse_bytes(value, "x")
+
+
+def test_a_source_is_on_only_when_its_section_is_there(tmp_path: Path) -> None:
+    cfg = load_config(write(tmp_path, "sources: {yarn: {url: 'http://127.0.0.1:8042'}}"))
+    assert cfg.sources.yarn.enabled
+    assert not cfg.sources.kubelet.enabled
+    assert not cfg.sources.kube_api.enabled
+    assert cfg.sources.reporting.mode == "off"
+    assert not load_config(write(tmp_path, "")).sources.kubelet.enabled
+
+
+@pytest.mark.parametrize(("text", "field"), [
+    ("eviction: {rate_per_minute: .inf}", "eviction.rate_per_minute"),
+    ("eviction: {rate_per_minute: .nan}", "eviction.rate_per_minute"),
+    ("eviction: {recheck_cooldown_s: -1}", "eviction.recheck_cooldown_s"),
+    ("loop: {fast_hp_jump_milli_cpu: -5}", "loop.fast_hp_jump_milli_cpu"),
+    ("cgroups: {root: .}", "cgroups.root"),
+    ("cgroups: {root: 'a//b'}", "cgroups.root"),
+])
+def test_non_finite_and_degenerate_values_are_refused(tmp_path: Path, text: str, field: str) -> None:
+    with pytest.raises(ConfigError, match=field.replace(".", r"\.")):
+        load_config(write(tmp_path, text))

@@ -47,7 +47,7 @@ class Agent:
             "node": {"name": node_id, "cpus": 2, "memory": "2Gi", "scope": "cgroup-root"},
             "cgroups": {"root": f"{root.name}/{node_id}", "driver": "cgroupfs", "setup_tiers": True,
                         "cleanup_on_exit": False},
-            "loop": {"interval_s": 0.1, "fast_path": False, "stale_after_s": 1.0},
+            "loop": {"interval_s": 0.1, "fast_path": False},
             "eviction": {"dry_run": True},  # these tests are about the ledger, not about evicting
             "log": {"level": "warning", "format": "text"},
             "metrics": {"enabled": False},

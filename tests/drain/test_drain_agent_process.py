@@ -29,7 +29,7 @@ def _config(tmp_path: Path, root: str) -> Path:
     cfg = {
         "node": {"name": "drain-node", "cpus": 2, "memory": "1Gi", "scope": "cgroup-root"},
         "cgroups": {"root": root, "setup_tiers": True},
-        "loop": {"interval_s": 0.25, "stale_after_s": 5},
+        "loop": {"interval_s": 0.25},
         "eviction": {"grace_period_s": 1, "rate_per_minute": 600, "burst": 10},
         "metrics": {"enabled": False},
         "state": {"path": str(tmp_path / "state.json")},

@@ -28,7 +28,7 @@ def agent_config(root: str, *, cpus: float = 2, memory: int | str = "1Gi", polic
     return AgentConfig(
         node=NodeConfig(name="test-node", cpus=cpus, memory=memory, scope="cgroup-root"),
         cgroups=CgroupConfig(root=root, setup_tiers=True, cleanup_on_exit=False),
-        loop=LoopConfig(interval_s=interval, stale_after_s=max(5.0, 2 * interval)),
+        loop=LoopConfig(interval_s=interval),
         eviction=EvictionConfig(dry_run=dry_run, grace_period_s=1.0, rate_per_minute=60, burst=5),
         audit=replace(AgentConfig().audit, path=audit),
         standalone=StandaloneConfig(workloads=workloads),

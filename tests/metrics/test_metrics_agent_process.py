@@ -25,7 +25,7 @@ def _config(tmp_path: Path, root: str, port: int) -> Path:
     cfg = {
         "node": {"name": "prom-node", "cpus": 2, "memory": "1Gi", "scope": "cgroup-root"},
         "cgroups": {"root": root, "setup_tiers": True},
-        "loop": {"interval_s": 0.5, "stale_after_s": 5},
+        "loop": {"interval_s": 0.5},
         "metrics": {"bind": "127.0.0.1", "port": port},
         "state": {"path": str(tmp_path / "state.json")},
         "api": {"socket_path": str(tmp_path / "agent.sock")},
