@@ -20,7 +20,7 @@ from agent.published import ActionRecord, Board, Counters, Published
 from qos.actions import Action, Evict
 from qos.batch import BatchConfig, BatchState, decide_batch, note_blocked
 from qos.model import NodeSnapshot, Resources, Workload
-from qos.policies import PolicyConfig, PolicyState, decide
+from qos.policies import PolicyConfig, PolicyState, decide, forget_victims
 from qos.suppression import bounds
 
 log = logging.getLogger("coloc.loop")
@@ -69,6 +69,7 @@ class TickLoop:
         self._origin_annotation = origin_annotation
         self._planners = planners
         executor.on_refused = self._eviction_refused
+        executor.on_failed = self._eviction_failed
         self._wake = asyncio.Event()
         self._recent: deque[ActionRecord] = deque(maxlen=50)
         self._tick = 0
@@ -104,6 +105,8 @@ class TickLoop:
             chosen = {a.key for a in actions if isinstance(a, Evict)}
             actions += [a for a in extra if not (isinstance(a, Evict) and a.key in chosen)]
         records = self._execute_sync(actions, snap)
+        not_done = {r.target for r in records if r.kind == "evict" and r.outcome in ("skipped", "failed")}
+        self._policy_state = forget_victims(self._policy_state, not_done)
         sup = self._policy_state.suppression
         self._policy_name = self._policy_cfg.suppression.policy
         self._granted = sup.budget_milli
@@ -153,6 +156,10 @@ class TickLoop:
     def _eviction_refused(self, key: str) -> None:
         """The batch policy picks the next victim next tick instead of waiting on this one's release."""
         self._batch_state = note_blocked(self._batch_state, key, time.time())
+
+    def _eviction_failed(self, key: str) -> None:
+        """A kill that did not happen is no pending release for the memory and CPU policies either."""
+        self._policy_state = forget_victims(self._policy_state, {key})
 
     def _execute_sync(self, actions: list[Action], snap: NodeSnapshot) -> list[ActionRecord]:
         # execute() awaits nothing for knobs and only spawns tasks for evictions, so it completes in one

@@ -8,7 +8,8 @@ it is never picked twice.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Collection
+from dataclasses import dataclass, field, replace
 
 from qos import cpu_eviction, memory_eviction, suppression
 from qos.actions import Action, Evict
@@ -17,6 +18,7 @@ from qos.failsafe import FailsafeConfig
 from qos.memory_eviction import MemoryEvictionConfig, MemoryEvictionState
 from qos.model import NodeSnapshot
 from qos.suppression import SuppressionConfig, SuppressionState
+from qos.victims import EvictedLog
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,3 +73,19 @@ def decide(
             evicting.add(a.key)
         actions.append(a)
     return actions, PolicyState(suppression=sup, cpu_eviction=cpu, memory_eviction=mem)
+
+
+def forget_victims(state: PolicyState, keys: Collection[str]) -> PolicyState:
+    """Victims whose eviction did not happen (refused by the executor's guards, or failed) are no longer a
+    pending release: otherwise the node would wait on memory that is not coming back."""
+    if not keys:
+        return state
+
+    def drop(log: EvictedLog) -> EvictedLog:
+        return tuple((k, at) for k, at in log if k not in keys)
+
+    return replace(
+        state,
+        memory_eviction=replace(state.memory_eviction, evicted=drop(state.memory_eviction.evicted)),
+        cpu_eviction=replace(state.cpu_eviction, evicted=drop(state.cpu_eviction.evicted)),
+    )

@@ -74,6 +74,7 @@ class ActionExecutor:
         self.cgroup_write_errors = 0
         # Told when an eviction was refused with "try the next victim" (e.g. a PodDisruptionBudget).
         self.on_refused: Callable[[str], None] = lambda _key: None
+        self.on_failed: Callable[[str], None] = lambda _key: None  # any eviction that did not happen
 
     @property
     def cgroup_writes(self) -> int:
@@ -195,6 +196,7 @@ class ActionExecutor:
             self.evictions[(policy, w.source.value)] += 1
         else:
             self.eviction_failures[policy] += 1
+            self.on_failed(w.key)
             if outcome.try_next:
                 self.on_refused(w.key)
         self._record(policy, "evict", w.key, "done" if outcome.ok else "failed", outcome.detail,

@@ -1,0 +1,19 @@
+"""Victims whose eviction did not happen stop counting as pending releases."""
+
+from __future__ import annotations
+
+from qos.cpu_eviction import CpuEvictionState
+from qos.memory_eviction import MemoryEvictionState
+from qos.policies import PolicyState, forget_victims
+
+
+def test_forget_drops_only_the_named_keys_from_both_policies() -> None:
+    state = PolicyState(
+        memory_eviction=MemoryEvictionState(last_round_at=5.0, evicted=(("a", 1.0), ("b", 2.0))),
+        cpu_eviction=CpuEvictionState(evicted=(("b", 2.0), ("c", 3.0))),
+    )
+    out = forget_victims(state, {"b"})
+    assert out.memory_eviction.evicted == (("a", 1.0),)
+    assert out.cpu_eviction.evicted == (("c", 3.0),)
+    assert out.memory_eviction.last_round_at == 5.0  # the cool-down stays
+    assert forget_victims(state, set()) is state
