@@ -112,7 +112,7 @@ class Ledger:
         self._node = NodeRecord(cfg.node_id, lifecycle=lifecycle.on_start(prior.lifecycle),
                                 drain=prior.drain, highest_epoch=prior.highest_epoch)
         for a in prior.pending_launches:
-            self._add_alloc(replace(a, phase=Phase.PENDING_LAUNCH), now, "restored")
+            self._add_alloc(a, now, "restored")
 
     # ---- construction with persistence -----------------------------------------------------------------
 
@@ -367,9 +367,10 @@ class Ledger:
         return PersistedState(
             node_id=self.cfg.node_id, incarnations=self._incarnations, highest_epoch=self._node.highest_epoch,
             lifecycle=self._node.lifecycle, drain=self._node.drain,
-            # Revisions belong to one incarnation: restored launches get new ones.
+            # Every admitted allocation, launched or not: what the scheduler told us (application, resources,
+            # epoch) cannot be re-derived from a bare cgroup. Revisions belong to one incarnation.
             pending_launches=tuple(replace(a, revision=0) for a in self._allocs.values()
-                                   if a.phase is Phase.PENDING_LAUNCH),
+                                   if a.phase is Phase.PENDING_LAUNCH or a.scheduler_epoch > 0),
             request_ids=self._request_ids, saved_at=self._clock(),
         )
 

@@ -294,3 +294,27 @@ def test_sigkill_during_writes_never_loses_a_durable_launch(tmp_path: Path) -> N
     assert loads >= 80 and corrupted >= 7
     assert checked > 1000  # launches verified present after a kill, summed over runs
     assert mid_write >= 10, f"only {mid_write} kills landed inside a write"
+
+
+def test_admitted_allocation_keeps_its_scheduler_facts_after_it_started_and_a_restart(tmp_path: Path) -> None:
+    """A bare cgroup says nothing about the application or the resources the scheduler admitted: once the
+    allocation runs, a restart must still know them."""
+    from qos.model import Tier, Workload
+
+    path = tmp_path / "state.json"
+    led = open_schedulable(path, epoch=2)
+    res = led.admit(AdmitRequest("local/besteffort/job1", "app-42", Source.LOCAL, Resources(500, 1 << 30),
+                                 request_id="req-42"), 2)
+    assert res.accepted
+    bare = Workload(key="local/besteffort/job1", name="job1", source=Source.LOCAL, tier=Tier.BESTEFFORT,
+                    be=True, priority=3000, cgroup="besteffort/job1")
+    led.sync(snapshot([bare]), BATCH, time.time())
+    assert led.allocation("local/besteffort/job1").phase is Phase.RUNNING
+    led.save()
+
+    again = Ledger.open(cfg(path))
+    again.sync(snapshot([bare]), BATCH, time.time())
+    a = again.allocation("local/besteffort/job1")
+    assert a is not None and a.phase is Phase.RUNNING
+    assert (a.application_id, a.resources, a.scheduler_epoch, a.request_id) == (
+        "app-42", Resources(500, 1 << 30), 2, "req-42")
