@@ -71,7 +71,7 @@ def _announce(ledger: Ledger, d: DrainStatus, what: str) -> None:
     ledger.notice("drain", f"node {ledger.identity.node_id} is decommissioning ({mode}, {what}); "
                            f"deadline {_iso(d.deadline)}",
                   {"deadline": _iso(d.deadline),
-                   "deadline_unix_ms": "" if d.deadline is None else int(d.deadline * 1000),
+                   "deadline_unix_ms": "" if d.deadline is None else round(d.deadline * 1000),
                    "graceful": d.graceful, "wait_for_apps": d.wait_for_apps, "request_id": d.request_id})
 
 

@@ -14,6 +14,7 @@ from agent.api.server import ApiStartError, start_api_server
 from agent.config import ConfigError, load_config
 from agent.logs import setup_logging
 from agent.runtime import build
+from cgroups.errors import CgroupError
 
 log = logging.getLogger("coloc.run")
 
@@ -42,7 +43,10 @@ async def serve(config_path: str, dry_run: bool = False, ready: asyncio.Event | 
         cfg = dataclasses.replace(cfg, eviction=dataclasses.replace(cfg.eviction, dry_run=True))
     setup_logging(cfg.log.level, cfg.log.format)
     raise_fd_limit()
-    rt = build(cfg)
+    try:
+        rt = build(cfg)
+    except (CgroupError, OSError, ValueError) as err:
+        raise ConfigError(f"cannot start: {err}") from err
     ledger = rt.ledger
     assert ledger is not None
     ledger.start_persistence()

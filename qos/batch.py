@@ -50,6 +50,9 @@ class BatchConfig:
     update_interval_s: float = 300.0
     evict: bool = True
     pending_release_s: float = 60.0
+    # A locally computed origin moves with HP usage: one busy second must not evict batch work, so with
+    # origin "local" the overcommit has to last this long (admissions are refused at once all the same).
+    local_sustain_s: float = 5.0
 
     def __post_init__(self) -> None:
         for name in ("cpu_reclaim_threshold_percent", "memory_reclaim_threshold_percent"):
@@ -64,6 +67,8 @@ class BatchConfig:
             raise ValueError(f"batch.diff_threshold: must be in [0, 10), got {self.diff_threshold}")
         if not 1 <= self.update_interval_s <= 86400:
             raise ValueError(f"batch.update_interval_s: must be in [1, 86400], got {self.update_interval_s}")
+        if not 0 <= self.local_sustain_s <= 3600:
+            raise ValueError(f"batch.local_sustain_s: must be in [0, 3600], got {self.local_sustain_s}")
         if not 0 < self.pending_release_s <= 3600:
             raise ValueError(f"batch.pending_release_s: must be in (0, 3600], got {self.pending_release_s}")
         if self.origin not in ("annotation", "local"):
@@ -78,6 +83,7 @@ class BatchState:
     origin_at: float = 0.0
     pending: Mapping[str, tuple[float, Resources]] = field(default_factory=dict)
     blocked: Mapping[str, float] = field(default_factory=dict)  # key -> when its eviction was refused
+    over_since: float | None = None  # when the ledger last became overcommitted
 
 
 def note_blocked(state: BatchState, key: str, at: float) -> BatchState:
@@ -380,7 +386,13 @@ def decide_batch(snapshot: NodeSnapshot, cfg: BatchConfig, state: BatchState, *,
     state = replace(state, pending=pending, blocked=blocked)
     view = ledger_view(origin, snapshot.workloads)
     if not view.overcommitted:
-        return [], state
+        return [], replace(state, over_since=None)
+    if state.over_since is None:
+        state = replace(state, over_since=now)
+    if cfg.origin == "local" and now - state.over_since < cfg.local_sustain_s:
+        waited = now - state.over_since
+        return [Hold(POLICY, f"overcommitted for {waited:.1f}s; releasing after {cfg.local_sustain_s:g}s "
+                             "(local origin follows HP usage)")], state
     if snapshot.stale:
         which = ", ".join(f"{k}: {v}" for k, v in sorted(snapshot.stale.items()))
         return [Hold(POLICY, f"overcommitted but data is stale ({which})")], state

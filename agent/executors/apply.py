@@ -179,6 +179,8 @@ class ActionExecutor:
         evictor = self._evictors.get(w.source)
         if evictor is None:
             return refuse(f"no_evictor_for_{w.source.value}")
+        if len(self._recently) > 4096:  # forget cool-downs that are over; keeps the map bounded
+            self._recently = {k: t for k, t in self._recently.items() if now - t < self._cooldown_s}
         self._recently[key] = now
         self._in_flight[key] = asyncio.create_task(self._run_evict(evictor, w, action))
         return self._record(policy, "evict", key, "started", action.message, numbers)

@@ -274,3 +274,15 @@ def test_a_refused_eviction_moves_on_to_the_next_victim() -> None:
         snap(workloads, 1070), BatchConfig(), state, origin_annotation=ORIGIN_8
     )  # the block has expired: the pod is a candidate again (all are, the pending ones expired too)
     assert [a.key for a in later] == ["k8s/free-pod", YARN[2].key]
+
+
+def test_local_origin_releases_only_after_the_overcommit_lasts() -> None:
+    """A locally computed origin moves with HP usage: a one-tick HP burst must not evict batch work."""
+    workloads = K8S + YARN + HP
+    cfg = BatchConfig(origin="local", local_sustain_s=5.0)
+    state = BatchState(origin=Resources(8000, 64 * GIB), origin_at=0.0)
+    first, state = decide_batch(snap(workloads, 1000), cfg, state)
+    assert not [a for a in first if isinstance(a, Evict)]
+    assert any(isinstance(a, Hold) and "releasing after" in a.reason for a in first)
+    later, _ = decide_batch(snap(workloads, 1006), cfg, state)
+    assert [a for a in later if isinstance(a, Evict)], "a sustained overcommit is released"
