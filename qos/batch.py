@@ -387,10 +387,10 @@ def decide_batch(snapshot: NodeSnapshot, cfg: BatchConfig, state: BatchState, *,
     view = ledger_view(origin, snapshot.workloads)
     if not view.overcommitted:
         return [], replace(state, over_since=None)
-    if state.over_since is None:
-        state = replace(state, over_since=now)
-    if cfg.origin == "local" and now - state.over_since < cfg.local_sustain_s:
-        waited = now - state.over_since
+    since = now if state.over_since is None else state.over_since
+    state = replace(state, over_since=since)
+    if cfg.origin == "local" and now - since < cfg.local_sustain_s:
+        waited = now - since
         return [Hold(POLICY, f"overcommitted for {waited:.1f}s; releasing after {cfg.local_sustain_s:g}s "
                              "(local origin follows HP usage)")], state
     if snapshot.stale:
