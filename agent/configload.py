@@ -79,7 +79,7 @@ _FIELD_FIRST = re.compile(r"^[A-Za-z_][\w\[\]]*(?:\.[A-Za-z_][\w\[\]]*)*:")
 
 def _qualify(where: str, msg: str) -> str:
     """Give a dataclass's own error message the full dotted path of the field it names."""
-    if not where:
+    if not where or msg.startswith(where + "."):
         return msg
     last = where.rsplit(".", 1)[-1]
     section = last.split("[", 1)[0]

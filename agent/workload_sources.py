@@ -34,7 +34,6 @@ class WorkloadSources:
         self.reporter = reporter
         self._reporter_resync_s = reporter_resync_s
         self.origin_annotation: str | None = None
-        self._last_yarn: list[Workload] = []
 
     def list(self) -> tuple[list[Workload], dict[str, str]]:
         """This tick's workloads and, per source, why its data cannot be trusted (if it cannot)."""
@@ -52,8 +51,6 @@ class WorkloadSources:
             out.extend(res.workloads)
             if res.stale_reason:
                 stale[name] = res.stale_reason
-            if name == "yarn":
-                self._last_yarn = list(res.workloads)
         return out, stale
 
     def synced(self) -> bool:
@@ -89,19 +86,30 @@ class WorkloadSources:
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await t
 
-    async def _report(self) -> None:
+    async def _report(self) -> bool:
+        """Read the batch origin; report YARN's allocations once the NodeManager has answered (reporting
+        before that would tell the cluster YARN holds nothing). False: try again soon."""
         assert self.reporter is not None
         read = await self.reporter.aread()
         if read is not None:
             self.origin_annotation = read.origin
-        await self.reporter.areport(yarn_requested(self._last_yarn))
+        if self.yarn is None:
+            return read is not None
+        res = self.yarn.workloads()
+        if not math.isfinite(res.age_s) or res.stale_reason:
+            return False
+        await self.reporter.areport(yarn_requested(res.workloads))
+        return read is not None
 
     @staticmethod
     async def _every(stop: asyncio.Event, fn: Callable[[], Awaitable[object]], period_s: float) -> None:
+        """Call `fn` every `period_s`; sooner (1 s) after a call that returned False (not done yet)."""
         while not stop.is_set():
+            done: object = False
             try:
-                await fn()
+                done = await fn()
             except Exception:
                 log.exception("source refresh failed")
+            wait = period_s if done is not False else min(period_s, 1.0)
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), period_s)
+                await asyncio.wait_for(stop.wait(), wait)

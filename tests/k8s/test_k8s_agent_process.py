@@ -1,0 +1,118 @@
+"""The whole agent process (`coloc-agent run`) wired to Kubernetes and YARN: local fake servers stand in for
+the kubelet, the API server and the NodeManager (they cannot run here) and serve the documented formats;
+real processes in real cgroups stand in for the YARN containers. Kubernetes asks 6 cores and YARN 5 of a
+batch origin of 8 (the Node annotation): the agent itself reads the origin, refuses admissions, releases
+the free-tier pod through the Eviction API and kills the newest YARN container, and reports YARN's
+allocations back on the Node."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import yaml
+from fakes.apiserver import FakeApiServer
+from fakes.kubelet import FakeKubelet
+from fakes.nodemanager import FakeNodeManager
+from realcg import RealRoot
+from test_k8s_overcommit_e2e import C1, C2, C3, FIX, PODS, _containers, _podlist
+
+from qos.batch import THIRD_PARTY_ANNOTATION, parse_third_party_allocations
+
+pytestmark = [pytest.mark.cgroups, pytest.mark.slow]
+
+
+def _wait(pred: Callable[[], bool], timeout: float) -> bool:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if pred():
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def _kubeconfig(path: Path, server: str) -> Path:
+    path.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "test",
+        "clusters": [{"name": "test", "cluster": {"server": server}}],
+        "users": [{"name": "test", "user": {"token": "test-token"}}],
+        "contexts": [{"name": "test", "context": {"cluster": "test", "user": "test"}}],
+    }))
+    return path
+
+
+def test_agent_process_arbitrates_k8s_and_yarn_against_the_node_origin(real_root: RealRoot,
+                                                                       tmp_path: Path) -> None:
+    for c in (C1, C2, C3):
+        real_root.spawn(real_root.mkcg(f"besteffort/hadoop-yarn/{c}"), ["sleep", "300"])
+    podlist, nm_dir = tmp_path / "pods.json", tmp_path / "nm"
+    nm_dir.mkdir()
+    podlist.write_text(json.dumps(_podlist(list(PODS))))
+    for name in ("info.json", "apps.json"):
+        (nm_dir / name).write_bytes((FIX / "nodemanager" / "3.x" / name).read_bytes())
+    (nm_dir / "containers.json").write_text(json.dumps(_containers([C1, C2, C3])))
+    known = {("batch", n): f"0a1b2c3d-0000-4000-8000-0000000000c{v[2]}" for n, v in PODS.items()}
+
+    with (
+        FakeKubelet(podlist) as kubelet,
+        FakeNodeManager(nm_dir) as nm,
+        FakeApiServer(FIX / "apiserver" / "node.json", known) as api,
+    ):
+        cfg = {
+            "node": {"name": "node-a", "cpus": 2, "memory": "4Gi"},
+            "cgroups": {"root": real_root.name, "driver": "cgroupfs"},
+            "loop": {"interval_s": 0.5},
+            "eviction": {"grace_period_s": 1, "rate_per_minute": 60},
+            "batch": {"origin": "annotation"},
+            "state": {"path": str(tmp_path / "state.json")},
+            "api": {"socket_path": str(tmp_path / "agent.sock")},
+            "metrics": {"enabled": False},
+            "log": {"format": "json"},
+            "sources": {
+                "kubelet": {"url": kubelet.url, "token_file": "", "timeout_s": 1, "resync_s": 1},
+                "yarn": {"url": nm.url, "timeout_s": 1, "resync_s": 1},
+                "kube_api": {"kubeconfig": str(_kubeconfig(tmp_path / "kubeconfig", api.url))},
+                "reporting": {"mode": "annotation", "resync_s": 10},  # read and written at start
+            },
+        }
+        (tmp_path / "agent.yaml").write_text(yaml.safe_dump(cfg))
+        log = (tmp_path / "agent.log").open("w")
+        agent = subprocess.Popen([sys.executable, "-m", "agent.cli", "run", "--config",
+                                  str(tmp_path / "agent.yaml")], stdout=log, stderr=log)
+        try:
+            evicted = _wait(lambda: bool(api.evicted), 30)
+            assert evicted, (tmp_path / "agent.log").read_text()[-3000:]
+            assert api.evicted == [("batch", "free-pod", "0a1b2c3d-0000-4000-8000-0000000000c1")]
+            assert _wait(lambda: real_root.pids(f"besteffort/hadoop-yarn/{C3}") == [], 15), \
+                "the newest YARN container was not killed"
+            assert len(real_root.pids(f"besteffort/hadoop-yarn/{C1}")) == 1, "the AM must survive"
+            assert len(real_root.pids(f"besteffort/hadoop-yarn/{C2}")) == 1, "exactly enough is released"
+            assert _wait(lambda: THIRD_PARTY_ANNOTATION in api.annotations, 15)
+            reported = parse_third_party_allocations(api.annotations[THIRD_PARTY_ANNOTATION])
+            assert reported["hadoop-yarn"].milli_cpu in (5000, 3000)
+
+            # What the kubelet and the NodeManager report once the releases went through: no more.
+            kubelet.body = json.dumps(_podlist(["batch-a", "batch-b"])).encode()
+            nm.docs["/ws/v1/node/containers"] = json.dumps(_containers([C1, C2])).encode()
+            time.sleep(3)
+            assert len(api.evicted) == 1
+            assert len(real_root.pids(f"besteffort/hadoop-yarn/{C2}")) == 1
+            audit = [json.loads(line) for line in (tmp_path / "agent.log").read_text().splitlines()
+                     if line.startswith("{") and '"audit"' in line]
+            started = [a["fields"]["audit"]["target"] for a in audit
+                       if a["fields"]["audit"]["kind"] == "evict" and a["fields"]["audit"]["outcome"] == "started"]
+            assert started == ["k8s/0a1b2c3d-0000-4000-8000-0000000000c1", f"yarn/{C3}"]
+        finally:
+            agent.send_signal(signal.SIGTERM)
+            try:
+                agent.wait(15)
+            except subprocess.TimeoutExpired:
+                agent.kill()
+                agent.wait()
+            log.close()
