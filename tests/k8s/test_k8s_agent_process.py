@@ -103,10 +103,10 @@ def test_agent_process_arbitrates_k8s_and_yarn_against_the_node_origin(real_root
             time.sleep(3)
             assert len(api.evicted) == 1
             assert len(real_root.pids(f"besteffort/hadoop-yarn/{C2}")) == 1
-            audit = [json.loads(line) for line in (tmp_path / "agent.log").read_text().splitlines()
+            audit = [json.loads(line)["fields"]["audit"]
+                     for line in (tmp_path / "agent.log").read_text().splitlines()
                      if line.startswith("{") and '"audit"' in line]
-            started = [a["fields"]["audit"]["target"] for a in audit
-                       if a["fields"]["audit"]["kind"] == "evict" and a["fields"]["audit"]["outcome"] == "started"]
+            started = [a["target"] for a in audit if a["kind"] == "evict" and a["outcome"] == "started"]
             assert started == ["k8s/0a1b2c3d-0000-4000-8000-0000000000c1", f"yarn/{C3}"]
         finally:
             agent.send_signal(signal.SIGTERM)
