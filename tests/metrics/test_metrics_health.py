@@ -53,7 +53,7 @@ class Loop(threading.Thread):
 
 @pytest.mark.xdist_group("cpu")
 def test_a_stalled_loop_turns_healthz_red_within_three_intervals(serve) -> None:
-    interval = 0.2
+    interval = 0.5  # wide enough that a busy 2-CPU machine (the suite runs in parallel) keeps it green
     board = Board()
     loop = Loop(board, interval)
     loop.start()
@@ -61,7 +61,7 @@ def test_a_stalled_loop_turns_healthz_red_within_three_intervals(serve) -> None:
         _, server = serve(board)
         while loop.tick < 2:
             time.sleep(0.01)
-        for _ in range(10):
+        for _ in range(4):
             status, body = get(server.url + "/healthz")
             assert status == 200 and body["status"] == "ok", body
             time.sleep(interval / 2)
@@ -79,7 +79,7 @@ def test_a_stalled_loop_turns_healthz_red_within_three_intervals(serve) -> None:
         assert status == 503
         assert body["status"] == "stalled" and "3 intervals" in str(body["reason"])
         # red within three intervals of the last tick (plus the polling step), and not before
-        assert 3 * interval <= now - stalled_since <= 3 * interval + 0.25
+        assert 3 * interval <= now - stalled_since <= 3 * interval + 0.5
         assert float(body["tick_age_s"]) > float(body["limit_s"]) == pytest.approx(3 * interval)
 
         loop.block.clear()
