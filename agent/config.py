@@ -143,6 +143,13 @@ class StateConfig:
 
 
 @dataclass(frozen=True)
+class DrainConfig:
+    """`cordon`: mark the Kubernetes Node unschedulable while decommissioning (needs sources.kube_api)."""
+
+    cordon: bool = False
+
+
+@dataclass(frozen=True)
 class AuditConfig:
     """Where audit records go: a JSON-lines file, or "" for the log only."""
 
@@ -167,11 +174,16 @@ class AgentConfig:
     policies: PolicyConfig = field(default_factory=PolicyConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
     state: StateConfig = field(default_factory=StateConfig)
+    drain: DrainConfig = field(default_factory=DrainConfig)
     api: ApiConfig = field(default_factory=ApiConfig)
     batch: BatchConfig = field(default_factory=lambda: BatchConfig(origin="local"))
     sources: SourcesConfig = field(default_factory=lambda: SourcesConfig(
         kubelet=KubeletConfig(enabled=False), yarn=NodeManagerConfig(enabled=False),
         kube_api=KubeApiConfig(enabled=False), reporting=ReportingConfig(mode="off")))
+
+    def __post_init__(self) -> None:
+        if self.drain.cordon and not self.sources.kube_api.enabled:
+            raise ConfigError("drain.cordon: needs the Kubernetes API (a sources.kube_api section)")
 
 
 _OFF = {"kubelet": {"enabled": False}, "yarn": {"enabled": False}, "kube_api": {"enabled": False},

@@ -24,6 +24,7 @@ from agent.executors.yarn_kill import YarnKiller
 from agent.loop import LoopTiming, TickHook, TickLoop
 from agent.metrics import MetricsHub
 from agent.published import ActionRecord, Board
+from agent.reporting.cordon import DrainCordon
 from agent.reporting.node_annotations import NodeReporter
 from agent.sources.kubeapi import make_api_client
 from agent.sources.kubelet import KubeletSource
@@ -222,6 +223,9 @@ def build(cfg: AgentConfig, board: Board | None = None, *, with_ledger: bool = T
         k8s = evictors.get(Source.K8S)
         if isinstance(k8s, K8sEvictor):
             hooks += (DrainPodEvents(ledger, k8s).on_tick,)
+        if cfg.drain.cordon and api_client is not None:
+            hooks += (DrainCordon(ledger, api_client, cfg.node.node_name,
+                                  cfg.sources.kube_api.timeout_s).on_tick,)
     loop = TickLoop(
         collector, sources.list, executor, cfg.policies, board,
         LoopTiming(cfg.loop.interval_s, cfg.loop.fast_path, cfg.loop.fast_poll_s,
