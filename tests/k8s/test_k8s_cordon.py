@@ -46,6 +46,7 @@ async def test_cordon_follows_the_drain() -> None:
         assert len(api.patches) == 1
         ctype, body = api.patches[0]
         assert ctype == "application/merge-patch+json"
+        assert body["spec"] == {"unschedulable": True}
         assert api.node["spec"]["unschedulable"] is True
         assert api.annotations[CORDON_ANNOTATION] == "true"
 
