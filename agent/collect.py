@@ -131,7 +131,8 @@ class Collector:
         root_u = root[1] if root else Usage()
         be_u = be[1] if be else Usage()
         if root and be:
-            self._tier_hist.append((now, root[0].cpu_usage_ns, be[0].cpu_usage_ns))
+            # Stamped with the read itself: sampling many workloads first makes `now` tens of ms early.
+            self._tier_hist.append((root[0].at, root[0].cpu_usage_ns, be[0].cpu_usage_ns))
             rates = self._tier_rates(self.tier_window_s)
             if rates is not None:
                 root_u = dataclasses.replace(root_u, milli_cpu=rates[0])
@@ -209,7 +210,7 @@ class Collector:
             be = self._reader.sample(self._tiers.besteffort)
         except CgroupError:
             return None
-        self._tier_hist.append((time.monotonic(), root.cpu_usage_ns, be.cpu_usage_ns))
+        self._tier_hist.append((root.at, root.cpu_usage_ns, be.cpu_usage_ns))
         return self._tier_rates(window_s)
 
     def _tier_rates(self, window_s: float) -> tuple[float, float] | None:
