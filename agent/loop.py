@@ -11,7 +11,7 @@ import contextlib
 import logging
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from agent.collect import Collector
@@ -52,6 +52,7 @@ class TickLoop:
                  on_publish: tuple[Callable[[Published], None], ...] = (),
                  batch: BatchConfig | None = None,
                  origin_annotation: Callable[[], str | None] = lambda: None,
+                 admissions_refused: Callable[[], Mapping[str, int]] = dict,
                  planners: tuple[Planner, ...] = ()) -> None:
         self._collector = collector
         self._list = list_workloads
@@ -67,6 +68,7 @@ class TickLoop:
         self._batch_cfg = batch or BatchConfig(origin="local")
         self._batch_state = BatchState()
         self._origin_annotation = origin_annotation
+        self._admissions_refused = admissions_refused
         self._planners = planners
         executor.on_refused = self._eviction_refused
         executor.on_failed = self._eviction_failed
@@ -139,6 +141,7 @@ class TickLoop:
                 evictions=dict(self._executor.evictions),
                 eviction_failures=dict(self._executor.eviction_failures),
                 holds=dict(self._executor.holds),
+                admissions_refused=dict(self._admissions_refused()),
                 cgroup_writes=self._executor.cgroup_writes,
                 cgroup_write_errors=self._executor.cgroup_write_errors,
             ),

@@ -232,6 +232,7 @@ def build(cfg: AgentConfig, board: Board | None = None, *, with_ledger: bool = T
                    cfg.loop.fast_hp_jump_milli_cpu, cfg.loop.fast_psi_stall_ratio),
         hooks=hooks, sources_synced=sources.synced, source_ages=sources.ages, on_publish=(hub.observe,),
         batch=cfg.batch, origin_annotation=lambda: sources.origin_annotation,
+        admissions_refused=(lambda: ledger.refusals) if ledger is not None else dict,
         planners=(drain.plan,) if drain is not None else ())
     return Runtime(cfg, hierarchy, reader, writer, collector, sources, executor, loop, board, audit,
                    capacity, cpus, hub, ledger, created, drain)

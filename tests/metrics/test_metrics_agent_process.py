@@ -3,6 +3,7 @@ asked for its status over its real unix socket, and stopped with SIGTERM."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import signal
 import subprocess
@@ -16,7 +17,10 @@ import yaml
 from promserver import PrometheusServer, free_port
 from realcg import RealRoot
 
+from agent.api.client import AgentClient
 from agent.spawn import workload_argv
+from agent.state import AdmitRequest, AdmitResult, Refusal
+from qos.model import Resources, Source
 
 pytestmark = [pytest.mark.cgroups, pytest.mark.slow]
 
@@ -72,6 +76,15 @@ def test_agent_process_is_scraped_by_prometheus_and_answers_status(
                                 timeout=30, check=True)
         doc = json.loads(status.stdout)
         assert "prom-node" in json.dumps(doc)
+
+        async def admit_while_recovering() -> AdmitResult:
+            async with AgentClient(f"unix:{tmp_path / 'agent.sock'}") as client:
+                return await client.admit(AdmitRequest("local/besteffort/new", "app-1", Source.LOCAL,
+                                                       Resources(100, 1 << 20)), 1)
+
+        refused = asyncio.run(admit_while_recovering())  # no scheduler has acked: the node is RECOVERING
+        assert not refused.accepted and refused.refusal is Refusal.NOT_SCHEDULABLE
+        prom.wait_until('coloc_admissions_refused_total{reason="NOT_SCHEDULABLE"}', lambda v: v == 1.0, 20)
         assert int(doc["applications"]) == 1, "the BE workload is an application in the ledger"
 
         agent.send_signal(signal.SIGTERM)
