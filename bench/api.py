@@ -168,7 +168,7 @@ async def latencies(sock: str, calls: int) -> dict[str, float]:
         await health.Check(hreq)
         h_ms.append((time.perf_counter() - t) * 1e3)
     assert len(m.allocations) > 0
-    await channel.close()
+    await channel.close(None)
     return {
         "snapshot_p50_ms": pct(s_ms, 50),
         "snapshot_p99_ms": pct(s_ms, 99),
@@ -231,7 +231,7 @@ async def fanout(sock: str, agent: subprocess.Popen[str], subscribers: int, even
         t.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)
     for ch in channels:
-        await ch.close()
+        await ch.close(None)
     n = target - int(first)
     elapsed = max(next(at for rev, at in s if rev >= target) for s in seen) - t0
     assert min(got) >= n, "a subscriber missed events"
@@ -289,8 +289,11 @@ def main() -> int:
     p.add_argument("--calls", type=int, default=2000)
     p.add_argument("--events", type=int, default=20000)
     p.add_argument("--subscribers", type=int, default=100)
+    p.add_argument("--quick", action="store_true", help="smoke run for CI: 200 allocations, 10 subscribers")
     p.add_argument("--serve", nargs=2, metavar=("SOCKET", "STATE"), help=argparse.SUPPRESS)
     args = p.parse_args()
+    if args.quick:
+        args.allocations, args.calls, args.events, args.subscribers = 200, 200, 2000, 10
     if args.serve:
         asyncio.run(serve(args.serve[0], args.serve[1], args.allocations, args.events))
         return 0

@@ -92,7 +92,10 @@ def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=21)
     ap.add_argument("--sizes", default="100,500,1000")
+    ap.add_argument("--quick", action="store_true", help="smoke run for CI: 50 and 100 cgroups, 3 rounds")
     args = ap.parse_args(argv)
+    if args.quick:
+        args.repeat, args.sizes = 3, "50,100"
     sizes = [int(x) for x in args.sizes.split(",")]
 
     hierarchy = discover()

@@ -58,6 +58,7 @@ from agent.spawn import spawn_in_cgroup, workload_argv
 from agent.workloads import read_counter
 from cgroups.discovery import Hierarchy, discover
 from cgroups.errors import CgroupError
+from cgroups.layout import Layout
 from cgroups.node import read_proc_stat
 from cgroups.reader import CgroupReader
 from cgroups.writer import CgroupWriter
@@ -150,7 +151,7 @@ def make_node(root: str) -> Node:
 
 def lay_out(node: Node) -> None:
     """Tiers as the kubelet sets them, the HP cgroups, and the BE cgroups the load runs in."""
-    setup_tiers(node.writer, node.reader, node.cpus, YARN)
+    setup_tiers(node.writer, node.reader, node.cpus, Layout("cgroupfs", yarn_hierarchy=YARN))
     for rel in (HP_CG, PROBE_CG, *(f"{BE_TIER}/{r}" for r, _ in be_load(0))):
         node.writer.mkdir(rel)
 

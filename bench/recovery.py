@@ -117,7 +117,7 @@ async def time_snapshot_floor(addresses: list[str], parallel: int) -> float:
                 response_deserializer=pb.Snapshot.FromString,
             )
             await snap(pb.GetSnapshotRequest())
-            await ch.close()
+            await ch.close(None)
 
     await asyncio.gather(*(one(a) for a in addresses))
     return time.perf_counter() - t0
@@ -130,11 +130,13 @@ async def record(agent: Agent, seconds: float) -> tuple[bytes, list[bytes], str]
     """GetSnapshot bytes, then the raw Watch responses from its revision while the node's cgroups change."""
     ch = grpc.aio.insecure_channel(f"unix:{agent.address}")
     raw = ch.unary_unary(
-        "/coloc.v1.NodeAgent/GetSnapshot", request_serializer=pb.GetSnapshotRequest.SerializeToString
+        "/coloc.v1.NodeAgent/GetSnapshot", request_serializer=pb.GetSnapshotRequest.SerializeToString,
+        response_deserializer=None,  # raw bytes: the recording is what the agent sent
     )
     snap_bytes: bytes = await raw(pb.GetSnapshotRequest())
     snap = pb.Snapshot.FromString(snap_bytes)
-    watch = ch.unary_stream("/coloc.v1.NodeAgent/Watch", request_serializer=pb.WatchRequest.SerializeToString)
+    watch = ch.unary_stream("/coloc.v1.NodeAgent/Watch", request_serializer=pb.WatchRequest.SerializeToString,
+                           response_deserializer=None)
     call = watch(pb.WatchRequest(incarnation=snap.identity.incarnation, from_revision=snap.revision))
     messages: list[bytes] = []
 
@@ -151,7 +153,7 @@ async def record(agent: Agent, seconds: float) -> tuple[bytes, list[bytes], str]
         await asyncio.sleep(seconds / 5)
     call.cancel()
     await asyncio.gather(task, return_exceptions=True)
-    await ch.close()
+    await ch.close(None)
     return snap_bytes, messages, snap.identity.incarnation
 
 
@@ -348,8 +350,11 @@ def main() -> int:
     p.add_argument("--replayed", type=int, default=200)
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--parallel", type=int, default=32)
+    p.add_argument("--quick", action="store_true", help="smoke run for CI: 3 agents, 20 replayed endpoints")
     p.add_argument("--replay-serve", nargs=3, help=argparse.SUPPRESS)
     args = p.parse_args()
+    if args.quick:
+        args.sizes, args.allocations, args.replayed, args.repeat = "3", 20, 20, 1
     if args.replay_serve:
         asyncio.run(
             replay_serve(Path(args.replay_serve[0]), int(args.replay_serve[1]), int(args.replay_serve[2]))

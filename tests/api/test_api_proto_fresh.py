@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
+import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -16,6 +18,7 @@ def test_generated_code_is_fresh(tmp_path: Path) -> None:
         text=True,
         timeout=120,
         check=False,
+        env={**os.environ, "PYTHON": sys.executable},
     )
     assert run.returncode == 0, run.stderr
     for name in GENERATED:

@@ -1,0 +1,56 @@
+"""Every benchmark's `--quick` mode runs and ends with one JSON object of finite figures.
+
+This keeps `bench/` alive: an API change that breaks a benchmark fails the build. The figures themselves
+are not held to targets here (the machine is noisy; targets are read from the full runs).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from realcg import RealRoot
+
+REPO = Path(__file__).resolve().parents[2]
+
+# bench → keys its last line must carry (the figures the docs and closing notes quote)
+BENCHES = {
+    "collect.py": ("psi_worst_ratio", "no_psi_worst_collect_ms_per_1000", "results"),
+    "api.py": ("snapshot_p99_ms", "watch_events_per_s_1_subscriber"),
+    "recovery.py": ("real_3_nodes_recovery_s", "replayed_20_nodes_recovery_s"),
+    "interference.py": ("hp_throughput_ratio_with_agent_cpuset", "hp_throughput_ratio_no_agent"),
+}
+
+pytestmark = [pytest.mark.cgroups, pytest.mark.slow, pytest.mark.xdist_group("bench")]
+
+
+def _numbers(value: object) -> list[float]:
+    if isinstance(value, bool):
+        return []
+    if isinstance(value, int | float):
+        return [float(value)]
+    if isinstance(value, dict):
+        return [n for v in value.values() for n in _numbers(v)]
+    if isinstance(value, list):
+        return [n for v in value for n in _numbers(v)]
+    return []
+
+
+@pytest.mark.parametrize("bench", sorted(BENCHES))
+def test_bench_quick_mode_prints_its_figures(bench: str, real_root: RealRoot) -> None:
+    # real_root only gates the run: it skips (or fails under COLOC_REQUIRE_CGROUPS=1) without writable cgroups
+    run = subprocess.run([sys.executable, str(REPO / "bench" / bench), "--quick"], cwd=REPO,
+                         capture_output=True, text=True, timeout=240, check=False)
+    assert run.returncode == 0, f"{bench} --quick failed:\n{run.stdout[-2000:]}\n{run.stderr[-3000:]}"
+    last = run.stdout.strip().splitlines()[-1]
+    figures = json.loads(last)
+    assert isinstance(figures, dict) and figures, f"{bench}: last line is not a JSON object: {last[:200]}"
+    for key in BENCHES[bench]:
+        assert key in figures, f"{bench}: {key} missing from {sorted(figures)}"
+    numbers = _numbers(figures)
+    assert numbers, f"{bench}: no figure in {last[:200]}"
+    assert all(math.isfinite(n) for n in numbers), f"{bench}: non-finite figure in {last[:300]}"
