@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import sys
+from importlib.metadata import PackageNotFoundError, version
 
 COMMANDS: dict[str, tuple[str, str]] = {
     "run": ("agent.run", "run the agent (--config FILE)"),
@@ -18,16 +19,30 @@ COMMANDS: dict[str, tuple[str, str]] = {
 
 
 def usage() -> str:
-    lines = ["usage: coloc-agent COMMAND [ARGS...]", "", "commands:"]
+    lines = ["usage: coloc-agent [--version] COMMAND [ARGS...]", "", "commands:"]
     lines += [f"  {name:<14}{help_}" for name, (_, help_) in COMMANDS.items()]
     lines.append("\n`coloc-agent COMMAND --help` for a command's options.")
     return "\n".join(lines)
 
 
+def package_version() -> str:
+    """The installed distribution's version (pyproject.toml), not a copy kept in the code."""
+    try:
+        return version("coloc-agent")
+    except PackageNotFoundError:
+        return "unknown (not installed)"
+
+
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
-    if not args or args[0] in ("-h", "--help", "help"):
+    if not args:
+        print(usage(), file=sys.stderr)
+        return 2
+    if args[0] in ("-h", "--help", "help"):
         print(usage())
+        return 0
+    if args[0] in ("-V", "--version"):
+        print(f"coloc-agent {package_version()}")
         return 0
     name, rest = args[0], args[1:]
     if name not in COMMANDS:

@@ -14,6 +14,7 @@ from agent.api.server import ApiStartError, start_api_server
 from agent.config import ConfigError, load_config
 from agent.logs import setup_logging
 from agent.runtime import build
+from agent.state import StateFileError
 from cgroups.errors import CgroupError
 
 log = logging.getLogger("coloc.run")
@@ -45,6 +46,9 @@ async def serve(config_path: str, dry_run: bool = False, ready: asyncio.Event | 
     raise_fd_limit()
     try:
         rt = build(cfg)
+    except StateFileError as err:
+        raise ConfigError(f"cannot start: {err}; state.path must be on a writable directory with free "
+                          f"space (the DaemonSet's 'state' hostPath volume)") from err
     except (CgroupError, OSError, ValueError) as err:
         raise ConfigError(f"cannot start: {err}") from err
     ledger = rt.ledger
