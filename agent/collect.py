@@ -105,6 +105,7 @@ class Collector:
         out: list[Workload] = []
         seen: set[str] = set()
         psi: float | None = None
+        spared: list[Usage] = []  # protected pods below the BE tier: their usage is not BE usage
         for w in workloads:
             got = self._sample(w.cgroup, now, be=w.be)
             seen.add(w.cgroup)
@@ -115,6 +116,8 @@ class Collector:
                     out.append(dataclasses.replace(w, terminating=w.terminating or w.key in terminating))
                 continue
             sample, usage = got
+            if w.protected and w.cgroup.startswith(self._tiers.besteffort + "/"):
+                spared.append(usage)
             stall = self._stall_percent(w.cgroup, sample, now) if not w.be else None
             if stall is not None:
                 psi = stall if psi is None else max(psi, stall)
@@ -137,6 +140,7 @@ class Collector:
             if rates is not None:
                 root_u = dataclasses.replace(root_u, milli_cpu=rates[0])
                 be_u = dataclasses.replace(be_u, milli_cpu=rates[1])
+        be_u = _without(be_u, spared)
         hp_u = Usage(
             _sub(root_u.milli_cpu, be_u.milli_cpu),
             _isub(root_u.memory_working_set_bytes, be_u.memory_working_set_bytes),
@@ -252,6 +256,20 @@ class Collector:
         quota = None if k.quota_us is None else k.quota_us * 1000 // max(1, k.period_us or 100_000)
         return BeTierState(cpuset=tuple(k.cpuset or ()), quota_milli_cpu=quota, cpu_idle=k.cpu_idle,
                            memory_high_bytes=k.memory_high_bytes)
+
+
+def _without(be: Usage, spared: list[Usage]) -> Usage:
+    """The BE tier's usage less the protected pods below it (they count as HP); unknown if one of theirs is.
+
+    Their rates cover the tick while the tier's covers a shorter recent window, hence the clamp at 0."""
+    if not spared:
+        return be
+    cpu: float | None = be.milli_cpu
+    mem: int | None = be.memory_working_set_bytes
+    for u in spared:
+        cpu = _sub(cpu, u.milli_cpu)
+        mem = _isub(mem, u.memory_working_set_bytes)
+    return dataclasses.replace(be, milli_cpu=cpu, memory_working_set_bytes=mem)
 
 
 def _sub(a: float | None, b: float | None, floor: float | None = None) -> float | None:

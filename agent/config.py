@@ -25,6 +25,7 @@ from cgroups.errors import PathOutsideRoot
 from cgroups.paths import check_rel
 from qos.batch import BatchConfig
 from qos.policies import PolicyConfig
+from qos.protection import ProtectionConfig
 
 __all__ = ["AgentConfig", "ConfigError", "load_config"]
 
@@ -124,14 +125,23 @@ class EvictionConfig:
 
 @dataclass(frozen=True)
 class StateConfig:
-    """The node's allocation ledger. `path` "" keeps no state on disk (tests and tools only)."""
+    """The node's allocation ledger. `path` "" keeps no state on disk (tests and tools only).
+
+    `await_scheduler_ack`: whether a new incarnation waits RECOVERING for a central scheduler's AckRecovery
+    before it admits batch work. "auto" waits when a cluster source (kubelet or YARN) is configured and
+    starts SCHEDULABLE in standalone mode; true/false force it (true: a scheduler drives a standalone node
+    over the API)."""
 
     path: str = "/var/lib/coloc-agent/state.json"
     ring_size: int = 4096
     watch_queue_size: int = 1024
     pending_launch_ttl_s: float = 300.0
+    await_scheduler_ack: bool | str = "auto"
 
     def __post_init__(self) -> None:
+        if not isinstance(self.await_scheduler_ack, bool) and self.await_scheduler_ack != "auto":
+            raise ConfigError(f"state.await_scheduler_ack: must be true, false or \"auto\", "
+                              f"got {self.await_scheduler_ack!r}")
         if self.path and not os.path.isabs(self.path):
             raise ConfigError(f"state.path: must be absolute, got {self.path!r}")
         if self.ring_size < 16:
@@ -140,6 +150,12 @@ class StateConfig:
             raise ConfigError(f"state.watch_queue_size: must be ≥ 16, got {self.watch_queue_size}")
         if self.pending_launch_ttl_s <= 0:
             raise ConfigError("state.pending_launch_ttl_s: must be > 0")
+
+    def awaits_ack(self, cluster_sources: bool) -> bool:
+        """The resolved switch: "auto" waits exactly when a cluster source is configured."""
+        if isinstance(self.await_scheduler_ack, bool):
+            return self.await_scheduler_ack
+        return cluster_sources
 
 
 @dataclass(frozen=True)
@@ -177,6 +193,7 @@ class AgentConfig:
     drain: DrainConfig = field(default_factory=DrainConfig)
     api: ApiConfig = field(default_factory=ApiConfig)
     batch: BatchConfig = field(default_factory=lambda: BatchConfig(origin="local"))
+    protection: ProtectionConfig = field(default_factory=ProtectionConfig)
     sources: SourcesConfig = field(default_factory=lambda: SourcesConfig(
         kubelet=KubeletConfig(enabled=False), yarn=NodeManagerConfig(enabled=False),
         kube_api=KubeApiConfig(enabled=False), reporting=ReportingConfig(mode="off")))

@@ -107,7 +107,8 @@ class TickLoop:
             chosen = {a.key for a in actions if isinstance(a, Evict)}
             actions += [a for a in extra if not (isinstance(a, Evict) and a.key in chosen)]
         records = self._execute_sync(actions, snap)
-        not_done = {r.target for r in records if r.kind == "evict" and r.outcome in ("skipped", "failed")}
+        not_done = {r.target for r in records
+                    if r.kind == "evict" and r.outcome in ("skipped", "failed", "protected")}
         self._policy_state = forget_victims(self._policy_state, not_done)
         sup = self._policy_state.suppression
         self._policy_name = self._policy_cfg.suppression.policy

@@ -6,6 +6,7 @@ Readers on other threads (the metrics server) and other tasks (gRPC, `top`) only
 
 from __future__ import annotations
 
+import math
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -61,6 +62,29 @@ class Published:
     dry_run: bool = False
     counters: Counters = Counters()
     be_cpu_floor_milli: int | None = None  # the least suppression will leave BE (for "suppressed to floor")
+
+
+@dataclass(frozen=True, slots=True)
+class SourceState:
+    """One source as status and /readyz show it. `age_s` None: no good answer yet, or no age kept."""
+
+    name: str
+    age_s: float | None
+    stale: bool
+    reason: str  # why its data cannot be trusted; "" when fresh
+
+
+def source_states(pub: Published, now_monotonic: float) -> tuple[SourceState, ...]:
+    """Every source of the tick (and every stale part of the snapshot, e.g. "cgroups"), sorted by name.
+    Ages were taken at the tick and are brought forward to `now_monotonic` (the clock of tick_monotonic)."""
+    stale = dict(pub.snapshot.stale) if pub.snapshot is not None else {}
+    since_tick = max(0.0, now_monotonic - pub.tick_monotonic)
+    out = []
+    for name in sorted(set(pub.source_age_s) | set(stale)):
+        age = pub.source_age_s.get(name)
+        now_age = age + since_tick if age is not None and math.isfinite(age) else None
+        out.append(SourceState(name, now_age, name in stale, stale.get(name, "")))
+    return tuple(out)
 
 
 class Board:

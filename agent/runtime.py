@@ -126,7 +126,8 @@ def open_ledger(cfg: AgentConfig) -> Ledger:
     """Load (or start) the persisted ledger; a corrupt state file is set aside and reported, not fatal."""
     return Ledger.open(LedgerConfig(
         node_id=cfg.node.node_name, state_path=cfg.state.path or None, ring_size=cfg.state.ring_size,
-        watch_queue_size=cfg.state.watch_queue_size, pending_launch_ttl_s=cfg.state.pending_launch_ttl_s))
+        watch_queue_size=cfg.state.watch_queue_size, pending_launch_ttl_s=cfg.state.pending_launch_ttl_s,
+        await_scheduler_ack=cfg.state.awaits_ack(cfg.sources.kubelet.enabled or cfg.sources.yarn.enabled)))
 
 
 class LedgerFeed:
@@ -159,7 +160,8 @@ def make_layout(cfg: AgentConfig, hierarchy: Hierarchy) -> Layout:
 def make_sources(cfg: AgentConfig, layout: Layout, reader: CgroupReader, hierarchy: Hierarchy,
                  api_client: object | None) -> WorkloadSources:
     root = cfg.cgroups.root.strip("/")
-    kubelet = KubeletSource(cfg.sources.kubelet, layout) if cfg.sources.kubelet.enabled else None
+    kubelet = (KubeletSource(cfg.sources.kubelet, layout, protection=cfg.protection)
+               if cfg.sources.kubelet.enabled else None)
     scanner = None
     if kubelet is None and cfg.standalone.enabled:
         scanner = StandaloneScanner(
@@ -170,10 +172,11 @@ def make_sources(cfg: AgentConfig, layout: Layout, reader: CgroupReader, hierarc
     yarn = None
     if cfg.sources.yarn.enabled:
         yarn = NodeManagerSource(cfg.sources.yarn, layout, reader.children, kubelet=kubelet,
-                                 cgroup_dir=reader.dir)
+                                 cgroup_dir=reader.dir, capacity=node_capacity(cfg)[0])
     reporter = None
     if api_client is not None and cfg.sources.reporting.mode != "off":
-        reporter = NodeReporter(cfg.sources.reporting, api_client, cfg.node.node_name)  # type: ignore[arg-type]
+        reporter = NodeReporter(cfg.sources.reporting, api_client, cfg.node.node_name,  # type: ignore[arg-type]
+                                max_body_bytes=cfg.sources.kube_api.max_body_bytes)
     return WorkloadSources(scanner, kubelet, yarn, reporter, cfg.sources.reporting.resync_s)
 
 
@@ -198,6 +201,8 @@ def build(cfg: AgentConfig, board: Board | None = None, *, with_ledger: bool = T
     layout = make_layout(cfg, hierarchy)
     be_tier = layout.tier("besteffort")
     capacity, cpus = node_capacity(cfg)
+    # The ledger first: a state directory that cannot be used stops start-up before any cgroup is made.
+    ledger = open_ledger(cfg) if with_ledger else None
     created = False
     if cfg.cgroups.setup_tiers:
         created = setup_tiers(writer, reader, cpus, layout)
@@ -215,7 +220,6 @@ def build(cfg: AgentConfig, board: Board | None = None, *, with_ledger: bool = T
         now=time.monotonic())
     board = board or Board()
     hub = MetricsHub(cfg.metrics)
-    ledger = open_ledger(cfg) if with_ledger else None
     drain = DrainController(ledger, _has_processes(reader)) if ledger is not None else None
     hooks: tuple[TickHook, ...] = ()
     if ledger is not None and drain is not None:

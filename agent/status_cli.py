@@ -25,6 +25,35 @@ def _when(unix_ms: int) -> str:
     return time.strftime("%H:%M:%S", time.localtime(unix_ms / 1000))
 
 
+_SINCE = {
+    pb.LIFECYCLE_RECOVERING: "since this incarnation started at {}; new batch work is refused until then",
+    pb.LIFECYCLE_DECOMMISSIONING: "since the drain started at {}",
+}
+
+
+def _lifecycle_lines(st: pb.Status) -> list[str]:
+    """What the lifecycle waits for, how long it has, and whether a scheduler is expected at all."""
+    lines = []
+    if st.waiting_for:
+        since = _SINCE.get(st.node.lifecycle, "since {}").format(_when(st.waiting_since_unix_ms))
+        lines.append(f"waiting     for {st.waiting_for} for {st.waiting_s:.1f}s, {since}")
+    if not st.awaits_scheduler_ack:
+        lines.append("scheduler   none configured (standalone; state.await_scheduler_ack): "
+                     "schedulable from the start, no AckRecovery awaited")
+    return lines
+
+
+def _source_lines(st: pb.Status) -> list[str]:
+    """Each source's age and, when its data is not trusted (nothing is evicted on it), why."""
+    if not st.sources:
+        return ["sources     none reported yet (no tick published)"] if not st.tick else []
+    lines = ["sources"]
+    for s in st.sources:
+        age = f"age {s.age_s:.1f}s" if s.has_age else "age -"
+        lines.append(f"  {s.name:12} {age:12} " + (f"STALE  {s.reason}" if s.stale else "fresh"))
+    return lines
+
+
 def render(st: pb.Status) -> str:
     node, ident = st.node, st.identity
     lifecycle = pb.Lifecycle.Name(node.lifecycle).removeprefix("LIFECYCLE_")
@@ -32,6 +61,7 @@ def render(st: pb.Status) -> str:
         f"node        {ident.node_id}   incarnation {ident.incarnation}   restarts {ident.restarts}",
         f"lifecycle   {lifecycle}   revision {st.revision}   highest scheduler epoch "
         f"{node.highest_scheduler_epoch}   acked epoch {node.acked_epoch} at revision {node.acked_revision}",
+        *_lifecycle_lines(st),
         f"capacity    {node.capacity.milli_cpu} milli-CPU, {_gib(node.capacity.memory_bytes)}",
         f"batch       allocatable {node.batch_allocatable.milli_cpu} milli-CPU, "
         f"{_gib(node.batch_allocatable.memory_bytes)}; allocated {st.batch_allocated.milli_cpu} milli-CPU, "
@@ -51,6 +81,7 @@ def render(st: pb.Status) -> str:
         lines.append(f"startup     {st.startup_problem}")
     if st.tick:
         lines.append(f"loop        tick {st.tick}, {st.tick_age_s:.1f}s ago")
+    lines += _source_lines(st)
     if st.recent_actions:
         lines.append("last actions")
         lines += [f"  {_when(a.at_unix_ms)} {a.policy:12} {a.kind:14} {a.target:30} {a.outcome:8} {a.reason}"

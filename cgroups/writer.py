@@ -35,6 +35,7 @@ from cgroups.settings import (
 )
 
 V = TypeVar("V")
+BESTEFFORT_SHARES = 2  # the kubelet's cpu.shares for the BestEffort tier and its pods
 DEFAULT_CONTROLLERS = ("cpu", "cpuacct", "cpuset", "memory", "freezer", "pids")
 _W_FLAGS = os.O_WRONLY | os.O_TRUNC | os.O_CLOEXEC  # never O_CREAT: only existing files are written
 
@@ -67,6 +68,7 @@ class CgroupWriter:
         self._bases: dict[str, str] = {}
         self._real: dict[str, str] = {}
         self._cache: dict[tuple[str, str], Any] = {}
+        self._weights: dict[str, int] = {}  # raw cpu.shares/cpu.weight a cgroup had before we made it idle
         self._writes = self._skipped = self._reasserted = self._errors = 0
         self._latency: float | None = None
 
@@ -173,10 +175,24 @@ class CgroupWriter:
         rels = self._subtree("cpuset", check_rel(rel))
         return any(self.apply([Cpuset(r, wanted) for r in rels]))
 
-    def set_cpu_idle(self, rel: str, idle: bool) -> bool:
+    def set_cpu_idle(self, rel: str, idle: bool, *, keep_weight: bool = False) -> bool:
         """Set cpu.idle. While idle the kernel reports a fixed weight (shares 3) and refuses another;
-        leaving idle resets the weight to the default (shares 1024), so set shares again after."""
-        return self._set(IDLE, rel, bool(idle))
+        leaving idle resets the weight to the default (shares 1024), so set shares again after.
+
+        With `keep_weight`, the weight read just before entering idle is set again on leaving it, or the
+        kubelet's weight of BestEffort cgroups (shares 2) when this writer did not see it enter idle."""
+        if not keep_weight:
+            return self._set(IDLE, rel, bool(idle))
+        rel = check_rel(rel)
+        if idle:
+            if not IDLE.read(self, rel):
+                self._weights[rel] = SHARES.read(self, rel)
+            return self._set(IDLE, rel, True)
+        weight = self._weights.pop(rel, None)
+        if not self._set(IDLE, rel, False):
+            return False
+        self._set(SHARES, rel, weight if weight is not None else self._shares_value(BESTEFFORT_SHARES))
+        return True
 
     def set_memory_limit(self, rel: str, limit_bytes: int | None) -> bool:
         s = MemoryLimit(rel, limit_bytes)
@@ -239,6 +255,26 @@ class CgroupWriter:
             if self._set(knob, s.rel, wanted):
                 wrote[i] = True
         return wrote
+
+    def children(self, rel: str, ctrl: str = "cpu") -> list[str]:
+        """Paths (relative to the root) of the direct child cgroups of `rel` in the hierarchy of `ctrl`."""
+        rel = check_rel(rel)
+        path = self.path(ctrl, rel)
+        try:
+            with os.scandir(path) as it:
+                names = sorted(e.name for e in it if e.is_dir(follow_symlinks=False))
+        except OSError as e:
+            raise from_oserror(e, path, "list") from None
+        return [join(rel, n) if rel else n for n in names]
+
+    def forget(self, rel: str) -> None:
+        """Drop what this writer remembers of `rel` and below (a cgroup that is gone)."""
+        rel = check_rel(rel)
+        prefix = rel + "/"
+        for key in [k for k in self._cache if k[1] == rel or k[1].startswith(prefix) or not rel]:
+            del self._cache[key]
+        for r in [r for r in self._weights if r == rel or r.startswith(prefix) or not rel]:
+            del self._weights[r]
 
     def _subtree(self, ctrl: str, rel: str) -> list[str]:
         out = [rel]
@@ -428,7 +464,5 @@ class CgroupWriter:
                     continue
                 except OSError as e:
                     raise from_oserror(e, p, "rmdir") from None
-        prefix = rel + "/"
-        for key in [k for k in self._cache if k[1] == rel or k[1].startswith(prefix) or not rel]:
-            del self._cache[key]
+        self.forget(rel)
         return removed

@@ -275,8 +275,16 @@ def k8s_requested(workloads: Iterable[Workload]) -> Resources:
     return total
 
 
+def holds_allocation(w: Workload) -> bool:
+    """Whether a BE workload still holds its allocation. A terminating pod does until it is gone; a YARN
+    container the NodeManager reports dying (the source marks it terminating with its requests zeroed)
+    does not, though its cgroup's usage is still usage. A live container whose kill is in flight keeps
+    its requests, and so its allocation, until the NodeManager reports it dying."""
+    return not (w.source is Source.YARN and w.terminating and w.requests == Resources())
+
+
 def yarn_requested(workloads: Iterable[Workload]) -> Resources:
-    """Σ allocated vcores×1000 / MiB of live YARN containers."""
+    """Σ allocated vcores×1000 / MiB of live YARN containers (the source zeroes the dying ones')."""
     total = Resources()
     for w in workloads:
         if _is_batch(w, Source.YARN):
@@ -401,7 +409,9 @@ def decide_batch(snapshot: NodeSnapshot, cfg: BatchConfig, state: BatchState, *,
     releasing = Resources()
     for key, w in present.items():
         if key in pending:
-            releasing = releasing + pending[key][1]
+            # A victim that no longer holds its allocation is already out of the requested totals.
+            if holds_allocation(w):
+                releasing = releasing + pending[key][1]
         elif w.terminating and w.be and w.source in (Source.K8S, Source.YARN):
             releasing = releasing + w.requests
     over = view.overcommit

@@ -59,7 +59,8 @@ class Workload:
 
     `key` is stable across ticks and restarts: `k8s/<pod uid>`, `yarn/<container id>` or `local/<cgroup>`.
     `cgroup` is relative to the agent's cgroup root. `started_at` is wall-clock seconds (newest-first
-    ordering); `sample_age_s` is how old the usage figures are.
+    ordering); `sample_age_s` is how old the usage figures are. A `protected` workload (see
+    `qos.protection`) is never BE and never a victim, whatever its QoS class.
     """
 
     key: str
@@ -78,6 +79,7 @@ class Workload:
     container_seq: int | None = None
     terminating: bool = False
     pids: int = 0
+    protected: bool = False  # the node needs it: never BE, suppressed, evicted, killed or drained
 
     @property
     def is_yarn_am(self) -> bool:

@@ -1,7 +1,8 @@
 """Which BE workloads to evict, in what order, and what evictions are still on their way.
 
-Order: BE only (an HP workload is never a candidate), priority ascending, then usage descending
-(memory working set when memory is needed, CPU otherwise), then newest first. Containers of one YARN
+Order: BE only (an HP workload is never a candidate, nor a protected one however it is marked), priority
+ascending, then usage descending (memory working set when memory is needed, CPU otherwise), then newest
+first. Containers of one YARN
 application keep the places the order gives them as a group, but fill those places newest first with
 the ApplicationMaster last; the AM is picked only when no other container of its application remains.
 """
@@ -30,8 +31,8 @@ def _usage_key(w: Workload, by_memory: bool) -> tuple[float, float]:
 
 
 def order_victims(candidates: Iterable[Workload], *, by_memory: bool = True) -> list[Workload]:
-    """BE candidates that are not already terminating, most evictable first."""
-    pool = [w for w in candidates if w.be and not w.terminating]
+    """BE candidates that are not already terminating, most evictable first; protected ones never."""
+    pool = [w for w in candidates if w.be and not w.protected and not w.terminating]
 
     def rank(w: Workload) -> tuple[int, float, float, float, str]:
         first, second = _usage_key(w, by_memory)

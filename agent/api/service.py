@@ -17,7 +17,8 @@ from agent.api import convert
 from agent.api.coloc.v1 import agent_pb2 as pb
 from agent.api.wire import Encoder
 from agent.drain import DrainReply, request_drain, request_recommission
-from agent.published import Board
+from agent.published import Board, source_states
+from agent.state import lifecycle
 from agent.state.errors import (
     InvalidRequest,
     LedgerError,
@@ -190,6 +191,12 @@ class NodeAgentService:
                         watchers=ledger.watcher_count, dropped_watchers=ledger.dropped_watchers,
                         startup_problem=ledger.startup_problem or "", state_unsaved=ledger.unsaved_changes)
         out.node.drain.allocations_left = view.node.drain.allocations_left
+        out.awaits_scheduler_ack = ledger.cfg.await_scheduler_ack
+        waiting_for, since = lifecycle.waiting(view.node, view.identity.started_at)
+        if waiting_for:
+            out.waiting_for = waiting_for
+            out.waiting_since_unix_ms = convert.ms(since)
+            out.waiting_s = max(0.0, ledger.now() - since)
         counts: dict[tuple[int, int], list[int]] = {}
         for a in view.allocations:
             c = counts.setdefault((convert.SOURCE_TO_PB[a.source], convert.PHASE_TO_PB[a.phase]), [0, 0, 0])
@@ -206,6 +213,9 @@ class NodeAgentService:
         if pub is not None:
             out.tick = pub.tick
             out.tick_age_s = max(0.0, time.monotonic() - pub.tick_monotonic)
+            for st in source_states(pub, time.monotonic()):
+                out.sources.append(pb.SourceStatus(name=st.name, has_age=st.age_s is not None,
+                                                   age_s=st.age_s or 0.0, stale=st.stale, reason=st.reason))
             for r in pub.recent_actions[-n:]:
                 out.recent_actions.append(pb.ActionRecord(at_unix_ms=convert.ms(r.at), policy=r.policy,
                                                           kind=r.kind, target=r.target, outcome=r.outcome,

@@ -16,11 +16,13 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from agent.executors.be_knobs import BeKnobs
 from agent.executors.ratelimit import TokenBucket
 from agent.published import ActionRecord
 from cgroups.errors import CgroupError
 from cgroups.writer import CgroupWriter
 from qos.actions import Action, Evict, Hold, SetBeCpuIdle, SetBeCpuQuota, SetBeCpuset, SetBeMemoryHigh
+from qos.membership import Membership
 from qos.model import NodeSnapshot, Source, Workload
 
 log = logging.getLogger("coloc.executor")
@@ -61,6 +63,8 @@ class ActionExecutor:
     ) -> None:
         self._writer = writer
         self._be_tier = be_tier
+        self._be = BeKnobs(writer, be_tier, CFS_PERIOD_US, MIN_QUOTA_US)
+        self._dry_last: dict[str, str] = {}  # knob kind -> the last dry-run target recorded
         self._evictors = evictors
         self.dry_run = dry_run
         self._bucket = TokenBucket(rate_per_s, burst, now)
@@ -93,6 +97,7 @@ class ActionExecutor:
 
     async def execute(self, actions: Sequence[Action], snapshot: NodeSnapshot) -> list[ActionRecord]:
         records: list[ActionRecord] = []
+        members = self._be.decide(snapshot)
         for action in actions:
             if isinstance(action, Hold):
                 self.holds[(action.policy, action.reason)] += 1
@@ -100,20 +105,25 @@ class ActionExecutor:
             if isinstance(action, Evict):
                 records.append(self._evict(action, snapshot))
             else:
-                rec = self._knob(action)
+                rec = self._knob(action, members)
                 if rec is not None:
                     records.append(rec)
+        if not self.dry_run:
+            records.extend(self._follow(members))
         return records
 
-    def _knob(self, action: Action) -> ActionRecord | None:
-        """Apply one knob; record it only when it changed something (or failed)."""
+    def _knob(self, action: Action, members: Membership) -> ActionRecord | None:
+        """Apply one knob on the BE knobs' members; record it only when it changed something (or failed).
+
+        Under dry run a knob is recorded once per change of its target: nothing is written, so the policy
+        re-asserts it every tick, and each of those would otherwise be another record."""
         tier = self._be_tier
         try:
             if isinstance(action, SetBeCpuset):
                 kind, target, numbers = "set_be_cpuset", ",".join(map(str, action.cpus)), action.numbers
                 if self.dry_run:
-                    return self._record("suppression", kind, target, "dry_run", action.reason, numbers)
-                changed = self._apply_cpuset(action.cpus)
+                    return self._dry("suppression", kind, target, action.reason, numbers)
+                changed = self._apply_cpuset(action.cpus, members)
                 reason = action.reason
             elif isinstance(action, SetBeCpuQuota):
                 kind, numbers = "set_be_cpu_quota", action.numbers
@@ -121,19 +131,19 @@ class ActionExecutor:
                     MIN_QUOTA_US, action.milli_cpu * CFS_PERIOD_US // 1000)
                 target = "max" if quota is None else str(quota)
                 if self.dry_run:
-                    return self._record("suppression", kind, target, "dry_run", action.reason, numbers)
-                changed = self._writer.set_cpu_quota(tier, quota, CFS_PERIOD_US)
+                    return self._dry("suppression", kind, target, action.reason, numbers)
+                changed = self._be.set_quota(quota, members)
                 reason = action.reason
             elif isinstance(action, SetBeCpuIdle):
                 kind, target, numbers = "set_be_cpu_idle", str(int(action.idle)), {}
                 if self.dry_run:
-                    return self._record("suppression", kind, target, "dry_run", action.reason)
-                changed = self._writer.set_cpu_idle(tier, action.idle)
+                    return self._dry("suppression", kind, target, action.reason, numbers)
+                changed = self._be.set_idle(action.idle, members)
                 reason = action.reason
             elif isinstance(action, SetBeMemoryHigh):
                 kind, target, numbers = "set_be_memory_high", str(action.bytes), {}
                 if self.dry_run:
-                    return self._record("memory", kind, target, "dry_run", action.reason)
+                    return self._dry("memory", kind, target, action.reason, numbers)
                 changed = self._writer.set_memory_high(tier, action.bytes)
                 reason = action.reason
             else:  # pragma: no cover - the Action union is closed
@@ -143,13 +153,49 @@ class ActionExecutor:
             log.warning("cgroup write failed", extra={"fields": {"action": repr(action), "error": str(err)}})
             return self._record("suppression", type(action).__name__, tier, "failed", str(err))
         if changed:
+            if members.split and kind != "set_be_memory_high":
+                reason, numbers = self._split_note(reason, numbers, members)
             return self._record("suppression", kind, target, "applied", reason, numbers)
         return None
 
-    def _apply_cpuset(self, cpus: tuple[int, ...]) -> bool:
-        """The tier and every cgroup below it: a v1 parent may not drop CPUs a child still has, and the
-        writer orders the batch so each step is valid (children first when shrinking)."""
-        return self._writer.set_cpuset(self._be_tier, cpus, descendants=True)
+    def _dry(self, policy: str, kind: str, target: str, reason: str,
+             numbers: Mapping[str, float]) -> ActionRecord | None:
+        if self._dry_last.get(kind) == target:
+            return None
+        self._dry_last[kind] = target
+        return self._record(policy, kind, target, "dry_run", reason, numbers)
+
+    @staticmethod
+    def _split_note(reason: str, numbers: Mapping[str, float],
+                    members: Membership) -> tuple[str, dict[str, float]]:
+        note = (f"{reason}; on {len(members.members)} child cgroup(s) of the BE tier, "
+                f"{len(members.spared)} with a protected pod spared")
+        return note, {**numbers, "be_knob_members": len(members.members),
+                      "protected_children_spared": len(members.spared)}
+
+    def _follow(self, members: Membership) -> list[ActionRecord]:
+        """A new membership (a protected pod came or went, a BE child appeared): move the knobs onto it."""
+        try:
+            kinds = self._be.follow(members)
+        except CgroupError as err:
+            self.cgroup_write_errors += 1
+            self._be.applied = None  # try again next tick
+            log.warning("moving BE knobs failed", extra={"fields": {"error": str(err)}})
+            return [self._record("suppression", "be_knob_members", self._be_tier, "failed", str(err))]
+        why = (f"BE knobs follow the tier's members: {len(members.members)} child cgroup(s), "
+               f"{len(members.spared)} with a protected pod spared" if members.split
+               else "BE knobs back on the BE tier: no protected pod below it")
+        numbers = {"be_knob_members": len(members.members), "protected_children_spared": len(members.spared)}
+        targets = {"set_be_cpuset": ",".join(map(str, self._be.cpuset or ())),
+                   "set_be_cpu_quota": "max" if self._be.quota_us is None else str(self._be.quota_us),
+                   "set_be_cpu_idle": str(int(bool(self._be.idle)))}
+        return [self._record("suppression", k, targets[k], "applied", why, numbers) for k in kinds]
+
+    def _apply_cpuset(self, cpus: tuple[int, ...], members: Membership) -> bool:
+        """The tier and every cgroup below it, or (a protected pod below the tier) each member's subtree
+        with the tier and the spared children on every CPU. A v1 parent may not drop CPUs a child still
+        has; the writer orders each batch so every step is valid (children first when shrinking)."""
+        return self._be.set_cpuset(cpus, members)
 
     def _evict(self, action: Evict, snapshot: NodeSnapshot) -> ActionRecord:
         now = time.monotonic()
@@ -162,6 +208,13 @@ class ActionExecutor:
             self.holds[(policy, why)] += 1
             return self._record(policy, "evict", key, "skipped", f"{why}: {action.message}", numbers)
 
+        # First of all guards, stale data included: a policy naming a protected pod is a classification bug,
+        # and it is counted every time it happens (coloc_protected_refusals_total), whatever else is wrong.
+        if w is not None and w.protected:
+            self.holds[(policy, "protected")] += 1
+            log.error("refused to evict a protected workload",
+                      extra={"fields": {"key": key, "policy": policy}})
+            return self._record(policy, "evict", key, "protected", f"protected: {action.message}", numbers)
         if snapshot.stale:
             return refuse("stale_data")
         if w is None:

@@ -20,6 +20,7 @@ from prometheus_client.registry import Collector
 
 from agent.metrics.ledger import LIFECYCLE_STATES, LedgerFigures, ledger_figures
 from agent.published import Board, Published
+from agent.sources.fetch_errors import FETCH_ERRORS
 from qos.actions import EvictReason
 from qos.model import NodeSnapshot, Resources, Source, Tier, Usage, Workload
 
@@ -447,7 +448,14 @@ class ColocCollector(Collector):
             if name in p.source_age_s:
                 age.add_metric([_label(name)], p.source_age_s[name])
             flag.add_metric([_label(name)], 1 if name in stale else 0)
-        return [age, flag]
+        errors = CounterMetricFamily(
+            "coloc_source_fetch_errors",
+            "Failed fetches of a remote source, by kind (too_large, garbage, down, timeout, …).",
+            labels=["source", "kind"],
+        )
+        for (source, kind), n in sorted(FETCH_ERRORS.get().items())[: self._limit]:
+            errors.add_metric([_label(source), _label(kind)], n)
+        return [age, flag, errors]
 
     def _counters(self, p: Published | None, _: LedgerFigures | None) -> Iterable[Metric]:
         c = p.counters if p else None
@@ -484,11 +492,25 @@ class ColocCollector(Collector):
                 fold({(k,): v for k, v in c.admissions_refused.items()}, self._limit).items()
             ):
                 refused.add_metric(list(key), n)
+        # The executor counts a refused protected target as a hold with reason "protected"; every policy
+        # starts at 0 so that `increase(...) > 0` alerts on the first one.
+        protected = CounterMetricFamily(
+            "coloc_protected_refusals",
+            "Evictions refused because the target is protected (a classification bug), by policy.",
+            labels=["policy"],
+        )
+        pr: dict[tuple[str, ...], float] = {(r.value,): 0 for r in EvictReason}
+        if c:
+            for (policy, why), n in c.holds.items():
+                if why == "protected":
+                    pr[(policy,)] = pr.get((policy,), 0) + n
+        for key, n in sorted(fold(pr, max(self._limit, len(EvictReason))).items()):
+            protected.add_metric(list(key), n)
         writes = CounterMetricFamily("coloc_cgroup_writes", "cgroup files written.")
         writes.add_metric([], c.cgroup_writes if c else 0)
         write_errors = CounterMetricFamily("coloc_cgroup_write_errors", "cgroup writes that failed.")
         write_errors.add_metric([], c.cgroup_write_errors if c else 0)
-        return [evictions, failures, holds, refused, writes, write_errors]
+        return [evictions, failures, holds, refused, protected, writes, write_errors]
 
     def _action_families(self, p: Published | None, _: LedgerFigures | None) -> Iterable[Metric]:
         tally = self._actions.get()

@@ -6,7 +6,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from agent.published import Published
+from agent.published import Published, source_states
 
 
 @dataclass(frozen=True)
@@ -60,11 +60,20 @@ def liveness(published: Published | None, now: float, started: float, cfg: Healt
     return Verdict(True, {"status": "ok", **body})
 
 
-def readiness(published: Published | None) -> Verdict:
-    """Ready once every source has delivered (Published.sources_synced)."""
+def readiness(published: Published | None, now: float) -> Verdict:
+    """Ready once every source has delivered (Published.sources_synced). A source that later goes stale
+    keeps the agent ready (it still serves and holds its evictions) but is named under "stale", and
+    "sources" gives each one's age (on the monotonic clock `now`), staleness and reason."""
     if published is None:
         return Verdict(False, {"status": "not_ready", "reason": "no tick published yet"})
+    states = source_states(published, now)
+    sources = {s.name: {"age_s": None if s.age_s is None else round(s.age_s, 3), "stale": s.stale,
+                        "reason": s.reason} for s in states}
+    stale = {s.name: s.reason for s in states if s.stale}
     if not published.sources_synced:
-        stale = dict(published.snapshot.stale) if published.snapshot else {}
-        return Verdict(False, {"status": "not_ready", "reason": "sources not synced yet", "stale": stale})
-    return Verdict(True, {"status": "ready", "tick": published.tick})
+        return Verdict(False, {"status": "not_ready", "reason": "sources not synced yet", "stale": stale,
+                               "sources": sources})
+    body: dict[str, object] = {"status": "ready", "tick": published.tick, "sources": sources}
+    if stale:
+        body["stale"] = stale
+    return Verdict(True, body)

@@ -122,7 +122,7 @@ class MetricsServer:
         return liveness(self.board.get(), self.health.clock(), self.started, self.health)
 
     def readyz(self) -> Verdict:
-        return readiness(self.board.get())
+        return readiness(self.board.get(), self.health.clock())
 
     def stop(self) -> None:
         """Stop serving and release the port; safe to call twice."""

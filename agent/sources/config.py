@@ -65,7 +65,7 @@ class KubeletConfig:
     resync_s: float = 10.0
     stale_after_s: float = 35.0
     min_resync_gap_s: float = 0.2
-    max_body_bytes: int = 64 << 20
+    max_body_bytes: int = 8 << 20  # 250 pods × 16 KiB × 2 headroom (docs/sources.md, "Payload bounds")
 
     def __post_init__(self) -> None:
         _check_url(self.url, "sources.kubelet.url")
@@ -93,7 +93,7 @@ class NodeManagerConfig:
     timeout_s: float = 3.0
     resync_s: float = 10.0
     stale_after_s: float = 35.0
-    max_body_bytes: int = 16 << 20
+    max_body_bytes: int = 4 << 20  # 2000 containers × 1 KiB × 2 headroom (docs/sources.md, "Payload bounds")
     priority: int = 5500
 
     def __post_init__(self) -> None:
@@ -124,7 +124,8 @@ class KubeApiConfig:
     """The API server (Eviction, Events, Node). `kubeconfig` "" means in-cluster config.
 
     `evicted_memory_s`: an evicted pod UID is not evicted again for this long. `evict_non_be` lets
-    eviction touch pods that are not BE — off unless explicitly opted in.
+    eviction touch pods that are not BE — off unless explicitly opted in. `max_body_bytes` caps the Node
+    object the agent reads (and the one a patch answers with).
     """
 
     enabled: bool = True
@@ -134,8 +135,10 @@ class KubeApiConfig:
     evicted_memory_s: float = 120.0
     evict_non_be: bool = False
     event_component: str = "coloc-agent"
+    max_body_bytes: int = 1 << 20  # the Node we read: 256 KiB of annotations + status, × 4 (docs/sources.md)
 
     def __post_init__(self) -> None:
+        _check_body("sources.kube_api", self.max_body_bytes)
         if not 0.1 <= self.timeout_s <= 120:
             raise ConfigError(f"sources.kube_api.timeout_s: must be in [0.1, 120], got {self.timeout_s}")
         if not 0 <= self.evicted_memory_s <= 86400:

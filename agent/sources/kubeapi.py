@@ -1,7 +1,12 @@
-"""A Kubernetes API client from in-cluster config, a kubeconfig, or a given Configuration (tests)."""
+"""A Kubernetes API client from in-cluster config, a kubeconfig, or a given Configuration (tests), and a
+capped read of the answers the agent decodes itself (`_preload_content=False`)."""
 
 from __future__ import annotations
 
+import json
+from collections.abc import Mapping
+
+import urllib3
 from kubernetes import client, config
 from kubernetes.config.config_exception import ConfigException
 
@@ -28,3 +33,41 @@ def make_api_client(cfg: KubeApiConfig,
         where = f"kubeconfig {cfg.kubeconfig}" if cfg.kubeconfig else "in-cluster config"
         raise KubeApiError(f"sources.kube_api: cannot load {where}: {err}") from err
     return client.ApiClient(conf)
+
+
+class ApiBodyError(ValueError):
+    """An API server answer over the cap or not the JSON object expected; `kind` too_large or garbage."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(f"{kind}: {message}")
+        self.kind = kind
+
+
+def read_capped(resp: urllib3.BaseHTTPResponse, cap: int, where: str) -> bytes:
+    """The body of a `_preload_content=False` answer, at most `cap` bytes; the connection is released
+    (or closed when the body was not read to its end). Over the cap: ApiBodyError before any decoding."""
+    try:
+        declared = resp.headers.get("Content-Length")
+        if declared is not None and declared.isdigit() and int(declared) > cap:
+            raise ApiBodyError("too_large", f"{where}: Content-Length {declared} is over {cap} bytes")
+        body = resp.read(cap + 1)
+        if len(body) > cap:
+            raise ApiBodyError("too_large", f"{where}: body larger than {cap} bytes")
+        return body
+    except ApiBodyError:
+        resp.close()  # unread bytes left: never hand this connection back to the pool
+        raise
+    finally:
+        resp.release_conn()
+
+
+def read_capped_json(resp: urllib3.BaseHTTPResponse, cap: int, where: str) -> Mapping[str, object]:
+    """`read_capped` decoded as one JSON object."""
+    body = read_capped(resp, cap, where)
+    try:
+        doc = json.loads(body)
+    except (ValueError, RecursionError) as err:
+        raise ApiBodyError("garbage", f"{where}: not JSON ({str(err)[:80]})") from err
+    if not isinstance(doc, Mapping):
+        raise ApiBodyError("garbage", f"{where}: expected a JSON object, got {type(doc).__name__}")
+    return doc

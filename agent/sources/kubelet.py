@@ -3,7 +3,8 @@
 Resync every `resync_s` and whenever the loop reports a pod cgroup the list does not know. An empty list,
 garbage or no answer keeps the last good list (a kubelet that is restarting answers empty; the agent's own
 pod is always on the node); the data is marked stale once the last good answer is older than the bound.
-Each pod is validated on its own: a malformed pod is dropped with a reason, the rest are kept.
+Each pod is validated on its own: a malformed pod is dropped with a reason, the rest are kept. A protected
+pod (`qos.protection`: kube-proxy, CNI agents, static pods, …) is never BE, whatever its QoS class.
 """
 
 from __future__ import annotations
@@ -19,12 +20,14 @@ from datetime import datetime
 from types import MappingProxyType
 
 from agent.sources.config import KubeletConfig
+from agent.sources.fetch_errors import FETCH_ERRORS
 from agent.sources.http import FetchError, HttpEndpoint, HttpFetcher
 from agent.sources.ids import IdError, check_pod_uid
 from agent.sources.result import Freshness, PodInfo, SourceResult
 from cgroups.layout import Layout
 from qos.batch import BATCH_CPU, BATCH_MEMORY
 from qos.model import Resources, Source, Tier, Workload
+from qos.protection import ConflictNotes, PodFacts, ProtectionConfig, protection_reason
 from qos.quantity import QuantityError, to_int, to_milli
 
 log = logging.getLogger("coloc.sources.kubelet")
@@ -40,6 +43,10 @@ _PHASES = ("Pending", "Running", "Succeeded", "Failed", "Unknown")
 MAX_POD_MILLI_CPU = 10_000_000  # 10 000 cores
 MAX_POD_MEMORY_BYTES = 1 << 50  # 1 PiB
 MAX_CONTAINERS = 256
+MAX_ANNOTATION_BYTES = 256 * 1024  # the API server's limit on all of a pod's annotations together
+MAX_OWNER_REFERENCES = 64
+DEFAULT_PROTECTION = ProtectionConfig()
+_CONFLICTS = ConflictNotes()  # for callers that parse without a source of their own
 
 
 class PodError(ValueError):
@@ -154,9 +161,42 @@ def _pod_resources(spec: Mapping[str, object], where: str) -> tuple[dict[str, in
     return req, lim, tier
 
 
-def parse_pod(item: object, layout: Layout) -> ParsedPod | None:
+def _annotations(meta: Mapping[str, object], where: str) -> dict[str, str]:
+    raw = _obj(meta.get("annotations"), f"{where}.metadata.annotations")
+    out: dict[str, str] = {}
+    size = 0
+    for k, v in raw.items():
+        if not isinstance(v, str) or len(k) > 317:
+            raise PodError(
+                f"{where}: metadata.annotations: {k[:60]!r} is not a string key=value within limits")
+        size += len(k.encode()) + len(v.encode())
+        out[k] = v
+    if size > MAX_ANNOTATION_BYTES:
+        raise PodError(f"{where}: metadata.annotations: {size} bytes, more than {MAX_ANNOTATION_BYTES}")
+    return out
+
+
+def _owner_kinds(meta: Mapping[str, object], where: str) -> tuple[str, ...]:
+    refs = _list(meta.get("ownerReferences"), f"{where}.metadata.ownerReferences")
+    if len(refs) > MAX_OWNER_REFERENCES:
+        raise PodError(f"{where}: metadata.ownerReferences: more than {MAX_OWNER_REFERENCES}")
+    kinds: list[str] = []
+    for i, ref in enumerate(refs):
+        at = f"{where}.metadata.ownerReferences[{i}]"
+        kind = _str(_obj(ref, at).get("kind"), f"{at}.kind")
+        if not kind or len(kind) > 63:
+            raise PodError(f"{at}.kind: {kind[:60]!r} is not a kind")
+        kinds.append(kind)
+    return tuple(kinds)
+
+
+def parse_pod(item: object, layout: Layout, protection: ProtectionConfig = DEFAULT_PROTECTION,
+              conflicts: ConflictNotes | None = None) -> ParsedPod | None:
     """One PodList item → workload and pod info; None for pods that no longer hold resources
-    (Succeeded / Failed). Raises PodError naming the pod and the field."""
+    (Succeeded / Failed). Raises PodError naming the pod and the field.
+
+    A protected pod (`qos.protection`) is never BE, whatever its QoS class or Koordinator label; one that
+    carries `koordinator.sh/qosClass: BE` as well is logged once per pod UID (in `conflicts`)."""
     pod = _obj(item, "pod")
     meta = _obj(pod.get("metadata"), "pod.metadata")
     name = _str(meta.get("name"), "pod.metadata.name")
@@ -196,7 +236,16 @@ def parse_pod(item: object, layout: Layout) -> ParsedPod | None:
     koord = labels.get(KOORD_QOS_LABEL)
     if koord is not None and koord not in KOORD_QOS:
         raise PodError(f"{where}: label {KOORD_QOS_LABEL}={koord!r} is not one of {', '.join(KOORD_QOS)}")
+    priority_class = _str(spec.get("priorityClassName"), f"{where}.spec.priorityClassName", "")
+    facts = PodFacts(namespace=namespace, priority=priority, priority_class=priority_class,
+                     annotations=_annotations(meta, where), owner_kinds=_owner_kinds(meta, where))
+    protected_by = protection_reason(facts, protection)
     be = koord == "BE" if koord is not None else tier is Tier.BESTEFFORT
+    if protected_by is not None:
+        if koord == "BE" and (_CONFLICTS if conflicts is None else conflicts).first_time(uid):
+            log.warning("kubelet: pod %s is labelled %s=BE but is protected (%s): kept out of BE; "
+                        "fix the label or the protection settings", where, KOORD_QOS_LABEL, protected_by)
+        be = False
     started = status.get("startTime") or meta.get("creationTimestamp")
     started_at = parse_time(started, f"{where}.status.startTime") if started is not None else 0.0
     terminating = meta.get("deletionTimestamp") is not None
@@ -230,20 +279,23 @@ def parse_pod(item: object, layout: Layout) -> ParsedPod | None:
     host_network = spec.get("hostNetwork") is True
     workload = Workload(
         key=f"k8s/{uid}", name=name, source=Source.K8S, tier=tier, be=be, priority=priority, cgroup=cgroup,
-        requests=requests, started_at=started_at, namespace=namespace, terminating=terminating)
+        requests=requests, started_at=started_at, namespace=namespace, terminating=terminating,
+        protected=protected_by is not None)
     info = PodInfo(
         uid=uid, namespace=namespace, name=name, phase=phase, qos_class=qos_text or derived.name.title(),
         koord_qos=koord,
-        priority_class=_str(spec.get("priorityClassName"), f"{where}.spec.priorityClassName", ""),
+        priority_class=priority_class,
         host_network=host_network, pod_ips=tuple(ips), container_ids=tuple(cids),
         labels=MappingProxyType(labels),
         batch_requests=Resources(req.get(BATCH_CPU, 0), req.get(BATCH_MEMORY, 0)),
         limits=Resources(lim.get("cpu", 0) + lim.get(BATCH_CPU, 0),
-                         lim.get("memory", 0) + lim.get(BATCH_MEMORY, 0)))
+                         lim.get("memory", 0) + lim.get(BATCH_MEMORY, 0)),
+        protected_by=protected_by or "")
     return ParsedPod(workload, info)
 
 
-def parse_pod_list(doc: object, layout: Layout) -> tuple[list[ParsedPod], list[str]]:
+def parse_pod_list(doc: object, layout: Layout, protection: ProtectionConfig = DEFAULT_PROTECTION,
+                   conflicts: ConflictNotes | None = None) -> tuple[list[ParsedPod], list[str]]:
     """A v1 PodList → the pods that parse, and one reason per pod that does not."""
     if not isinstance(doc, Mapping):
         raise PodListError(f"expected a PodList object, got {type(doc).__name__}")
@@ -260,7 +312,7 @@ def parse_pod_list(doc: object, layout: Layout) -> tuple[list[ParsedPod], list[s
     seen: set[str] = set()
     for i, item in enumerate(items):
         try:
-            parsed = parse_pod(item, layout)
+            parsed = parse_pod(item, layout, protection, conflicts)
         except PodError as err:
             rejected.append(f"items[{i}]: {err}")
             continue
@@ -280,9 +332,12 @@ class KubeletSource:
     name = "kubelet"
 
     def __init__(self, cfg: KubeletConfig, layout: Layout, *,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 protection: ProtectionConfig = DEFAULT_PROTECTION) -> None:
         self.cfg = cfg
         self._layout = layout
+        self._protection = protection
+        self._conflicts = ConflictNotes()
         self._clock = clock
         self._fetcher = HttpFetcher(HttpEndpoint(
             base_url=cfg.url, timeout_s=cfg.timeout_s, max_body_bytes=cfg.max_body_bytes, ca_file=cfg.ca_file,
@@ -296,20 +351,25 @@ class KubeletSource:
 
     # --------------------------------------------------------------- fetching
 
+    def _parse(self, doc: object) -> tuple[list[ParsedPod], list[str]]:
+        return parse_pod_list(doc, self._layout, self._protection, self._conflicts)
+
     async def refresh(self) -> None:
         self._last_attempt = self._clock()
         self._resync.clear()
-        try:
-            doc = await self._fetcher.aget_json("/pods")
-            pods, rejected = parse_pod_list(doc, self._layout)
+        try:  # fetch, decode and parse in one worker-thread call: the loop only gets the parsed pods
+            pods, rejected = await self._fetcher.aget_parsed("/pods", self._parse)
         except FetchError as err:
+            FETCH_ERRORS.inc(self.name, err.kind)
             self._fresh.failed(str(err), err.kind)
             return
         except PodListError as err:
+            FETCH_ERRORS.inc(self.name, "garbage")
             self._fresh.failed(f"garbage: {self.cfg.url}/pods: not a PodList: {err}", "garbage")
             return
         if not pods:
             why = "empty pod list" if not rejected else f"no valid pod ({len(rejected)} rejected)"
+            FETCH_ERRORS.inc(self.name, "empty")
             self._fresh.failed(f"empty: {self.cfg.url}/pods answered an {why} (kubelet restarting?)", "empty")
             self._note_rejected(rejected)
             return

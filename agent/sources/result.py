@@ -28,6 +28,7 @@ class PodInfo:
     labels: Mapping[str, str]
     batch_requests: Resources  # kubernetes.io/batch-cpu (milli) / batch-memory (bytes)
     limits: Resources
+    protected_by: str = ""  # why the pod is protected (qos.protection), "" when it is not
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +60,11 @@ class SourceResult:
     @property
     def stale(self) -> bool:
         return self.stale_reason is not None
+
+
+# An answer larger than the cap means the node holds more than the agent can read: the last good list is
+# missing work, so it is not acted on, even within the staleness bound.
+STALE_AT_ONCE = frozenset({"too_large"})
 
 
 class Freshness:
@@ -104,6 +110,8 @@ class Freshness:
 
     def stale_reason(self) -> str | None:
         age = self.age_s()
+        if self.last_error is not None and self._last_kind in STALE_AT_ONCE:
+            return f"{self.name}: {self.last_error}"
         if self.last_good is None:
             return f"{self.name}: no good answer yet" + (f" ({self.last_error})" if self.last_error else "")
         if age > self.stale_after_s:

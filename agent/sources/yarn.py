@@ -7,7 +7,9 @@ Every id is parsed strictly before it can become a path. Containers are cross-ch
 
 - known to the NM and a cgroup exists → a running (or terminating) YARN workload;
 - known to the NM, no cgroup yet → pending launch (its allocation still counts in the ledger);
-- a cgroup the NM does not list → still BE usage: a workload with no requests.
+- a cgroup the NM does not list → still BE usage: a workload with no requests;
+- a dying container (EXITED_*, KILLING, clean-up states, DONE) → `terminating` with no requests: its cgroup is
+  usage, its allocation is gone (`holds_resources`; the table is in docs/sources.md).
 
 A NodeManager that is down, slow, or answers garbage keeps the last good data; once that is older than
 the bound the result is stale, and the loop evicts nothing while any source is stale.
@@ -27,6 +29,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 
 from agent.sources.config import NodeManagerConfig
+from agent.sources.fetch_errors import FETCH_ERRORS
 from agent.sources.http import FetchError, HttpEndpoint, HttpFetcher
 from agent.sources.ids import ContainerId, IdError, parse_app_id, parse_container_id
 from agent.sources.kubelet import KubeletSource
@@ -38,17 +41,23 @@ from qos.model import Resources, Source, Tier, Workload
 log = logging.getLogger("coloc.sources.yarn")
 
 MIB = 1 << 20
-MAX_VCORES = 100_000
+MAX_VCORES = 100_000  # nodeInfo totals only; a container is bounded by the node's capacity (`over_capacity`)
 MAX_MEMORY_MB = 1 << 30  # 1 PiB in MiB
+JAVA_INT_MAX = 2**31 - 1  # the REST fields are Java ints: anything larger is not a NodeManager answer
+JAVA_LONG_MAX = 2**63 - 1
 MAX_CONTAINERS = 100_000
 
+# The NodeManager's ContainerState (hadoop-yarn-server-nodemanager, containermanager/container/ContainerState
+# .java; LOCALIZED is from 3.0 alphas, later SCHEDULED). The table is in docs/sources.md.
 PENDING_STATES = frozenset({"NEW", "LOCALIZING", "LOCALIZED", "SCHEDULED"})
 RUNNING_STATES = frozenset({"RUNNING", "RELAUNCHING", "REINITIALIZING", "REINITIALIZING_AWAITING_KILL",
                             "PAUSING", "PAUSED", "RESUMING"})
+LIVE_STATES = PENDING_STATES | RUNNING_STATES
 TERMINATING_STATES = frozenset({"KILLING", "EXITED_WITH_SUCCESS", "EXITED_WITH_FAILURE",
                                 "CONTAINER_CLEANEDUP_AFTER_KILL", "CONTAINER_RESOURCES_CLEANINGUP"})
 GONE_STATES = frozenset({"DONE", "LOCALIZATION_FAILED"})
-KNOWN_STATES = PENDING_STATES | RUNNING_STATES | TERMINATING_STATES | GONE_STATES
+DYING_STATES = TERMINATING_STATES | GONE_STATES
+KNOWN_STATES = LIVE_STATES | DYING_STATES
 APP_STATES = frozenset({"NEW", "INITING", "RUNNING", "FINISHING_CONTAINERS_WAIT",
                         "APPLICATION_RESOURCES_CLEANINGUP", "FINISHED"})
 
@@ -173,11 +182,10 @@ def parse_containers(doc: object) -> tuple[dict[str, NmContainer], list[str]]:
                 raise NmPayloadError("expected an object")
             cid = parse_container_id(raw.get("id"))
             where = f"container {cid.text}"
-            state = _text(raw.get("state"), "state", 64)
-            if state not in KNOWN_STATES:
-                raise NmPayloadError(f"unknown container state {state!r}")
-            vcores = _int(raw.get("totalVCoresNeeded", 0), "totalVCoresNeeded", 0, MAX_VCORES)
-            mem_mb = _int(raw.get("totalMemoryNeededMB", 0), "totalMemoryNeededMB", 0, MAX_MEMORY_MB)
+            state = _text(raw.get("state"), "state", 64)  # an unknown state is kept: see `holds_resources`
+            # Only the wire format bounds these here; the node's capacity bounds them in `over_capacity`.
+            vcores = _int(raw.get("totalVCoresNeeded", 0), "totalVCoresNeeded", 0, JAVA_INT_MAX)
+            mem_mb = _int(raw.get("totalMemoryNeededMB", 0), "totalMemoryNeededMB", 0, JAVA_LONG_MAX)
             container = NmContainer(
                 cid=cid, state=state, user=_text(raw.get("user"), "user"),
                 requests=Resources(vcores * 1000, mem_mb * MIB),
@@ -192,6 +200,27 @@ def parse_containers(doc: object) -> tuple[dict[str, NmContainer], list[str]]:
     return out, rejected
 
 
+def holds_resources(state: str) -> bool:
+    """Whether a container in this NodeManager state holds its allocation (counts as requested).
+
+    A state this agent does not know (a newer NodeManager) reads as holding. Counting a container that
+    holds nothing can only refuse or evict batch work, which the scheduler places again; not counting one
+    that does hold resources lets batch be admitted beyond the origin and overcommits the node under its
+    HP services, which is the harm this agent exists to prevent."""
+    return state not in DYING_STATES
+
+
+def over_capacity(c: NmContainer, capacity: Resources) -> str | None:
+    """Why a container cannot be as large as it says (larger than the whole node), or None."""
+    if c.requests.milli_cpu > capacity.milli_cpu:
+        return (f"container {c.cid.text}: totalVCoresNeeded: {c.requests.milli_cpu // 1000} vcores exceed "
+                f"the node's capacity of {capacity.milli_cpu} milli-CPU")
+    if c.requests.memory_bytes > capacity.memory_bytes:
+        return (f"container {c.cid.text}: totalMemoryNeededMB: {c.requests.memory_bytes // MIB} MiB exceed "
+                f"the node's capacity of {capacity.memory_bytes // MIB} MiB")
+    return None
+
+
 def nm_url_from_pod(host_network: bool, pod_ips: Sequence[str], scheme: str, port: int) -> str | None:
     if host_network:
         return f"{scheme}://localhost:{port}"
@@ -203,13 +232,15 @@ def nm_url_from_pod(host_network: bool, pod_ips: Sequence[str], scheme: str, por
 
 class NodeManagerSource:
     """YARN containers on this node. `children(rel)` lists child cgroups (relative paths, as
-    `CgroupReader.children`); `cgroup_dir(rel)` gives a directory to stat for the start time."""
+    `CgroupReader.children`); `cgroup_dir(rel)` gives a directory to stat for the start time. `capacity`
+    (the node's) bounds a container's size: a larger one is dropped with a reason."""
 
     name = "yarn"
 
     def __init__(self, cfg: NodeManagerConfig, layout: Layout, children: Callable[[str], Sequence[str]], *,
                  kubelet: KubeletSource | None = None, cgroup_dir: Callable[[str], str] | None = None,
-                 clock: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time,
+                 capacity: Resources | None = None) -> None:
         if not cfg.url and kubelet is None:
             raise ValueError("sources.yarn.url: empty and no kubelet source to discover the NodeManager from")
         self.cfg = cfg
@@ -225,6 +256,8 @@ class NodeManagerSource:
         self._warned: set[str] = set()
         self._first_seen: dict[str, float] = {}
         self._from_cgroup: set[str] = set()
+        self._capacity = capacity
+        self._classify_warned: set[str] = set()
 
     @property
     def node_info(self) -> NmNodeInfo | None:
@@ -255,20 +288,21 @@ class NodeManagerSource:
         url = self._endpoint()
         if url is None:
             why = f"down: no running NodeManager pod labelled {self.cfg.discovery_label}"
+            FETCH_ERRORS.inc(self.name, "down")
             self._fresh.failed(why, "down")
             return
         fetcher = self._fetcher_for(url)
-        try:
-            info_doc, apps_doc, containers_doc = await asyncio.gather(
-                fetcher.aget_json("/ws/v1/node/info"), fetcher.aget_json("/ws/v1/node/apps"),
-                fetcher.aget_json("/ws/v1/node/containers"))
-            info = parse_node_info(info_doc)
-            apps, rejected_apps = parse_apps(apps_doc)
-            containers, rejected = parse_containers(containers_doc)
+        try:  # each document fetched, decoded and parsed in one worker-thread call, off the loop
+            info, (apps, rejected_apps), (containers, rejected) = await asyncio.gather(
+                fetcher.aget_parsed("/ws/v1/node/info", parse_node_info),
+                fetcher.aget_parsed("/ws/v1/node/apps", parse_apps),
+                fetcher.aget_parsed("/ws/v1/node/containers", parse_containers))
         except FetchError as err:
+            FETCH_ERRORS.inc(self.name, err.kind)
             self._fresh.failed(str(err), err.kind)
             return
         except NmPayloadError as err:
+            FETCH_ERRORS.inc(self.name, "garbage")
             self._fresh.failed(f"garbage: {url}: not a NodeManager answer: {err}", "garbage")
             return
         self._view = NmView(info, MappingProxyType(apps), MappingProxyType(containers))
@@ -320,15 +354,23 @@ class NodeManagerSource:
         workloads: list[Workload] = []
         infos: dict[str, YarnContainerInfo] = {}
         live: set[str] = set()
+        too_big: list[str] = []
+        notes: list[str] = []
         for text, c in nm.items():
             has_cgroup = text in cgroups
+            why = over_capacity(c, self._capacity) if self._capacity is not None else None
+            if why is not None:
+                too_big.append(why)
+                continue
+            if c.state not in KNOWN_STATES:
+                notes.append(f"container {text}: unknown state {c.state!r}, counted as holding its resources")
             if c.state in GONE_STATES and not has_cgroup:
                 continue
             live.add(text)
-            # A DONE container no longer holds its allocation; a cgroup it left behind is plain BE usage.
-            requests = Resources() if c.state in GONE_STATES else c.requests
-            workloads.append(self._workload(c.cid, requests, has_cgroup,
-                                            terminating=c.state in TERMINATING_STATES | GONE_STATES))
+            # A dying container holds no allocation; its cgroup, while there, is still BE usage.
+            holds = holds_resources(c.state)
+            workloads.append(self._workload(c.cid, c.requests if holds else Resources(), has_cgroup,
+                                            terminating=not holds))
             infos[f"yarn/{text}"] = YarnContainerInfo(
                 container_id=text, app_id=c.cid.app_id, state=c.state, user=c.user, has_cgroup=has_cgroup,
                 known_to_nm=True, execution_type=c.execution_type)
@@ -342,9 +384,17 @@ class NodeManagerSource:
         for gone in set(self._first_seen) - live:
             del self._first_seen[gone]
             self._from_cgroup.discard(gone)
+        self._warn_once(too_big + notes)
         return SourceResult(
             workloads=tuple(workloads), stale_reason=self._fresh.stale_reason(), age_s=self._fresh.age_s(),
-            containers=MappingProxyType(infos), rejected=self._rejected)
+            containers=MappingProxyType(infos), rejected=self._rejected + tuple(too_big))
+
+    def _warn_once(self, lines: list[str]) -> None:
+        """Log each classification problem once while it lasts (workloads() runs every tick)."""
+        for line in lines:
+            if line not in self._classify_warned:
+                log.warning("yarn: %s", line)
+        self._classify_warned = set(lines)
 
     def _workload(self, cid: ContainerId, requests: Resources, has_cgroup: bool,
                   terminating: bool) -> Workload:

@@ -40,6 +40,7 @@ from agent.state.records import (
 from agent.state.ring import EventRing, Subscription
 from agent.state.validate import check_admit, check_epoch
 from agent.state.writer import StateWriter
+from qos.batch import holds_allocation
 from qos.model import NodeSnapshot, Resources, Source, Workload
 
 log = logging.getLogger("coloc.state")
@@ -50,7 +51,9 @@ _SOURCE_NAMES = {s.value: s for s in Source}
 
 @dataclass(frozen=True, slots=True)
 class LedgerConfig:
-    """`state_path` None keeps nothing on disk (only for tools and tests that want a throwaway ledger)."""
+    """`state_path` None keeps nothing on disk (only for tools and tests that want a throwaway ledger).
+    `await_scheduler_ack` False: no central scheduler is configured, so a new incarnation starts
+    SCHEDULABLE instead of RECOVERING (see `agent.state.lifecycle.on_start`)."""
 
     node_id: str
     state_path: str | None = "/var/lib/coloc-agent/state.json"
@@ -60,6 +63,7 @@ class LedgerConfig:
     incarnation_history: int = 16
     request_id_history: int = 256
     agent_version: str = ""
+    await_scheduler_ack: bool = True
 
     def __post_init__(self) -> None:
         if not self.node_id or len(self.node_id) > 253:
@@ -109,7 +113,8 @@ class Ledger:
         self.refusals: Counter[str] = Counter()
         self.dropped_watchers = 0
         self.startup_problem: str | None = None
-        self._node = NodeRecord(cfg.node_id, lifecycle=lifecycle.on_start(prior.lifecycle),
+        start = lifecycle.on_start(prior.lifecycle, await_ack=cfg.await_scheduler_ack)
+        self._node = NodeRecord(cfg.node_id, lifecycle=start,
                                 drain=prior.drain, highest_epoch=prior.highest_epoch)
         for a in prior.pending_launches:
             self._add_alloc(a, now, "restored")
@@ -223,8 +228,9 @@ class Ledger:
             self._set_node(replace(self._node, capacity=snapshot.capacity, batch_allocatable=batch), now)
         held = _held_sources(snapshot.stale)
         seen: set[str] = set()
+        finished = {w.key for w in snapshot.workloads if w.be and not holds_allocation(w)}
         for w in snapshot.workloads:
-            if not w.be or w.key in seen:
+            if not w.be or w.key in seen or w.key in finished:
                 continue
             seen.add(w.key)
             cur = self._allocs.get(w.key)
@@ -239,7 +245,9 @@ class Ledger:
             a = self._allocs[key]
             if held is None or a.source in held:
                 continue
-            if a.phase is Phase.PENDING_LAUNCH:
+            if key in finished:  # a dying YARN container: its cgroup may linger, its allocation does not
+                self._remove_alloc(key, now, "finished")
+            elif a.phase is Phase.PENDING_LAUNCH:
                 if now - a.created_at > ttl:
                     self._remove_alloc(key, now, "launch_expired")
             else:

@@ -6,7 +6,8 @@
     DECOMMISSIONING | DECOMMISSIONED ──RECOMMISSION──► SCHEDULABLE
 
 An acknowledgement while decommissioning leaves the state alone (the drain wins); re-issuing DRAIN while
-DECOMMISSIONING is allowed (it only moves the deadline).
+DECOMMISSIONING is allowed (it only moves the deadline). RECOVERING means exactly one thing: waiting for a
+central scheduler's AckRecovery; a node configured without a scheduler never enters it.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from __future__ import annotations
 import enum
 
 from agent.state.errors import LifecycleError
-from agent.state.records import Lifecycle
+from agent.state.records import Lifecycle, NodeRecord
 
 R, S = Lifecycle.RECOVERING, Lifecycle.SCHEDULABLE
 DING, DED = Lifecycle.DECOMMISSIONING, Lifecycle.DECOMMISSIONED
@@ -54,12 +55,26 @@ def next_state(current: Lifecycle, trigger: Trigger) -> Lifecycle:
         raise LifecycleError(f"{trigger.value} is not allowed while the node is {current.value}") from None
 
 
-def on_start(persisted: Lifecycle | None) -> Lifecycle:
-    """A new incarnation starts RECOVERING (no scheduler has seen its state yet) unless it is being
-    decommissioned: a drain survives restarts."""
+WAITING_FOR_ACK = "a scheduler's AckRecovery"
+WAITING_FOR_DRAIN = "the drain to finish"
+
+
+def on_start(persisted: Lifecycle | None, *, await_ack: bool = True) -> Lifecycle:
+    """A drain survives restarts. Otherwise a new incarnation starts RECOVERING when a central scheduler
+    must first acknowledge its state, and SCHEDULABLE when none is configured (nobody would ever ack)."""
     if persisted in (DING, DED):
         return persisted
-    return R
+    return R if await_ack else S
+
+
+def waiting(node: NodeRecord, incarnation_started: float) -> tuple[str, float]:
+    """What the lifecycle waits for and since when (wall-clock seconds); ("", 0.0) when it waits for
+    nothing. RECOVERING waits since the incarnation started, DECOMMISSIONING since the drain started."""
+    if node.lifecycle is R:
+        return WAITING_FOR_ACK, incarnation_started
+    if node.lifecycle is DING:
+        return WAITING_FOR_DRAIN, node.drain.started_at
+    return "", 0.0
 
 
 def admits(state: Lifecycle) -> bool:

@@ -24,7 +24,7 @@ class Phase(enum.Enum):
 class Lifecycle(enum.Enum):
     """The node's standing towards the central scheduler (transitions: `agent.state.lifecycle`)."""
 
-    RECOVERING = "RECOVERING"  # up, but no scheduler has acknowledged this incarnation's state yet
+    RECOVERING = "RECOVERING"  # waiting for a central scheduler's AckRecovery of this incarnation's state
     SCHEDULABLE = "SCHEDULABLE"
     DECOMMISSIONING = "DECOMMISSIONING"
     DECOMMISSIONED = "DECOMMISSIONED"

@@ -51,7 +51,8 @@ class Agent:
             "eviction": {"dry_run": True},  # these tests are about the ledger, not about evicting
             "log": {"level": "warning", "format": "text"},
             "metrics": {"enabled": False},
-            "state": {"path": str(self.state)},
+            # Each node is driven by a (test) scheduler over the API: it waits RECOVERING for AckRecovery.
+            "state": {"path": str(self.state), "await_scheduler_ack": True},
             "api": {"socket_path": str(self.socket), "bookmark_interval_s": 0.5},
             "batch": {"origin": "local"},
         }

@@ -22,6 +22,7 @@ BENCHES = {
     "collect.py": ("psi_worst_ratio", "no_psi_worst_collect_ms_per_1000", "results"),
     "api.py": ("snapshot_p99_ms", "watch_events_per_s_1_subscriber"),
     "recovery.py": ("real_3_nodes_recovery_s", "replayed_20_nodes_recovery_s"),
+    "payload.py": ("tick_cadence_ratio_50mb",),
     "interference.py": ("hp_throughput_ratio_with_agent_cpuset", "hp_throughput_ratio_no_agent"),
 }
 

@@ -31,7 +31,8 @@ def _config(tmp_path: Path, root: str, port: int) -> Path:
         "cgroups": {"root": root, "setup_tiers": True},
         "loop": {"interval_s": 0.5},
         "metrics": {"bind": "127.0.0.1", "port": port},
-        "state": {"path": str(tmp_path / "state.json")},
+        # A scheduler drives this standalone node over the API: it waits RECOVERING for an AckRecovery.
+        "state": {"path": str(tmp_path / "state.json"), "await_scheduler_ack": True},
         "api": {"socket_path": str(tmp_path / "agent.sock")},
         "log": {"format": "json"},
         "standalone": {"workloads": [{"cgroup": "besteffort/batch", "priority": 3000, "milli_cpu": 500}]},

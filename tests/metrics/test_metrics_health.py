@@ -125,7 +125,10 @@ def test_readyz_follows_sources_synced(serve) -> None:
     status, body = get(server.url + "/readyz")
     assert status == 503 and body["stale"] == {"yarn": "NodeManager REST timed out"}
     board.publish(dataclasses.replace(unsynced, tick=8, sources_synced=True))
-    assert get(server.url + "/readyz") == (200, {"status": "ready", "tick": 8})
+    status, body = get(server.url + "/readyz")  # ready once synced; a source stale since is still named
+    assert (status, body["status"], body["tick"]) == (200, "ready", 8)
+    assert body["stale"] == {"yarn": "NodeManager REST timed out"}
+    assert body["sources"]["yarn"]["stale"] is True
 
 
 def test_unknown_paths_are_404_and_stop_releases_the_port(serve) -> None:

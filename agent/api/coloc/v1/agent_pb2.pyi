@@ -38,7 +38,7 @@ class _LifecycleEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Lifecycle.V
     DESCRIPTOR: _descriptor.EnumDescriptor
     LIFECYCLE_UNSPECIFIED: _Lifecycle.ValueType  # 0
     LIFECYCLE_RECOVERING: _Lifecycle.ValueType  # 1
-    """no scheduler has acknowledged this incarnation's state yet"""
+    """waiting for a central scheduler's AckRecovery of this incarnation's state"""
     LIFECYCLE_SCHEDULABLE: _Lifecycle.ValueType  # 2
     LIFECYCLE_DECOMMISSIONING: _Lifecycle.ValueType  # 3
     LIFECYCLE_DECOMMISSIONED: _Lifecycle.ValueType  # 4
@@ -47,7 +47,7 @@ class Lifecycle(_Lifecycle, metaclass=_LifecycleEnumTypeWrapper): ...
 
 LIFECYCLE_UNSPECIFIED: Lifecycle.ValueType  # 0
 LIFECYCLE_RECOVERING: Lifecycle.ValueType  # 1
-"""no scheduler has acknowledged this incarnation's state yet"""
+"""waiting for a central scheduler's AckRecovery of this incarnation's state"""
 LIFECYCLE_SCHEDULABLE: Lifecycle.ValueType  # 2
 LIFECYCLE_DECOMMISSIONING: Lifecycle.ValueType  # 3
 LIFECYCLE_DECOMMISSIONED: Lifecycle.ValueType  # 4
@@ -959,6 +959,11 @@ class Status(_message.Message):
     STATE_UNSAVED_FIELD_NUMBER: _builtins.int
     TICK_FIELD_NUMBER: _builtins.int
     TICK_AGE_S_FIELD_NUMBER: _builtins.int
+    WAITING_FOR_FIELD_NUMBER: _builtins.int
+    WAITING_SINCE_UNIX_MS_FIELD_NUMBER: _builtins.int
+    WAITING_S_FIELD_NUMBER: _builtins.int
+    AWAITS_SCHEDULER_ACK_FIELD_NUMBER: _builtins.int
+    SOURCES_FIELD_NUMBER: _builtins.int
     revision: _builtins.int
     applications: _builtins.int
     watchers: _builtins.int
@@ -967,6 +972,14 @@ class Status(_message.Message):
     state_unsaved: _builtins.bool
     tick: _builtins.int
     tick_age_s: _builtins.float
+    waiting_for: _builtins.str
+    """What the lifecycle waits for ("" when nothing) and since when: the incarnation's start while RECOVERING
+    (a scheduler's AckRecovery), the drain's start while DECOMMISSIONING.
+    """
+    waiting_since_unix_ms: _builtins.int
+    waiting_s: _builtins.float
+    awaits_scheduler_ack: _builtins.bool
+    """False: no central scheduler is configured (standalone); the node starts SCHEDULABLE, never RECOVERING."""
     @_builtins.property
     def identity(self) -> Global___Identity: ...
     @_builtins.property
@@ -979,6 +992,10 @@ class Status(_message.Message):
     def recent_notices(self) -> _containers.RepeatedCompositeFieldContainer[Global___Event]: ...
     @_builtins.property
     def recent_actions(self) -> _containers.RepeatedCompositeFieldContainer[Global___ActionRecord]: ...
+    @_builtins.property
+    def sources(self) -> _containers.RepeatedCompositeFieldContainer[Global___SourceStatus]:
+        """by name; empty before the first tick"""
+
     def __init__(
         self,
         *,
@@ -996,14 +1013,56 @@ class Status(_message.Message):
         state_unsaved: _builtins.bool = ...,
         tick: _builtins.int = ...,
         tick_age_s: _builtins.float = ...,
+        waiting_for: _builtins.str = ...,
+        waiting_since_unix_ms: _builtins.int = ...,
+        waiting_s: _builtins.float = ...,
+        awaits_scheduler_ack: _builtins.bool = ...,
+        sources: _abc.Iterable[Global___SourceStatus] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["batch_allocated", b"batch_allocated", "identity", b"identity", "node", b"node"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["allocations", b"allocations", "applications", b"applications", "batch_allocated", b"batch_allocated", "dropped_watchers", b"dropped_watchers", "identity", b"identity", "node", b"node", "recent_actions", b"recent_actions", "recent_notices", b"recent_notices", "revision", b"revision", "startup_problem", b"startup_problem", "state_unsaved", b"state_unsaved", "tick", b"tick", "tick_age_s", b"tick_age_s", "watchers", b"watchers"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["allocations", b"allocations", "applications", b"applications", "awaits_scheduler_ack", b"awaits_scheduler_ack", "batch_allocated", b"batch_allocated", "dropped_watchers", b"dropped_watchers", "identity", b"identity", "node", b"node", "recent_actions", b"recent_actions", "recent_notices", b"recent_notices", "revision", b"revision", "sources", b"sources", "startup_problem", b"startup_problem", "state_unsaved", b"state_unsaved", "tick", b"tick", "tick_age_s", b"tick_age_s", "waiting_for", b"waiting_for", "waiting_s", b"waiting_s", "waiting_since_unix_ms", b"waiting_since_unix_ms", "watchers", b"watchers"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___Status: _TypeAlias = Status  # noqa: Y015
+
+@_typing.final
+class SourceStatus(_message.Message):
+    """One workload source (kubelet, yarn, standalone) or a stale part of the snapshot (cgroups, node)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    HAS_AGE_FIELD_NUMBER: _builtins.int
+    AGE_S_FIELD_NUMBER: _builtins.int
+    STALE_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    has_age: _builtins.bool
+    """false: no good answer yet (or no age kept for this part)"""
+    age_s: _builtins.float
+    """seconds since its last good data, at the time of the call"""
+    stale: _builtins.bool
+    """its data is not trusted: nothing is evicted on it"""
+    reason: _builtins.str
+    """why it is stale; "" when fresh"""
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        has_age: _builtins.bool = ...,
+        age_s: _builtins.float = ...,
+        stale: _builtins.bool = ...,
+        reason: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["age_s", b"age_s", "has_age", b"has_age", "name", b"name", "reason", b"reason", "stale", b"stale"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SourceStatus: _TypeAlias = SourceStatus  # noqa: Y015
 
 @_typing.final
 class DrainRequest(_message.Message):

@@ -1,0 +1,136 @@
+"""Write the BE CPU knobs on the members `qos.membership` chose: the BE tier, or its non-protected children.
+
+Split (a protected pod below the tier): the tier keeps every CPU, no quota and `cpu.idle` 0; each member
+subtree gets the cpuset, `cpu.idle` and its part of the quota; the spared children get every CPU, no quota
+and `cpu.idle` 0 back. Tier level: the tier gets the knobs, its whole subtree the cpuset, and the children
+this module made idle or gave a quota are released. The last wanted value of each knob is remembered, so a
+change of membership (a protected pod comes or goes, a BE pod appears) moves every knob in the same tick.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from cgroups.errors import CgroupError, CgroupGone
+from cgroups.writer import CgroupWriter
+from qos.membership import Membership, decide_membership, protected_children, split_quota, tier_level
+from qos.model import NodeSnapshot
+
+log = logging.getLogger("coloc.executor")
+
+
+class BeKnobs:
+    """The BE knobs' members and wanted values; every write goes through the writer (read-compare-write)."""
+
+    def __init__(self, writer: CgroupWriter, tier: str, period_us: int, min_quota_us: int) -> None:
+        self._w = writer
+        self.tier = tier
+        self._period_us = period_us
+        self._min_quota_us = min_quota_us
+        self.applied: Membership | None = tier_level(tier)  # None: re-apply everything next tick
+        self._listed: frozenset[str] = frozenset()
+        self._last_spared: tuple[str, ...] = ()
+        self.cpuset: tuple[int, ...] | None = None
+        self.full: tuple[int, ...] = ()
+        self.quota_known = False
+        self.quota_us: int | None = None
+        self.idle: bool | None = None
+        self._idled: set[str] = set()  # children made idle by us
+        self._capped: set[str] = set()  # children given a quota by us
+
+    def decide(self, snapshot: NodeSnapshot) -> Membership:
+        """This tick's members; the tier's children are listed only while a protected pod is below it."""
+        self.full = tuple(sorted(snapshot.cpus))
+        previous = self.applied
+        keep = self._last_spared if snapshot.stale else ()
+        if not keep and not protected_children(snapshot, self.tier):
+            self._listed = frozenset()
+            return tier_level(self.tier)
+        try:
+            listed = self._w.children(self.tier)
+        except CgroupError as err:
+            log.warning("cannot list the BE tier", extra={"fields": {"tier": self.tier, "error": str(err)}})
+            return previous if previous is not None else tier_level(self.tier)
+        self._listed = frozenset(listed)
+        return decide_membership(snapshot, self.tier, listed, keep)
+
+    def _each(self, rels: list[str], op: Callable[[str], bool]) -> bool:
+        """`op` on each child; a child that vanished meanwhile is a pod that ended: retried next tick."""
+        changed = False
+        for rel in rels:
+            try:
+                changed = op(rel) or changed
+            except CgroupGone:
+                self.applied = None
+                self._w.forget(rel)
+        return changed
+
+    def _spared(self, m: Membership) -> list[str]:
+        return [c for c in m.spared if c in self._listed]
+
+    # -- knobs -------------------------------------------------------------------------------------
+
+    def set_cpuset(self, cpus: tuple[int, ...], m: Membership) -> bool:
+        self.cpuset = cpus
+        if not m.split:
+            return self._w.set_cpuset(self.tier, cpus, descendants=True)
+        full = self.full or cpus
+        # Parent first: a v1 child may only hold CPUs its parent has.
+        changed = self._w.set_cpuset(self.tier, full)
+        spared = self._each(self._spared(m), lambda c: self._w.set_cpuset(c, full, descendants=True))
+        cut = self._each(list(m.members), lambda c: self._w.set_cpuset(c, cpus, descendants=True))
+        return changed or spared or cut
+
+    def set_idle(self, idle: bool, m: Membership) -> bool:
+        self.idle = idle
+        if not m.split:
+            changed = self._w.set_cpu_idle(self.tier, idle, keep_weight=True)
+            released = sorted(self._idled)
+            self._idled.clear()
+            return self._each(released, self._not_idle) or changed
+        # Members go idle before the tier leaves it, so BE never runs with a normal weight meanwhile.
+        changed = self._each(list(m.members), self._make_idle if idle else self._not_idle)
+        gone = sorted(self._idled - set(m.members))
+        changed = self._each(gone + self._spared(m), self._not_idle) or changed
+        return self._w.set_cpu_idle(self.tier, False, keep_weight=True) or changed
+
+    def _make_idle(self, rel: str) -> bool:
+        self._idled.add(rel)
+        return self._w.set_cpu_idle(rel, True, keep_weight=True)
+
+    def _not_idle(self, rel: str) -> bool:
+        self._idled.discard(rel)
+        return self._w.set_cpu_idle(rel, False, keep_weight=True)
+
+    def set_quota(self, quota_us: int | None, m: Membership) -> bool:
+        self.quota_known, self.quota_us = True, quota_us
+        period = self._period_us
+        if not m.split:
+            # Children first: v1 refuses a parent quota below a child's.
+            released = sorted(self._capped)
+            self._capped.clear()
+            changed = self._each(released, lambda c: self._w.set_cpu_quota(c, None, period))
+            return self._w.set_cpu_quota(self.tier, quota_us, period) or changed
+        changed = self._w.set_cpu_quota(self.tier, None, period)
+        shares = {} if quota_us is None else split_quota(quota_us, m, self._min_quota_us)
+        released = sorted((self._capped - set(shares)) | set(self._spared(m)))
+        changed = self._each(released, lambda c: self._w.set_cpu_quota(c, None, period)) or changed
+        self._capped = (self._capped - set(released)) | set(shares)
+        return self._each(sorted(shares), lambda c: self._w.set_cpu_quota(c, shares[c], period)) or changed
+
+    def follow(self, m: Membership) -> list[str]:
+        """Move every knob with a wanted value onto `m` if the members changed; the kinds that changed."""
+        if m == self.applied:
+            return []
+        self.applied = m
+        self._last_spared = m.spared
+        changed: list[str] = []
+        # Quota first: lifting the tier's quota before the idle/cpuset moves keeps each step valid.
+        if self.quota_known and self.set_quota(self.quota_us, m):
+            changed.append("set_be_cpu_quota")
+        if self.cpuset is not None and self.set_cpuset(self.cpuset, m):
+            changed.append("set_be_cpuset")
+        if self.idle is not None and self.set_idle(self.idle, m):
+            changed.append("set_be_cpu_idle")
+        return changed

@@ -1,0 +1,246 @@
+"""BE knobs on real cgroups with a protected pod below the BE tier: the protected pod keeps every CPU and
+is never idle nor capped, the BE pods take the cut; without it the knobs go back onto the tier.
+
+Real v1 controllers (cpu, cpuset) under a private root, real processes; the executor is the agent's own
+with its real cgroup writer. The snapshots are hand-built (the kubelet cannot run here).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from realcg import RealRoot
+
+from agent.collect import Collector, TierPaths
+from agent.executors.apply import ActionExecutor
+from agent.published import ActionRecord
+from cgroups.parsers import parse_cpuset
+from cgroups.reader import CgroupReader
+from cgroups.writer import CgroupWriter
+from qos.actions import SetBeCpuIdle, SetBeCpuQuota, SetBeCpuset
+from qos.model import NodeSnapshot, Resources, Source, Tier, Usage, Workload
+
+pytestmark = pytest.mark.cgroups
+
+TIER = "besteffort"
+KP = "besteffort/podkp"
+POD_A, POD_B = "besteffort/poda", "besteffort/podb"
+YARN_DIR = "besteffort/hadoop-yarn"
+YARN_C = f"{YARN_DIR}/container_1700000000000_0001_01_000002"
+SLEEP = ["sleep", "60"]
+
+
+def _need(real_root: RealRoot, *ctrls: str) -> None:
+    missing = [c for c in ctrls if not real_root.hierarchy.is_v1(c)]
+    if missing:
+        pytest.skip(f"needs v1 controllers {missing} (this host is {real_root.hierarchy.mode})")
+
+
+def _read(real_root: RealRoot, ctrl: str, rel: str, name: str) -> str:
+    return (real_root.path(ctrl, rel) / name).read_text().strip()
+
+
+def _write(real_root: RealRoot, ctrl: str, rel: str, name: str, value: str) -> None:
+    (real_root.path(ctrl, rel) / name).write_text(value)
+
+
+def _cpus(real_root: RealRoot, rel: str) -> set[int]:
+    return set(parse_cpuset(_read(real_root, "cpuset", rel, "cpuset.cpus").encode()))
+
+
+def _allowed(pid: int) -> set[int]:
+    """The CPUs the kernel lets this process run on (what the cpuset really did to it)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("Cpus_allowed_list:"):
+            return set(parse_cpuset(line.split(":", 1)[1].strip().encode()))
+    raise AssertionError(f"no Cpus_allowed_list for pid {pid}")
+
+
+def _idle(real_root: RealRoot, rel: str) -> str:
+    return _read(real_root, "cpu", rel, "cpu.idle")
+
+
+def _w(key: str, cgroup: str, *, protected: bool = False, source: Source = Source.K8S) -> Workload:
+    return Workload(key=key, name=key, source=source, tier=Tier.BESTEFFORT, be=not protected, priority=0,
+                    cgroup=cgroup, protected=protected)
+
+
+def _snap(cpus: tuple[int, ...], *ws: Workload) -> NodeSnapshot:
+    return NodeSnapshot(taken_at=time.time(), capacity=Resources(1000 * len(cpus), 1 << 30), cpus=cpus,
+                        node_usage=Usage(), hp_usage=Usage(), be_usage=Usage(), system_usage=Usage(),
+                        workloads=ws)
+
+
+def _node(real_root: RealRoot) -> tuple[int, ...]:
+    cpus = tuple(sorted(_cpus(real_root, "")))
+    if len(cpus) < 2:
+        pytest.skip(f"needs at least 2 CPUs in the test root's cpuset, has {cpus}")
+    return cpus
+
+
+def _executor(real_root: RealRoot, audit: list[ActionRecord], *, dry_run: bool = False) -> ActionExecutor:
+    writer = CgroupWriter(real_root.hierarchy, real_root.name)
+    return ActionExecutor(writer, TIER, {}, dry_run=dry_run, rate_per_s=1.0, burst=1, recheck_cooldown_s=1.0,
+                          audit=audit.append, now=time.monotonic())
+
+
+def _tree(real_root: RealRoot) -> dict[str, int]:
+    """A BE tier as the kubelet lays it out (shares 2 on the tier and the pods), one sleeper in each."""
+    pids = {}
+    for rel in (KP, POD_A, POD_B, YARN_C):
+        real_root.mkcg(rel)
+        pids[rel] = real_root.spawn(rel, SLEEP).pid
+    for rel in (TIER, KP, POD_A, POD_B):
+        _write(real_root, "cpu", rel, "cpu.shares", "2")
+    return pids
+
+
+WORKLOADS = (_w("k8s/a", POD_A), _w("k8s/b", POD_B), _w("yarn/c", YARN_C, source=Source.YARN))
+PROTECTED = _w("k8s/kp", KP, protected=True)
+
+
+async def test_protected_pod_keeps_every_cpu_while_be_pods_are_cut_then_tier_level_again(
+        real_root: RealRoot) -> None:
+    _need(real_root, "cpu", "cpuset")
+    cpus = _node(real_root)
+    if not (real_root.path("cpu") / "cpu.idle").exists():
+        pytest.skip("this kernel has no cpu.idle on v1")
+    pids = _tree(real_root)
+    cut = cpus[-1:]
+    audit: list[ActionRecord] = []
+    ex = _executor(real_root, audit)
+
+    # 1. no protected pod known: tier-level knobs, the whole tier cut (kube-proxy's cgroup too, as today)
+    await ex.execute([SetBeCpuIdle(True, "t"), SetBeCpuset(cut, "t")], _snap(cpus, *WORKLOADS))
+    assert _cpus(real_root, TIER) == set(cut) and _cpus(real_root, KP) == set(cut)
+    assert _idle(real_root, TIER) == "1" and _idle(real_root, POD_A) == "0"
+
+    # 2. the snapshot says the pod is protected: within this tick it gets every CPU back, the tier
+    #    leaves idle with its kubelet weight, each BE child subtree takes the cut and cpu.idle
+    records = await ex.execute([], _snap(cpus, PROTECTED, *WORKLOADS))
+    assert {r.kind for r in records} == {"set_be_cpuset", "set_be_cpu_idle"}
+    assert all(r.outcome == "applied" and "protected pod spared" in r.reason for r in records)
+    assert _cpus(real_root, TIER) == set(cpus) and _cpus(real_root, KP) == set(cpus)
+    assert _allowed(pids[KP]) == set(cpus)
+    assert _idle(real_root, TIER) == "0" and _idle(real_root, KP) == "0"
+    assert _read(real_root, "cpu", TIER, "cpu.shares") == "2"
+    for rel in (POD_A, POD_B, YARN_DIR):
+        assert _cpus(real_root, rel) == set(cut), rel
+        assert _idle(real_root, rel) == "1", rel
+    assert _cpus(real_root, YARN_C) == set(cut)
+    assert _allowed(pids[POD_A]) == set(cut) and _allowed(pids[YARN_C]) == set(cut)
+
+    # 3. a policy action while split goes to the members only
+    wider = cpus[-2:]
+    records = await ex.execute([SetBeCpuset(wider, "grow")], _snap(cpus, PROTECTED, *WORKLOADS))
+    assert [r.kind for r in records] == ["set_be_cpuset"]
+    assert records[0].numbers["protected_children_spared"] == 1
+    assert _cpus(real_root, POD_A) == set(wider) and _cpus(real_root, KP) == set(cpus)
+    await ex.execute([SetBeCpuset(cut, "shrink")], _snap(cpus, PROTECTED, *WORKLOADS))
+
+    # 4. a new BE pod appears (on disk before any source lists it): it gets the knobs within one tick
+    real_root.mkcg("besteffort/podc")
+    _write(real_root, "cpu", "besteffort/podc", "cpu.shares", "2")
+    pid_c = real_root.spawn("besteffort/podc", SLEEP).pid
+    await ex.execute([], _snap(cpus, PROTECTED, *WORKLOADS))
+    assert _cpus(real_root, "besteffort/podc") == set(cut) and _idle(real_root, "besteffort/podc") == "1"
+    assert _allowed(pid_c) == set(cut)
+
+    # 5. stale data that no longer lists the protected pod moves nothing: it stays spared
+    stale = dataclasses.replace(_snap(cpus, *WORKLOADS), stale={"kubelet": "unreachable"})
+    assert await ex.execute([], stale) == []
+    assert _cpus(real_root, KP) == set(cpus) and _idle(real_root, TIER) == "0"
+
+    # 6. the protected pod goes away: tier-level knobs again, children out of idle with their weights back
+    for proc in list(real_root.procs):
+        if proc.pid == pids[KP]:
+            proc.kill()
+            proc.wait()
+    _wait_empty(real_root, KP)
+    for d in real_root.dirs(KP):
+        os.rmdir(d)
+    records = await ex.execute([], _snap(cpus, *WORKLOADS))
+    assert {r.kind for r in records} >= {"set_be_cpuset", "set_be_cpu_idle"}
+    assert all("back on the BE tier" in r.reason for r in records)
+    assert _cpus(real_root, TIER) == set(cut) and _idle(real_root, TIER) == "1"
+    for rel in (POD_A, POD_B, YARN_DIR, "besteffort/podc"):
+        assert _idle(real_root, rel) == "0", rel
+        assert _cpus(real_root, rel) == set(cut), rel
+    assert _read(real_root, "cpu", POD_A, "cpu.shares") == "2"  # the kubelet's weight, not 1024
+    assert _read(real_root, "cpu", YARN_DIR, "cpu.shares") == "1024"  # what it had before going idle
+    # nothing more to move: a quiet tick writes nothing
+    writes = ex.cgroup_writes
+    assert await ex.execute([], _snap(cpus, *WORKLOADS)) == []
+    assert ex.cgroup_writes == writes
+
+
+def _wait_empty(real_root: RealRoot, rel: str) -> None:
+    deadline = time.monotonic() + 5
+    while real_root.pids(rel) and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+
+def _quota(real_root: RealRoot, rel: str) -> int:
+    return int(_read(real_root, "cpu", rel, "cpu.cfs_quota_us"))
+
+
+async def test_cfs_quota_is_split_across_the_be_children_and_the_protected_pod_is_never_capped(
+        real_root: RealRoot) -> None:
+    _need(real_root, "cpu")
+    cpus = _node(real_root)
+    _tree(real_root)
+    yarn2 = _w("yarn/c2", f"{YARN_DIR}/container_1700000000000_0001_01_000003", source=Source.YARN)
+    audit: list[ActionRecord] = []
+    ex = _executor(real_root, audit)
+    await ex.execute([SetBeCpuQuota(400, "t")], _snap(cpus, *WORKLOADS))
+    assert _quota(real_root, TIER) == 40_000
+
+    # split: the tier and kube-proxy uncapped, 40 ms per 100 ms shared by BE workload count (YARN has 2)
+    snap = _snap(cpus, PROTECTED, *WORKLOADS, yarn2)
+    records = await ex.execute([], snap)
+    assert [r.kind for r in records] == ["set_be_cpu_quota"]
+    assert _quota(real_root, TIER) == -1 and _quota(real_root, KP) == -1
+    assert (_quota(real_root, YARN_DIR), _quota(real_root, POD_A), _quota(real_root, POD_B)) == (
+        20_000, 10_000, 10_000)
+    # a cut while split is split again; the floor is 2 ms per member
+    await ex.execute([SetBeCpuQuota(40, "cut")], snap)
+    assert (_quota(real_root, YARN_DIR), _quota(real_root, POD_A), _quota(real_root, POD_B)) == (
+        2_000, 2_000, 2_000)
+    assert _quota(real_root, KP) == -1
+
+    # protected pod gone from the snapshot: children lifted first, then the tier capped again
+    await ex.execute([], _snap(cpus, *WORKLOADS, yarn2))
+    assert _quota(real_root, TIER) == 4_000
+    assert {_quota(real_root, r) for r in (KP, YARN_DIR, POD_A, POD_B)} == {-1}
+
+
+@pytest.mark.xdist_group("cpu")
+def test_protected_pod_usage_is_not_be_usage(real_root: RealRoot) -> None:
+    _need(real_root, "cpu", "cpuacct")
+    real_root.mkcg(KP)
+    real_root.mkcg(POD_A)
+    real_root.spawn(KP, [sys.executable, "-c", "while True: pass"])
+    real_root.spawn(POD_A, SLEEP)
+    reader = CgroupReader(real_root.hierarchy, real_root.name)
+    collector = Collector(reader, TierPaths(root="", besteffort=TIER), Resources(2000, 1 << 30), (0, 1),
+                          "cgroup-root", 0.5)
+    ws = [PROTECTED, _w("k8s/a", POD_A)]
+    try:
+        collector.collect(ws, frozenset(), {})
+        time.sleep(0.6)
+        snap = collector.collect(ws, frozenset(), {})
+    finally:
+        collector.close()
+        reader.close()
+    kp = snap.workload("k8s/kp")
+    assert kp is not None and kp.usage.milli_cpu is not None
+    assert kp.usage.milli_cpu > 200, f"the busy loop should get a good part of a core, got {kp.usage}"
+    be, hp = snap.be_usage.milli_cpu, snap.hp_usage.milli_cpu
+    assert be is not None and hp is not None
+    assert be < 0.25 * kp.usage.milli_cpu, f"BE usage {be:.0f} still counts the protected pod"
+    assert hp > 0.6 * kp.usage.milli_cpu, f"HP usage {hp:.0f} misses the protected pod"
