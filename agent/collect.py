@@ -12,7 +12,7 @@ import logging
 import time
 from collections import deque
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from cgroups.errors import CgroupError, CgroupGone
@@ -29,6 +29,14 @@ class _Prev:
     cpu_ns: int
     throttled: int
     periods: int
+
+
+@dataclass(slots=True)
+class _Sampled:
+    workloads: list[Workload] = field(default_factory=list)
+    seen: set[str] = field(default_factory=set)
+    hp_psi: float | None = None
+    spared: list[Usage] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,29 +110,62 @@ class Collector:
         now = time.monotonic()
         stale = dict(stale)
         self.errors = []
-        out: list[Workload] = []
-        seen: set[str] = set()
-        psi: float | None = None
-        spared: list[Usage] = []  # protected pods below the BE tier: their usage is not BE usage
+        sampled = self._sample_workloads(workloads, terminating, now)
+        root_u, be_u = self._tier_usage(now, stale)
+        be_u = _without(be_u, sampled.spared)
+        hp_u = Usage(
+            _sub(root_u.milli_cpu, be_u.milli_cpu),
+            _isub(root_u.memory_working_set_bytes, be_u.memory_working_set_bytes),
+        )
+        node_u, system_u = self._node_usage(root_u, stale)
+        knobs = self._be_knobs()
+        self._forget_unseen(sampled.seen)
+        if self.errors:
+            more = f" (and {len(self.errors) - 1} more)" if len(self.errors) > 1 else ""
+            stale.setdefault("cgroups", f"cannot read {self.errors[0]}{more}")
+        self.last_duration_s = time.perf_counter() - started
+        return NodeSnapshot(
+            taken_at=now_wall if now_wall is not None else time.time(),
+            capacity=self._capacity,
+            cpus=self._cpus,
+            node_usage=node_u,
+            hp_usage=hp_u,
+            be_usage=be_u,
+            system_usage=system_u,
+            workloads=tuple(sampled.workloads),
+            be_tier=knobs,
+            hp_cpu_pressure_some_avg10=sampled.hp_psi,
+            stale=stale,
+            interval_s=self._interval_s,
+        )
+
+    def _sample_workloads(self, workloads: Iterable[Workload], terminating: frozenset[str],
+                          now: float) -> _Sampled:
+        """Each workload with its usage; the worst HP stall; the usage of protected pods below the BE tier."""
+        out = _Sampled()
         for w in workloads:
             got = self._sample(w.cgroup, now, be=w.be)
-            seen.add(w.cgroup)
+            out.seen.add(w.cgroup)
             if got is None:
                 if w.source is not Source.LOCAL:
                     # Known to its scheduler but no cgroup yet (launching) or any more (ending): it still
                     # holds its allocation, so it stays, with no usage.
-                    out.append(dataclasses.replace(w, terminating=w.terminating or w.key in terminating))
+                    going = w.terminating or w.key in terminating
+                    out.workloads.append(dataclasses.replace(w, terminating=going))
                 continue
             sample, usage = got
             if w.protected and w.cgroup.startswith(self._tiers.besteffort + "/"):
-                spared.append(usage)
+                out.spared.append(usage)  # their usage is not BE usage
             stall = self._stall_percent(w.cgroup, sample, now) if not w.be else None
             if stall is not None:
-                psi = stall if psi is None else max(psi, stall)
-            out.append(dataclasses.replace(
+                out.hp_psi = stall if out.hp_psi is None else max(out.hp_psi, stall)
+            out.workloads.append(dataclasses.replace(
                 w, usage=usage, sample_age_s=0.0, pids=sample.pids or 0,
                 terminating=w.terminating or w.key in terminating))
+        return out
 
+    def _tier_usage(self, now: float, stale: dict[str, str]) -> tuple[Usage, Usage]:
+        """The root's and the BE tier's usage; their CPU over the recent tier window where there is one."""
         root = self._sample(self._tiers.root, now)
         be = self._sample(self._tiers.besteffort, now)
         if root is None:
@@ -140,37 +181,16 @@ class Collector:
             if rates is not None:
                 root_u = dataclasses.replace(root_u, milli_cpu=rates[0])
                 be_u = dataclasses.replace(be_u, milli_cpu=rates[1])
-        be_u = _without(be_u, spared)
-        hp_u = Usage(
-            _sub(root_u.milli_cpu, be_u.milli_cpu),
-            _isub(root_u.memory_working_set_bytes, be_u.memory_working_set_bytes),
-        )
-        node_u, system_u = self._node_usage(root_u, stale)
-        knobs = self._be_knobs()
+        return root_u, be_u
+
+    def _forget_unseen(self, seen: set[str]) -> None:
+        """Drop the counters of cgroups no longer listed (the tiers are always kept)."""
         for rel in list(self._prev):
             if rel not in seen and rel not in (self._tiers.root, self._tiers.besteffort):
                 del self._prev[rel]
                 self._stall_prev.pop(rel, None)
                 self._reader.forget(rel)
                 self._be_reader.forget(rel)
-        if self.errors:
-            more = f" (and {len(self.errors) - 1} more)" if len(self.errors) > 1 else ""
-            stale.setdefault("cgroups", f"cannot read {self.errors[0]}{more}")
-        self.last_duration_s = time.perf_counter() - started
-        return NodeSnapshot(
-            taken_at=now_wall if now_wall is not None else time.time(),
-            capacity=self._capacity,
-            cpus=self._cpus,
-            node_usage=node_u,
-            hp_usage=hp_u,
-            be_usage=be_u,
-            system_usage=system_u,
-            workloads=tuple(out),
-            be_tier=knobs,
-            hp_cpu_pressure_some_avg10=psi,
-            stale=stale,
-            interval_s=self._interval_s,
-        )
 
     def _stall_percent(self, rel: str, s: CgroupSample, now: float) -> float | None:
         """Share of the last window (percent) in which some task of `rel` waited for a CPU.

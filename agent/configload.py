@@ -15,20 +15,9 @@ import typing
 from collections.abc import Mapping
 from typing import Any, TypeVar, Union, get_args, get_origin, get_type_hints
 
-T = TypeVar("T")
+from qos.quantity import QuantityError, to_int
 
-_QUANTITY = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*(Ki|Mi|Gi|Ti|K|M|G|T|m)?\s*$")
-_FACTORS = {
-    None: 1,
-    "Ki": 1024,
-    "Mi": 1024**2,
-    "Gi": 1024**3,
-    "Ti": 1024**4,
-    "K": 1000,
-    "M": 1000**2,
-    "G": 1000**3,
-    "T": 1000**4,
-}
+T = TypeVar("T")
 
 
 class ConfigError(ValueError):
@@ -36,16 +25,21 @@ class ConfigError(ValueError):
 
 
 def parse_bytes(value: object, where: str) -> int:
-    """Accept an int or a Kubernetes-style quantity string such as `2Gi` or `512Mi`."""
-    if isinstance(value, bool):
-        raise ConfigError(f"{where}: expected a byte quantity, got {value!r}")
-    if isinstance(value, int):
-        return value
-    if isinstance(value, str):
-        m = _QUANTITY.match(value)
-        if m and m.group(2) != "m":
-            return int(float(m.group(1)) * _FACTORS[m.group(2)])
-    raise ConfigError(f"{where}: expected a byte quantity like 2Gi or 1073741824, got {value!r}")
+    """A byte count: an int, or a Kubernetes quantity (`qos.quantity`: `2Gi`, `512Mi`, `1G`, `1e9`), a
+    fraction of a byte rounded up as Kubernetes does. Refused: negatives, and two likely typos that
+    Kubernetes reads otherwise or not at all: `m` (thousandths of a byte; meant `Mi`), `K` (`k` or `Ki`)."""
+    text = value.strip() if isinstance(value, str) else ""
+    if text.endswith("m"):
+        raise ConfigError(f"{where}: {value!r} is in thousandths of a byte (suffix m); did you mean Mi?")
+    if text.endswith("K"):
+        raise ConfigError(f"{where}: {value!r}: K is not a Kubernetes suffix; write k (1000) or Ki (1024)")
+    try:
+        n = to_int(value)
+    except QuantityError as err:
+        raise ConfigError(f"{where}: expected a byte quantity like 2Gi or 1073741824 ({err})") from None
+    if n < 0:
+        raise ConfigError(f"{where}: a byte quantity may not be negative, got {value!r}")
+    return n
 
 
 def from_mapping(cls: type[T], data: object, where: str = "") -> T:
@@ -91,32 +85,14 @@ def _qualify(where: str, msg: str) -> str:
 
 
 def _convert(tp: Any, value: object, where: str) -> Any:
+    """`value` as type `tp`, or ConfigError naming `where`."""
     origin = get_origin(tp)
     if origin is Union or origin is types.UnionType:
-        args = [a for a in get_args(tp) if a is not type(None)]
-        if value is None:
-            if len(args) != len(get_args(tp)):
-                return None
-            raise ConfigError(f"{where}: may not be null")
-        errors = []
-        for arg in args:
-            try:
-                return _convert(arg, value, where)
-            except ConfigError as err:
-                errors.append(str(err))
-        raise ConfigError(errors[0])
+        return _union(tp, value, where)
     if origin is typing.Literal:
-        if value in get_args(tp):
-            return value
-        allowed = ", ".join(repr(a) for a in get_args(tp))
-        raise ConfigError(f"{where}: must be one of {allowed}, got {value!r}")
+        return _literal(tp, value, where)
     if origin in (tuple, list):
-        if not isinstance(value, list | tuple):
-            raise ConfigError(f"{where}: expected a list, got {value!r}")
-        targs = get_args(tp)
-        item = targs[0] if targs else Any
-        items = [_convert(item, v, f"{where}[{i}]") for i, v in enumerate(value)]
-        return tuple(items) if origin is tuple else list(items)
+        return _sequence(tp, origin, value, where)
     if origin in (dict, Mapping) or tp is dict:
         if not isinstance(value, Mapping):
             raise ConfigError(f"{where}: expected a mapping, got {value!r}")
@@ -126,11 +102,52 @@ def _convert(tp: Any, value: object, where: str) -> Any:
     if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         return from_mapping(tp, value, where)
     if isinstance(tp, type) and issubclass(tp, enum.Enum):
-        for member in tp:
-            if value in (member.value, member.name):
-                return member
-        allowed = ", ".join(repr(m.value) for m in tp)
-        raise ConfigError(f"{where}: must be one of {allowed}, got {value!r}")
+        return _enum(tp, value, where)
+    return _scalar(tp, value, where)
+
+
+def _union(tp: Any, value: object, where: str) -> Any:
+    """The first member type that takes `value` (so `int | str` keeps 3 an int); null only if optional."""
+    args = [a for a in get_args(tp) if a is not type(None)]
+    if value is None:
+        if len(args) != len(get_args(tp)):
+            return None
+        raise ConfigError(f"{where}: may not be null")
+    errors = []
+    for arg in args:
+        try:
+            return _convert(arg, value, where)
+        except ConfigError as err:
+            errors.append(str(err))
+    raise ConfigError(errors[0])
+
+
+def _literal(tp: Any, value: object, where: str) -> Any:
+    if value in get_args(tp):
+        return value
+    allowed = ", ".join(repr(a) for a in get_args(tp))
+    raise ConfigError(f"{where}: must be one of {allowed}, got {value!r}")
+
+
+def _sequence(tp: Any, origin: Any, value: object, where: str) -> tuple[Any, ...] | list[Any]:
+    if not isinstance(value, list | tuple):
+        raise ConfigError(f"{where}: expected a list, got {value!r}")
+    targs = get_args(tp)
+    item = targs[0] if targs else Any
+    items = [_convert(item, v, f"{where}[{i}]") for i, v in enumerate(value)]
+    return tuple(items) if origin is tuple else list(items)
+
+
+def _enum(tp: type[enum.Enum], value: object, where: str) -> enum.Enum:
+    for member in tp:
+        if value in (member.value, member.name):
+            return member
+    allowed = ", ".join(repr(m.value) for m in tp)
+    raise ConfigError(f"{where}: must be one of {allowed}, got {value!r}")
+
+
+def _scalar(tp: Any, value: object, where: str) -> Any:
+    """bool, int, float (finite) and str, each strictly: YAML's `1` is not true, `true` is not 1."""
     if tp is bool:
         if isinstance(value, bool):
             return value

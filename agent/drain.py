@@ -1,9 +1,10 @@
 """Graceful decommission of the node: the Drain / Recommission requests and the controller run each tick.
 
 Requests change the ledger only (lifecycle, drain status with the ABSOLUTE deadline, the recorded batch
-allocatable), so they are persisted with it and survive restarts. Each tick the controller decides
-(`qos.drain.decide_drain`) from the snapshot, contributes the DRAIN_TIMEOUT evictions before the executor
-runs, and after the ledger sync records progress or ends the drain (DECOMMISSIONED).
+allocatable), so they are persisted with it and survive restarts. Each tick the controller reads the ledger
+once into the snapshot's drain view (`view`); the pure drain policy (`qos.drain.DrainPolicy`) decides from
+it and contributes the DRAIN_TIMEOUT evictions; after the ledger sync `on_tick` records progress or ends
+the drain (DECOMMISSIONED).
 """
 
 from __future__ import annotations
@@ -13,14 +14,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
-from agent.published import ActionRecord
+from agent.published import ActionRecord, Outcome
 from agent.state.errors import InvalidRequest
 from agent.state.ledger import Ledger
 from agent.state.lifecycle import Trigger
 from agent.state.records import DrainPhase, DrainStatus, Lifecycle, Phase
-from qos.actions import Action
-from qos.drain import DrainDecision, DrainTerms, Verdict, deadline_for, decide_drain
-from qos.model import NodeSnapshot, Resources, Source
+from qos.actions import ActionKind
+from qos.drain import DrainDecision, Verdict, deadline_for, drain_decision
+from qos.model import DrainTerms, DrainView, NodeSnapshot, Resources, Source
 
 log = logging.getLogger("coloc.drain")
 
@@ -135,7 +136,7 @@ def request_recommission(ledger: Ledger, epoch: int, *, request_id: str = "") ->
 
 
 class DrainController:
-    """Runs a drain each tick: `plan` before the executor (evictions), `on_tick` after the ledger sync.
+    """The ledger's side of a drain each tick: `view` before the policies, `on_tick` after the ledger sync.
 
     A BE cgroup with no process left is a finished container (`has_processes`): it does not hold the
     drain up. Kubernetes pods are left to their own lifecycle (their cgroup goes when the pod goes)."""
@@ -151,32 +152,33 @@ class DrainController:
 
     @property
     def last_decision(self) -> DrainDecision | None:
+        """The decision `on_tick` last acted on."""
         return self._decision
 
-    def plan(self, snap: NodeSnapshot) -> list[Action]:
-        self._decision = None
+    def view(self, snap: NodeSnapshot) -> DrainView | None:
+        """The drain in progress as the snapshot should carry it; None when the node is not draining, or
+        the data is stale (nothing is decided on missing data, and nothing is learnt from it either)."""
         node = self._ledger.node
         if node.lifecycle is not Lifecycle.DECOMMISSIONING or snap.stale:
-            return []  # never decide (nor evict) on missing data
+            return None
         d = node.drain
         if self._drain_started != d.started_at:
             self._drain_started = d.started_at
             self._apps_seen = set(d.waiting_applications)
         be = [w for w in snap.workloads if w.be]
-        finished = {w.key for w in be
-                    if w.source is not Source.K8S and self._has_processes(w.cgroup) is False}
-        view = self._ledger.view()
-        pending = [a for a in view.allocations if a.phase is Phase.PENDING_LAUNCH]
-        active = ({a.application_id for a in view.allocations if a.key not in finished}
+        finished = frozenset(w.key for w in be
+                             if w.source is not Source.K8S and self._has_processes(w.cgroup) is False)
+        allocations = self._ledger.view().allocations
+        pending = tuple(a.key for a in allocations if a.phase is Phase.PENDING_LAUNCH)
+        active = ({a.application_id for a in allocations if a.key not in finished}
                   | {w.app_id or w.key for w in be if w.key not in finished})
         self._apps_seen |= active
-        terms = DrainTerms(d.graceful, d.wait_for_apps, d.started_at, d.deadline)
-        self._decision = decide_drain(terms, be, [a.key for a in pending], finished, self._apps_seen, active,
-                                      self._clock())
-        return list(self._decision.evict)
+        return DrainView(DrainTerms(d.graceful, d.wait_for_apps, d.started_at, d.deadline), self._clock(),
+                         pending, finished, frozenset(self._apps_seen), frozenset(active))
 
     def on_tick(self, snap: NodeSnapshot, origin: Resources | None, records: list[ActionRecord]) -> None:
-        dec = self._decision
+        """Record the progress of the drain the snapshot carried, or end it."""
+        dec = self._decision = drain_decision(snap)
         ledger = self._ledger
         if dec is None or ledger.node.lifecycle is not Lifecycle.DECOMMISSIONING:
             return
@@ -189,7 +191,8 @@ class DrainController:
                           {"outcome": "drained"})
             log.info("drained: decommissioned")
         elif dec.verdict is Verdict.TIMED_OUT:
-            started = {r.target for r in records if r.kind == "evict" and r.outcome in ("started", "dry_run")}
+            started = {r.target for r in records
+                       if r.kind == ActionKind.EVICT and r.outcome in (Outcome.STARTED, Outcome.DRY_RUN)}
             waiting = [e.key for e in dec.evict if e.key not in started]
             timed_out = replace(progress, phase=DrainPhase.TIMED_OUT)
             if d.phase is not DrainPhase.TIMED_OUT:

@@ -1,4 +1,4 @@
-"""The tick loop: collect → snapshot → policies → actions → execute → record, every interval.
+"""The tick loop: list workloads → snapshot → policy pipeline → execute → hooks and publish, every interval.
 
 Between ticks a fast path polls the HP tier (its CPU over the last ~100 ms, and PSI stall time where the
 kernel has it) and wakes the loop at once when HP load jumps, so suppression reacts well under a tick.
@@ -8,28 +8,26 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from agent.collect import Collector
 from agent.executors.apply import ActionExecutor
-from agent.published import ActionRecord, Board, Counters, Published
-from qos.actions import Action, Evict
-from qos.batch import BatchConfig, BatchState, decide_batch, note_blocked
-from qos.model import NodeSnapshot, Resources, Workload
-from qos.policies import PolicyConfig, PolicyState, decide, forget_victims
-from qos.suppression import bounds
+from agent.published import NOT_DONE, ActionRecord, Board, Counters, Published
+from qos.actions import Action, ActionKind
+from qos.model import DrainView, NodeSnapshot, Resources, Workload
+from qos.pipeline import Pipeline
+from qos.registry import batch_origin, be_cpu_grant
 
 log = logging.getLogger("coloc.loop")
 
 WorkloadLister = Callable[[], tuple[list[Workload], dict[str, str]]]
 TickHook = Callable[[NodeSnapshot, Resources | None, list[ActionRecord]], None]
 """Called after each tick with the snapshot, the batch budget (origin) and what was done."""
-Planner = Callable[[NodeSnapshot], list[Action]]
-"""Contributes actions to a tick beside the policies' (e.g. a drain's DRAIN_TIMEOUT evictions)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,34 +40,51 @@ class LoopTiming:
     fast_psi_max_cgroups: int = 32
 
 
-class TickLoop:
-    """Owns the policy state; everything it learns goes out through the Board and the hooks."""
+@dataclass(frozen=True, slots=True)
+class TickInputs:
+    """What a tick reads: the workload sources, the cgroups (collector), and what the policies need beyond
+    them (the node's batch origin annotation, the ledger's drain view), all put into the snapshot."""
 
-    def __init__(self, collector: Collector, list_workloads: WorkloadLister, executor: ActionExecutor,
-                 policy_cfg: PolicyConfig, board: Board, timing: LoopTiming,
-                 hooks: tuple[TickHook, ...] = (), sources_synced: Callable[[], bool] = lambda: True,
-                 source_ages: Callable[[], dict[str, float]] = dict,
-                 on_publish: tuple[Callable[[Published], None], ...] = (),
-                 batch: BatchConfig | None = None,
-                 origin_annotation: Callable[[], str | None] = lambda: None,
-                 admissions_refused: Callable[[], Mapping[str, int]] = dict,
-                 planners: tuple[Planner, ...] = ()) -> None:
-        self._collector = collector
-        self._list = list_workloads
+    collector: Collector
+    list_workloads: WorkloadLister
+    origin_annotation: Callable[[], str | None] = lambda: None
+    drain_view: Callable[[NodeSnapshot], DrainView | None] = lambda _snap: None
+    sources_synced: Callable[[], bool] = lambda: True
+    source_ages: Callable[[], dict[str, float]] = dict
+
+    def snapshot(self, snap: NodeSnapshot) -> NodeSnapshot:
+        """The collected snapshot with the ledger's and the API server's parts filled in."""
+        try:
+            drain = self.drain_view(snap)
+        except Exception:
+            log.exception("reading the drain view failed")
+            drain = None
+        return dataclasses.replace(snap, origin_annotation=self.origin_annotation(), drain=drain)
+
+
+@dataclass(frozen=True, slots=True)
+class TickOutputs:
+    """Where a tick's results go: the board readers see, hooks after the tick (the ledger first), and
+    observers of each publication (metrics)."""
+
+    board: Board
+    hooks: tuple[TickHook, ...] = ()
+    observers: tuple[Callable[[Published], None], ...] = ()
+    admissions_refused: Callable[[], Mapping[str, int]] = field(default=dict)
+
+
+class TickLoop:
+    """Owns the policies' state; everything it learns goes out through the outputs."""
+
+    def __init__(self, inputs: TickInputs, pipeline: Pipeline, executor: ActionExecutor,
+                 outputs: TickOutputs, timing: LoopTiming) -> None:
+        self._inputs = inputs
+        self._collector = inputs.collector
+        self._pipeline = pipeline
+        self._state = pipeline.initial_state()
         self._executor = executor
-        self._policy_cfg = policy_cfg
-        self._policy_state = PolicyState()
-        self._board = board
+        self._outputs = outputs
         self._timing = timing
-        self._hooks = hooks
-        self._sources_synced = sources_synced
-        self._source_ages = source_ages
-        self._on_publish = on_publish
-        self._batch_cfg = batch or BatchConfig(origin="local")
-        self._batch_state = BatchState()
-        self._origin_annotation = origin_annotation
-        self._admissions_refused = admissions_refused
-        self._planners = planners
         executor.on_refused = self._eviction_refused
         executor.on_failed = self._eviction_failed
         self._wake = asyncio.Event()
@@ -77,8 +92,6 @@ class TickLoop:
         self._tick = 0
         self._tick_errors = 0
         self._last: NodeSnapshot | None = None
-        self._granted: int | None = None
-        self._policy_name = ""
         self.wakeups = 0
         self.psi_wakeups = 0
 
@@ -91,64 +104,24 @@ class TickLoop:
         started_mono = time.monotonic()
         started_wall = time.time()
         self._tick += 1
-        workloads, stale = self._list()
-        snap = self._collector.collect(workloads, self._executor.terminating, stale, started_wall)
-        actions, self._policy_state = decide(snap, self._policy_cfg, self._policy_state)
-        batch_actions, self._batch_state = decide_batch(
-            snap, self._batch_cfg, self._batch_state, origin_annotation=self._origin_annotation())
-        chosen = {a.key for a in actions if isinstance(a, Evict)}
-        actions += [a for a in batch_actions if not (isinstance(a, Evict) and a.key in chosen)]
-        for plan in self._planners:
-            try:
-                extra = plan(snap)
-            except Exception:
-                log.exception("planner failed")
-                continue
-            chosen = {a.key for a in actions if isinstance(a, Evict)}
-            actions += [a for a in extra if not (isinstance(a, Evict) and a.key in chosen)]
-        records = self._execute_sync(actions, snap)
-        not_done = {r.target for r in records
-                    if r.kind == "evict" and r.outcome in ("skipped", "failed", "protected")}
-        self._policy_state = forget_victims(self._policy_state, not_done)
-        sup = self._policy_state.suppression
-        self._policy_name = self._policy_cfg.suppression.policy
-        self._granted = sup.budget_milli
+        workloads, stale = self._inputs.list_workloads()
+        collected = self._collector.collect(workloads, self._executor.terminating, stale, started_wall)
+        snap = self._inputs.snapshot(collected)
+        actions, self._state = self._pipeline.decide(snap, self._state)
+        records = self._executor.execute(actions, snap)
+        not_done = {r.target for r in records if r.kind == ActionKind.EVICT and r.outcome in NOT_DONE}
+        self._state = self._pipeline.forget(self._state, not_done)
         self._recent.extend(records)
-        for hook in self._hooks:
+        origin = batch_origin(self._pipeline, self._state)
+        for hook in self._outputs.hooks:
             try:
-                hook(snap, self._batch_state.origin, records)
+                hook(snap, origin, records)
             except Exception:
                 log.exception("tick hook failed")
         self._last = snap
-        pub = Published(
-            tick=self._tick,
-            tick_started_at=started_wall,
-            tick_monotonic=started_mono,
-            tick_duration_s=time.monotonic() - started_mono,
-            collect_duration_s=self._collector.last_duration_s,
-            interval_s=self._timing.interval_s,
-            snapshot=snap,
-            be_cpu_granted_milli=self._granted,
-            be_cpu_policy=self._policy_name,
-            be_cpu_floor_milli=bounds(snap, self._policy_cfg.suppression)[0],
-            recent_actions=tuple(self._recent),
-            pending_actions=tuple(actions),
-            source_age_s=self._source_ages(),
-            sources_synced=self._sources_synced(),
-            dry_run=self._executor.dry_run,
-            counters=Counters(
-                ticks=self._tick,
-                tick_errors=self._tick_errors,
-                evictions=dict(self._executor.evictions),
-                eviction_failures=dict(self._executor.eviction_failures),
-                holds=dict(self._executor.holds),
-                admissions_refused=dict(self._admissions_refused()),
-                cgroup_writes=self._executor.cgroup_writes,
-                cgroup_write_errors=self._executor.cgroup_write_errors,
-            ),
-        )
-        self._board.publish(pub)
-        for observe in self._on_publish:
+        pub = self._publication(snap, actions, started_wall, started_mono)
+        self._outputs.board.publish(pub)
+        for observe in self._outputs.observers:
             try:
                 observe(pub)
             except Exception:
@@ -157,25 +130,45 @@ class TickLoop:
             log.debug("tick", extra={"fields": {"cause": cause, "tick": self._tick}})
         return pub
 
+    def _publication(self, snap: NodeSnapshot, actions: list[Action], started_wall: float,
+                     started_mono: float) -> Published:
+        granted, floor, policy = be_cpu_grant(self._pipeline, self._state, snap)
+        ex = self._executor
+        return Published(
+            tick=self._tick,
+            tick_started_at=started_wall,
+            tick_monotonic=started_mono,
+            tick_duration_s=time.monotonic() - started_mono,
+            collect_duration_s=self._collector.last_duration_s,
+            interval_s=self._timing.interval_s,
+            snapshot=snap,
+            be_cpu_granted_milli=granted,
+            be_cpu_policy=policy,
+            be_cpu_floor_milli=floor,
+            recent_actions=tuple(self._recent),
+            pending_actions=tuple(actions),
+            source_age_s=self._inputs.source_ages(),
+            sources_synced=self._inputs.sources_synced(),
+            dry_run=ex.dry_run,
+            counters=Counters(
+                ticks=self._tick,
+                tick_errors=self._tick_errors,
+                evictions=dict(ex.evictions),
+                eviction_failures=dict(ex.eviction_failures),
+                holds=dict(ex.holds),
+                admissions_refused=dict(self._outputs.admissions_refused()),
+                cgroup_writes=ex.cgroup_writes,
+                cgroup_write_errors=ex.cgroup_write_errors,
+            ),
+        )
+
     def _eviction_refused(self, key: str) -> None:
         """The batch policy picks the next victim next tick instead of waiting on this one's release."""
-        self._batch_state = note_blocked(self._batch_state, key, time.time())
+        self._state = self._pipeline.refused(self._state, key, time.time())
 
     def _eviction_failed(self, key: str) -> None:
         """A kill that did not happen is no pending release for the memory and CPU policies either."""
-        self._policy_state = forget_victims(self._policy_state, {key})
-
-    def _execute_sync(self, actions: list[Action], snap: NodeSnapshot) -> list[ActionRecord]:
-        # execute() awaits nothing for knobs and only spawns tasks for evictions, so it completes in one
-        # step; driving it here keeps a tick atomic with respect to other tasks.
-        coro = self._executor.execute(actions, snap)
-        try:
-            coro.send(None)
-        except StopIteration as done:
-            result: list[ActionRecord] = done.value
-            return result
-        coro.close()
-        raise RuntimeError("executor awaited during a tick")
+        self._state = self._pipeline.forget(self._state, {key})
 
     async def run(self, stop: asyncio.Event) -> None:
         fast = asyncio.create_task(self._fast_path(stop)) if self._timing.fast_path else None

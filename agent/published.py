@@ -6,6 +6,7 @@ Readers on other threads (the metrics server) and other tasks (gRPC, `top`) only
 
 from __future__ import annotations
 
+import enum
 import math
 import threading
 from collections.abc import Mapping
@@ -15,15 +16,31 @@ from qos.actions import Action
 from qos.model import NodeSnapshot
 
 
+class Outcome(enum.StrEnum):
+    """What became of an action."""
+
+    APPLIED = "applied"  # a knob was written
+    DRY_RUN = "dry_run"  # recorded only
+    SKIPPED = "skipped"  # an executor guard held it back (stale data, rate limit, cool-down, ...)
+    PROTECTED = "protected"  # a policy named a protected workload: refused, and counted
+    STARTED = "started"  # an eviction is under way
+    DONE = "done"  # an eviction finished
+    FAILED = "failed"  # a knob write or an eviction failed
+
+
+NOT_DONE = frozenset({Outcome.SKIPPED, Outcome.FAILED, Outcome.PROTECTED})
+"""Outcomes of an eviction that did not happen at this tick."""
+
+
 @dataclass(frozen=True, slots=True)
 class ActionRecord:
     """One action as it was carried out (or not): what the audit log and `top` show."""
 
     at: float
     policy: str
-    kind: str
+    kind: str  # an ActionKind, or the action's type name when a knob write failed
     target: str
-    outcome: str  # applied | dry_run | skipped | failed
+    outcome: Outcome
     reason: str
     numbers: Mapping[str, float] = field(default_factory=dict)
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
+from kubernetes import client
 
 from agent.audit import AuditLog
 from agent.collect import Collector, TierPaths
@@ -21,9 +22,9 @@ from agent.executors.apply import ActionExecutor, Evictor
 from agent.executors.k8s_eviction import K8sEvictor
 from agent.executors.process_kill import LocalEvictor
 from agent.executors.yarn_kill import YarnKiller
-from agent.loop import LoopTiming, TickHook, TickLoop
+from agent.loop import LoopTiming, TickHook, TickInputs, TickLoop, TickOutputs
 from agent.metrics import MetricsHub
-from agent.published import ActionRecord, Board
+from agent.published import ActionRecord, Board, Outcome
 from agent.reporting.cordon import DrainCordon
 from agent.reporting.node_annotations import NodeReporter
 from agent.sources.kubeapi import make_api_client
@@ -37,12 +38,13 @@ from cgroups.errors import CgroupError, InvalidValue
 from cgroups.layout import Layout
 from cgroups.reader import CgroupReader
 from cgroups.writer import CgroupWriter
+from qos.actions import ActionKind
 from qos.model import NodeSnapshot, Resources, Source
+from qos.registry import build_pipeline
 
 log = logging.getLogger("coloc.runtime")
 
 BE_TIER = "besteffort"
-BURSTABLE_TIER = "burstable"
 BE_SHARES = 2  # what the kubelet gives the besteffort tier
 
 
@@ -63,9 +65,9 @@ class Runtime:
     capacity: Resources
     cpus: tuple[int, ...]
     metrics: MetricsHub
-    ledger: Ledger | None = None
+    ledger: Ledger
+    drain: DrainController
     created_root: bool = False
-    drain: DrainController | None = None
 
     def close(self) -> None:
         self.collector.close()
@@ -141,10 +143,11 @@ class LedgerFeed:
             origin = self._ledger.node.batch_allocatable
         self._ledger.sync(snap, origin, time.time())
         for r in records:
-            if r.kind == "evict" and r.outcome in ("started", "dry_run"):
+            if r.kind == ActionKind.EVICT and r.outcome in (Outcome.STARTED, Outcome.DRY_RUN):
                 self._ledger.notice("eviction", r.reason, {"key": r.target, "policy": r.policy,
                                                            "outcome": r.outcome})
-            elif r.kind in ("set_be_cpuset", "set_be_cpu_quota") and r.outcome == "applied":
+            elif (r.kind in (ActionKind.SET_BE_CPUSET, ActionKind.SET_BE_CPU_QUOTA)
+                  and r.outcome == Outcome.APPLIED):
                 self._ledger.notice("suppression", r.reason, {"knob": r.kind, "value": r.target})
 
 
@@ -192,7 +195,7 @@ def make_evictors(cfg: AgentConfig, layout: Layout, reader: CgroupReader, writer
     return evictors
 
 
-def build(cfg: AgentConfig, board: Board | None = None, *, with_ledger: bool = True) -> Runtime:
+def build(cfg: AgentConfig, board: Board | None = None) -> Runtime:
     """Everything but the async parts (sources' refresh tasks, API server, metrics server)."""
     hierarchy = discover(base=Path(cfg.cgroups.mount))
     root = cfg.cgroups.root.strip("/")
@@ -202,7 +205,7 @@ def build(cfg: AgentConfig, board: Board | None = None, *, with_ledger: bool = T
     be_tier = layout.tier("besteffort")
     capacity, cpus = node_capacity(cfg)
     # The ledger first: a state directory that cannot be used stops start-up before any cgroup is made.
-    ledger = open_ledger(cfg) if with_ledger else None
+    ledger = open_ledger(cfg)
     created = False
     if cfg.cgroups.setup_tiers:
         created = setup_tiers(writer, reader, cpus, layout)
@@ -220,26 +223,29 @@ def build(cfg: AgentConfig, board: Board | None = None, *, with_ledger: bool = T
         now=time.monotonic())
     board = board or Board()
     hub = MetricsHub(cfg.metrics)
-    drain = DrainController(ledger, _has_processes(reader)) if ledger is not None else None
-    hooks: tuple[TickHook, ...] = ()
-    if ledger is not None and drain is not None:
-        hooks = (LedgerFeed(ledger).on_tick, drain.on_tick)
-        k8s = evictors.get(Source.K8S)
-        if isinstance(k8s, K8sEvictor):
-            hooks += (DrainPodEvents(ledger, k8s).on_tick,)
-        if cfg.drain.cordon and api_client is not None:
-            hooks += (DrainCordon(ledger, api_client, cfg.node.node_name,
-                                  cfg.sources.kube_api.timeout_s).on_tick,)
-    loop = TickLoop(
-        collector, sources.list, executor, cfg.policies, board,
-        LoopTiming(cfg.loop.interval_s, cfg.loop.fast_path, cfg.loop.fast_poll_s,
-                   cfg.loop.fast_hp_jump_milli_cpu, cfg.loop.fast_psi_stall_ratio),
-        hooks=hooks, sources_synced=sources.synced, source_ages=sources.ages, on_publish=(hub.observe,),
-        batch=cfg.batch, origin_annotation=lambda: sources.origin_annotation,
-        admissions_refused=(lambda: ledger.refusals) if ledger is not None else dict,
-        planners=(drain.plan,) if drain is not None else ())
+    drain = DrainController(ledger, _has_processes(reader))
+    inputs = TickInputs(collector, sources.list, origin_annotation=lambda: sources.origin_annotation,
+                        drain_view=drain.view, sources_synced=sources.synced, source_ages=sources.ages)
+    outputs = TickOutputs(board, _hooks(cfg, ledger, drain, evictors, api_client), observers=(hub.observe,),
+                          admissions_refused=lambda: ledger.refusals)
+    timing = LoopTiming(cfg.loop.interval_s, cfg.loop.fast_path, cfg.loop.fast_poll_s,
+                        cfg.loop.fast_hp_jump_milli_cpu, cfg.loop.fast_psi_stall_ratio)
+    loop = TickLoop(inputs, build_pipeline(cfg.policies, cfg.batch), executor, outputs, timing)
     return Runtime(cfg, hierarchy, reader, writer, collector, sources, executor, loop, board, audit,
-                   capacity, cpus, hub, ledger, created, drain)
+                   capacity, cpus, hub, ledger, drain, created)
+
+
+def _hooks(cfg: AgentConfig, ledger: Ledger, drain: DrainController, evictors: dict[Source, Evictor],
+           api_client: client.ApiClient | None) -> tuple[TickHook, ...]:
+    """After each tick, in this order: the ledger sync, the drain's progress, drain pod events, cordon."""
+    hooks: tuple[TickHook, ...] = (LedgerFeed(ledger).on_tick, drain.on_tick)
+    k8s = evictors.get(Source.K8S)
+    if isinstance(k8s, K8sEvictor):
+        hooks += (DrainPodEvents(ledger, k8s).on_tick,)
+    if cfg.drain.cordon and api_client is not None:
+        hooks += (DrainCordon(ledger, api_client, cfg.node.node_name,
+                              cfg.sources.kube_api.timeout_s).on_tick,)
+    return hooks
 
 
 def _has_processes(reader: CgroupReader) -> Callable[[str], bool | None]:

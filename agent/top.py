@@ -162,8 +162,21 @@ def render(
 ) -> str:
     """One frame as text. `api` is the gRPC status, or a note saying why there is none."""
     now = time.time() if now is None else now
+    out = [_headline(view, source), *_node(view, api, now), ""]
+    out += _scopes(view)
+    out.append("")
+    out += _tiers(view)
+    out.append("")
+    out += _budget(view)
+    out += _ledger(view, api)
+    out += _counters(view)
+    out.append("")
+    out += _actions(view, api, now)
+    return _workloads(view, out)
+
+
+def _headline(view: MetricsView, source: str) -> str:
     v = view.value
-    out: list[str] = []
     ticks = v("coloc_ticks_total")
     age = v("coloc_loop_tick_age_seconds")
     interval = v("coloc_tick_interval_seconds")
@@ -174,7 +187,11 @@ def render(
     head += "  synced" if v("coloc_sources_synced") == 1 else "  NOT SYNCED"
     if v("coloc_dry_run") == 1:
         head += "  DRY-RUN"
-    out.append(head)
+    return head
+
+
+def _node(view: MetricsView, api: ApiStatus | str | None, now: float) -> list[str]:
+    """Lifecycle, ledger revision and drain deadline: from GetStatus when there, else from /metrics."""
     if isinstance(api, ApiStatus):
         line = f"node {api.node_id}  lifecycle {api.lifecycle}  ledger rev {api.revision}"
         line += f"  incarnation {api.incarnation[:8]} (restarts {api.restarts})  watchers {api.watchers}"
@@ -184,38 +201,43 @@ def render(
             (lab["state"] for lab, val in view.series("coloc_node_lifecycle_state") if val == 1), "-"
         )
         line = f"lifecycle {state}"
-        rev = v("coloc_ledger_revision")
+        rev = view.value("coloc_ledger_revision")
         if rev is not None:
             line += f"  ledger rev {int(rev)}"
-        deadline = v("coloc_node_drain_deadline_timestamp_seconds")
+        deadline = view.value("coloc_node_drain_deadline_timestamp_seconds")
     if deadline is not None:
         line += f"  drain deadline in {deadline - now:.0f}s"
-    out.append(line)
+    out = [line]
     if isinstance(api, str):
         out.append(f"api: {api}; node and ledger figures from /metrics only")
     elif api is not None and api.problem:
         out.append(f"api: startup problem: {api.problem}")
-    out.append("")
+    return out
 
+
+def _scopes(view: MetricsView) -> list[str]:
+    v = view.value
     cap_cpu, cap_mem = v("coloc_node_cpu_capacity_cores"), v("coloc_node_memory_capacity_bytes")
-    rows = []
-    for scope in ("node", "hp", "be", "system"):
-        rows.append(
-            [
-                scope,
-                _cores(v("coloc_cpu_usage_cores", scope=scope)),
-                _bytes(v("coloc_memory_working_set_bytes", scope=scope)),
-                _pct(v("coloc_cpu_throttled_ratio", scope=scope)),
-            ]
-        )
-    out += _table(
+    rows = [
+        [
+            scope,
+            _cores(v("coloc_cpu_usage_cores", scope=scope)),
+            _bytes(v("coloc_memory_working_set_bytes", scope=scope)),
+            _pct(v("coloc_cpu_throttled_ratio", scope=scope)),
+        ]
+        for scope in ("node", "hp", "be", "system")
+    ]
+    out = _table(
         [f"SCOPE (cap {_cores(cap_cpu)} cores, {_bytes(cap_mem)})", "CPU", "MEMORY", "THROTTLED"], rows
     )
     psi = v("coloc_hp_cpu_pressure_some_ratio")
     if psi is not None:
-        out.append(f"HP cpu pressure (some avg10) {_pct(psi)}")
-    out.append("")
+        out.append(f"HP cpu pressure (some, over the last window) {_pct(psi)}")
+    return out
 
+
+def _tiers(view: MetricsView) -> list[str]:
+    v = view.value
     rows = []
     for tier in ("guaranteed", "burstable", "besteffort"):
         n = sum(val for lab, val in view.series("coloc_workloads") if lab.get("tier") == tier)
@@ -229,21 +251,22 @@ def render(
                 _bytes(v("coloc_tier_memory_requests_bytes", tier=tier)),
             ]
         )
-    out += _table(["TIER", "WORKLOADS", "CPU", "CPU REQ", "MEMORY", "MEM REQ"], rows)
-    out.append("")
+    return _table(["TIER", "WORKLOADS", "CPU", "CPU REQ", "MEMORY", "MEM REQ"], rows)
 
+
+def _budget(view: MetricsView) -> list[str]:
+    """The BE knobs as granted, and the batch budget the two schedulers share."""
+    v = view.value
     granted = view.series("coloc_be_cpu_granted_cores")
     policy = granted[0][0].get("policy", "-") if granted else "-"
     idle = v("coloc_be_cpu_idle")
-    out.append(
+    return [
         f"BE budget  policy {policy}  granted {_cores(granted[0][1] if granted else None)} cores"
         f"  floor {_cores(v('coloc_be_cpu_floor_cores'))}"
         f"  cpuset {_cores(v('coloc_be_cpuset_cpus')).removesuffix('.00')} cpus"
         f"  quota {_cores(v('coloc_be_cpu_quota_cores'))}"
         f"  cpu.idle {'-' if idle is None else ('on' if idle else 'off')}"
-        f"  memory.high {_bytes(v('coloc_be_memory_high_bytes'))}"
-    )
-    out.append(
+        f"  memory.high {_bytes(v('coloc_be_memory_high_bytes'))}",
         f"batch      origin {_cores(v('coloc_batch_origin_cpu_cores'))} cores"
         f" / {_bytes(v('coloc_batch_origin_memory_bytes'))}"
         f"  k8s {_cores(v('coloc_batch_requested_cpu_cores', scheduler='k8s'))}"
@@ -251,8 +274,13 @@ def render(
         f"  yarn {_cores(v('coloc_batch_requested_cpu_cores', scheduler='yarn'))}"
         f" / {_bytes(v('coloc_batch_requested_memory_bytes', scheduler='yarn'))}"
         f"  overcommit {_cores(v('coloc_batch_overcommit_cpu_cores'))}"
-        f" / {_bytes(v('coloc_batch_overcommit_memory_bytes'))}"
-    )
+        f" / {_bytes(v('coloc_batch_overcommit_memory_bytes'))}",
+    ]
+
+
+def _ledger(view: MetricsView, api: ApiStatus | str | None) -> list[str]:
+    """Ledger allocations (GetStatus when there, else /metrics) and the age of each source."""
+    out = []
     if isinstance(api, ApiStatus):
         (ac, am), (uc, um) = api.batch_allocatable, api.batch_allocated
         out.append(
@@ -267,33 +295,38 @@ def render(
         out.append("allocations " + "  ".join(allocs))
     sources = []
     for lab, val in view.series("coloc_source_sample_age_seconds"):
-        stale = v("coloc_source_stale", source=lab["source"]) == 1
+        stale = view.value("coloc_source_stale", source=lab["source"]) == 1
         sources.append(f"{lab['source']} {val:.1f}s" + (" STALE" if stale else ""))
     out.append("sources    " + ("  ".join(sources) or "-"))
     out.append("")
+    return out
 
+
+def _counters(view: MetricsView) -> list[str]:
     def nonzero(name: str, keys: Sequence[str]) -> str:
         parts = [f"{'/'.join(lab[k] for k in keys)} {val:.0f}" for lab, val in view.series(name) if val > 0]
         return "  ".join(parts) or "0"
 
-    out.append("evictions  " + nonzero("coloc_evictions_total", ("reason", "source")))
-    out.append("failures   " + nonzero("coloc_eviction_failures_total", ("reason",)))
-    out.append("holds      " + nonzero("coloc_holds_total", ("policy", "reason")))
-    out.append("refused    " + nonzero("coloc_admissions_refused_total", ("reason",)))
-    writes, werr = v("coloc_cgroup_writes_total"), v("coloc_cgroup_write_errors_total")
-    out.append(
-        f"cgroup writes {_cores(writes).removesuffix('.00')}  errors {_cores(werr).removesuffix('.00')}"
-    )
-    out.append("")
+    writes, werr = view.value("coloc_cgroup_writes_total"), view.value("coloc_cgroup_write_errors_total")
+    return [
+        "evictions  " + nonzero("coloc_evictions_total", ("reason", "source")),
+        "failures   " + nonzero("coloc_eviction_failures_total", ("reason",)),
+        "holds      " + nonzero("coloc_holds_total", ("policy", "reason")),
+        "refused    " + nonzero("coloc_admissions_refused_total", ("reason",)),
+        f"cgroup writes {_cores(writes).removesuffix('.00')}  errors {_cores(werr).removesuffix('.00')}",
+    ]
 
+
+def _actions(view: MetricsView, api: ApiStatus | str | None, now: float) -> list[str]:
+    """Recent actions one by one from GetStatus; else the latest of each kind with its count."""
     if isinstance(api, ApiStatus):
         rows = [
             [f"{max(0.0, now - a.at):.0f}s ago", a.policy, a.kind, a.target, a.outcome, a.reason]
             for a in sorted(api.actions, key=lambda a: -a.at)
         ]
-        out += _table(["WHEN", "POLICY", "ACTION", "TARGET", "OUTCOME", "REASON"], rows) if rows else []
+        out = _table(["WHEN", "POLICY", "ACTION", "TARGET", "OUTCOME", "REASON"], rows) if rows else []
         out.append("" if rows else "actions    none yet\n")
-        return _workloads(view, out)
+        return out
     counts = {tuple(sorted(lab.items())): val for lab, val in view.series("coloc_actions_total")}
     recent = sorted(view.series("coloc_last_action_timestamp_seconds"), key=lambda s: -s[1])[:8]
     rows = [
@@ -306,11 +339,9 @@ def render(
         ]
         for lab, at in recent
     ]
-    out += (
-        _table(["LATEST", "POLICY", "ACTION", "OUTCOME", "COUNT"], rows) if rows else ["actions    none yet"]
-    )
-    out.append("")
-    return _workloads(view, out)
+    if not rows:
+        return ["actions    none yet", ""]
+    return [*_table(["LATEST", "POLICY", "ACTION", "OUTCOME", "COUNT"], rows), ""]
 
 
 def _workloads(view: MetricsView, out: list[str]) -> str:

@@ -85,13 +85,6 @@ def read_counter(path: str) -> int:
     return struct.unpack("<Q", data)[0] if len(data) == 8 else 0
 
 
-def read_lateness_us(path: str) -> list[int]:
-    with open(path, "rb") as f:
-        data = f.read()
-    n = len(data) // 4
-    return list(struct.unpack(f"<{n}i", data[: n * 4]))
-
-
 def main(argv: list[str]) -> int:
     kind, args = argv[0], argv[1:]
     if kind == "hp":

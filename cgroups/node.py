@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cgroups.errors import from_oserror
-from cgroups.parsers import MemInfo, ProcStat, parse_cpuset, parse_meminfo, parse_proc_stat
+from cgroups.parsers import MemInfo, ProcStat, parse_meminfo, parse_proc_stat
 
 
 def _read(path: Path) -> bytes:
@@ -26,12 +26,6 @@ def read_meminfo(proc_root: Path = Path("/proc")) -> MemInfo:
     """MemTotal, MemAvailable, MemFree in bytes; `.used_bytes` is MemTotal − MemAvailable."""
     path = proc_root / "meminfo"
     return parse_meminfo(_read(path), str(path))
-
-
-def online_cpus(sys_root: Path = Path("/sys")) -> tuple[int, ...]:
-    """CPUs the kernel has online, e.g. (0, 1)."""
-    path = sys_root / "devices/system/cpu/online"
-    return parse_cpuset(_read(path), str(path))
 
 
 @dataclass(frozen=True, slots=True)

@@ -99,41 +99,6 @@ def parse_cpu_stat_v2(data: bytes, file: str = "cpu.stat") -> CpuStat:
     )
 
 
-def parse_cpu_stat(data: bytes, file: str = "cpu.stat") -> CpuStat:
-    """cpu.stat of either version, told apart by its keys."""
-    if b"usage_usec" in data:
-        return parse_cpu_stat_v2(data, file)
-    return parse_cpu_stat_v1(data, file)
-
-
-@dataclass(frozen=True, slots=True)
-class MemoryStat:
-    """The memory.stat keys the agent uses, hierarchical (v1 `total_*`), in bytes."""
-
-    anon: int
-    file: int
-    active_file: int
-    inactive_file: int
-
-
-def parse_memory_stat_v1(data: bytes, file: str = "memory.stat") -> MemoryStat:
-    kv = parse_kv(data, file)
-    try:
-        return MemoryStat(
-            kv["total_rss"], kv["total_cache"], kv["total_active_file"], kv["total_inactive_file"]
-        )
-    except KeyError as missing:
-        raise UnknownFormat(file, 1, _first_line(data), f"no {missing} key (v1 memory.stat)") from None
-
-
-def parse_memory_stat_v2(data: bytes, file: str = "memory.stat") -> MemoryStat:
-    kv = parse_kv(data, file)
-    try:
-        return MemoryStat(kv["anon"], kv["file"], kv["active_file"], kv["inactive_file"])
-    except KeyError as missing:
-        raise UnknownFormat(file, 1, _first_line(data), f"no {missing} key (v2 memory.stat)") from None
-
-
 def parse_memory_limit(data: bytes, file: str) -> int | None:
     """memory.max / memory.high ("max") or v1 *_limit_in_bytes (huge = none); None means unlimited."""
     if data.strip() == b"max":

@@ -115,6 +115,32 @@ def throttled_ratio(prev: CgroupSample, cur: CgroupSample) -> float | None:
     return max(0, cur.nr_throttled - prev.nr_throttled) / periods
 
 
+_CpuCounters = tuple[int, int, int, int]  # usage ns, periods, throttled periods, throttled ns
+
+
+def _cpu_v2(raw_usage: bytes, _raw_cpustat: bytes) -> _CpuCounters:
+    """`cpu.stat` of cgroup v2 (usage and throttling in one file); ValueError/IndexError if malformed."""
+    t = raw_usage.split()
+    if t[0] != b"usage_usec":
+        raise ValueError
+    if b"nr_periods" not in t:  # absent while the cpu controller is not enabled
+        return int(t[1]) * 1000, 0, 0, 0
+    i = t.index(b"nr_periods")
+    if t[i + 2] != b"nr_throttled" or t[i + 4] != b"throttled_usec":
+        raise ValueError
+    return int(t[1]) * 1000, int(t[i + 1]), int(t[i + 3]), int(t[i + 5]) * 1000
+
+
+def _cpu_v1(raw_usage: bytes, raw_cpustat: bytes) -> _CpuCounters:
+    """`cpuacct.usage` and `cpu.stat` (b"" where absent) of cgroup v1; ValueError/IndexError if malformed."""
+    if not raw_cpustat:
+        return int(raw_usage), 0, 0, 0
+    t = raw_cpustat.split()
+    if t[0] != b"nr_periods" or t[2] != b"nr_throttled" or t[4] != b"throttled_time":
+        raise ValueError
+    return int(raw_usage), int(t[1]), int(t[3]), int(t[5])
+
+
 class _Cgroup:
     """Descriptors of one cgroup's files; -1 marks a file that is absent."""
 
@@ -148,6 +174,8 @@ class CgroupReader:
         self.psi = psi
         self.count_pids = count_pids
         self._v2 = hierarchy.mode == "v2"
+        self._parse_cpu = _cpu_v2 if self._v2 else _cpu_v1
+        self._inactive_key = b"\ninactive_file " if self._v2 else b"\ntotal_inactive_file "
         if self._v2:
             assert hierarchy.unified is not None
             top = str(hierarchy.unified)
@@ -299,33 +327,14 @@ class CgroupReader:
         psi_mem = _pread(fds[6], 256, 0) if fds[6] >= 0 else b""
         raw_pids = _pread(fds[7], 64, 0) if fds[7] >= 0 else b""
         try:
-            if self._v2:
-                t = raw_usage.split()
-                if t[0] != b"usage_usec":
-                    raise ValueError
-                usage_ns = int(t[1]) * 1000
-                periods = throttled = throttled_ns = 0
-                if b"nr_periods" in t:  # absent while the cpu controller is not enabled
-                    i = t.index(b"nr_periods")
-                    if t[i + 2] != b"nr_throttled" or t[i + 4] != b"throttled_usec":
-                        raise ValueError
-                    periods, throttled, throttled_ns = int(t[i + 1]), int(t[i + 3]), int(t[i + 5]) * 1000
-                inactive_key = b"\ninactive_file "
-            else:
-                usage_ns = int(raw_usage)
-                periods = throttled = throttled_ns = 0
-                if raw_cpustat:
-                    t = raw_cpustat.split()
-                    if t[0] != b"nr_periods" or t[2] != b"nr_throttled" or t[4] != b"throttled_time":
-                        raise ValueError
-                    periods, throttled, throttled_ns = int(t[1]), int(t[3]), int(t[5])
-                inactive_key = b"\ntotal_inactive_file "
+            usage_ns, periods, throttled, throttled_ns = self._parse_cpu(raw_usage, raw_cpustat)
             usage: int | None = None
             ws: int | None = None
             if raw_mem:
                 usage = ws = int(raw_mem)
                 if raw_memstat:
-                    i = raw_memstat.index(inactive_key) + len(inactive_key)
+                    key = self._inactive_key
+                    i = raw_memstat.index(key) + len(key)
                     inactive = int(raw_memstat[i : raw_memstat.index(b"\n", i)])
                     ws = usage - inactive if usage > inactive else 0
             limit: int | None = None

@@ -7,6 +7,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 
+class ActionKind(enum.StrEnum):
+    """What an executed action did, as records, logs and metrics name it."""
+
+    SET_BE_CPUSET = "set_be_cpuset"
+    SET_BE_CPU_QUOTA = "set_be_cpu_quota"
+    SET_BE_CPU_IDLE = "set_be_cpu_idle"
+    BE_KNOB_MEMBERS = "be_knob_members"
+    EVICT = "evict"
+
+
 class EvictReason(enum.Enum):
     CPU_SATISFACTION = "cpu_satisfaction"
     MEMORY_PRESSURE = "memory_pressure"
@@ -41,14 +51,6 @@ class SetBeCpuIdle:
 
 
 @dataclass(frozen=True, slots=True)
-class SetBeMemoryHigh:
-    """Throttle BE memory at this many bytes (v2 `memory.high`, v1 soft limit); None lifts it."""
-
-    bytes: int | None
-    reason: str
-
-
-@dataclass(frozen=True, slots=True)
 class Evict:
     """Evict one workload. `release` is what the policy expects to get back from it."""
 
@@ -68,4 +70,4 @@ class Hold:
     reason: str
 
 
-Action = SetBeCpuset | SetBeCpuQuota | SetBeCpuIdle | SetBeMemoryHigh | Evict | Hold
+Action = SetBeCpuset | SetBeCpuQuota | SetBeCpuIdle | Evict | Hold

@@ -14,8 +14,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
+from qos import victims
 from qos.actions import Action, Evict, EvictReason, Hold
 from qos.model import NodeSnapshot, Resources, Source, Workload
+from qos.pipeline import Policy
 from qos.quantity import QuantityError, to_int
 
 BATCH_CPU = "kubernetes.io/batch-cpu"
@@ -316,104 +318,88 @@ def admit_batch(view: BatchLedgerView | None, request: Resources,
     return Admission(True, "fits")
 
 
-def _yarn_order(w: Workload) -> tuple[int, ...]:
-    """Newest YARN container sorts highest: by its id's numbers (cluster ts, app, attempt, epoch, seq)."""
-    name = w.key.removeprefix("yarn/")
-    parts = name.split("_")[1:]
-    epoch = 0
-    if parts and parts[0].startswith("e"):
-        epoch = int(parts[0][1:]) if parts[0][1:].isdigit() else 0
-        parts = parts[1:]
-    nums = [int(p) if p.isdigit() else 0 for p in parts]
-    if len(nums) == 4:
-        return (nums[0], nums[1], nums[2], epoch, nums[3])
-    return ()
-
-
-def victim_order(workloads: Iterable[Workload]) -> list[Workload]:
-    """Lowest priority first; newest first among equals (start time, then YARN id, then key); a YARN
-    ApplicationMaster after every other workload of its priority (killing it loses the application)."""
-    return sorted(workloads, key=lambda w: (w.priority, w.is_yarn_am, -w.started_at, _neg(_yarn_order(w)),
-                                            _neg_str(w.key)))
-
-
-def _neg(t: tuple[int, ...]) -> tuple[int, ...]:
-    return tuple(-x for x in t)
-
-
-def _neg_str(s: str) -> tuple[int, ...]:
-    return tuple(-ord(c) for c in s)
-
-
-def select_victims(candidates: Iterable[Workload], need: Resources,
-                   all_workloads: Iterable[Workload]) -> list[Workload]:
-    """Pick victims in `victim_order` until `need` is covered. A YARN AM is only taken when no other
-    container of its application remains (every sibling is already chosen or terminating)."""
-    ordered = victim_order(candidates)
-    siblings: dict[str, set[str]] = {}
-    for w in all_workloads:
-        if w.source is Source.YARN and w.app_id and not w.terminating:
-            siblings.setdefault(w.app_id, set()).add(w.key)
-    chosen: list[Workload] = []
-    taken: set[str] = set()
-    cpu, mem = need.milli_cpu, need.memory_bytes
-    progress = True
-    while (cpu > 0 or mem > 0) and progress:
-        progress = False
-        for w in ordered:
-            if cpu <= 0 and mem <= 0:
-                break
-            if w.key in taken:
-                continue
-            if not ((cpu > 0 and w.requests.milli_cpu > 0) or (mem > 0 and w.requests.memory_bytes > 0)):
-                continue
-            if w.is_yarn_am and w.app_id and (siblings.get(w.app_id, set()) - taken - {w.key}):
-                continue
-            chosen.append(w)
-            taken.add(w.key)
-            cpu -= w.requests.milli_cpu
-            mem -= w.requests.memory_bytes
-            progress = True
-    return chosen
-
-
-def decide_batch(snapshot: NodeSnapshot, cfg: BatchConfig, state: BatchState, *,
-                 origin_annotation: str | None = None) -> tuple[list[Action], BatchState]:
-    """Release allocations until `k8s + yarn ≤ origin`; hold (with the reason) when it may not act."""
+def _origin(snapshot: NodeSnapshot, cfg: BatchConfig,
+            state: BatchState) -> tuple[Resources | None, BatchState, list[Action]]:
+    """The origin in force, or a Hold saying why there is none."""
     try:
-        origin, state = origin_batch_total(snapshot, cfg, state, origin_annotation)
+        origin, state = origin_batch_total(snapshot, cfg, state, snapshot.origin_annotation)
     except BatchAnnotationError as err:
-        return [Hold(POLICY, f"origin unusable: {err}")], state
+        return None, state, [Hold(POLICY, f"origin unusable: {err}")]
     if origin is None:
-        return [Hold(POLICY, "origin unknown")], state
+        return None, state, [Hold(POLICY, "origin unknown")]
+    return origin, state, []
+
+
+def _forget_expired(snapshot: NodeSnapshot, cfg: BatchConfig, state: BatchState) -> BatchState:
+    """Pending and blocked victims that are gone, or older than `pending_release_s`, are forgotten."""
     now = snapshot.taken_at
-    present = {w.key: w for w in snapshot.workloads}
+    present = {w.key for w in snapshot.workloads}
     pending = {k: v for k, v in state.pending.items()
                if k in present and now - v[0] < cfg.pending_release_s}
     blocked = {k: at for k, at in state.blocked.items() if k in present and now - at < cfg.pending_release_s}
-    state = replace(state, pending=pending, blocked=blocked)
+    return replace(state, pending=pending, blocked=blocked)
+
+
+def _hold_back(snapshot: NodeSnapshot, cfg: BatchConfig, since: float) -> Hold | None:
+    """Why an overcommitted ledger may not release anything this tick, if it may not."""
+    waited = snapshot.taken_at - since
+    if cfg.origin == "local" and waited < cfg.local_sustain_s:
+        return Hold(POLICY, f"overcommitted for {waited:.1f}s; releasing after {cfg.local_sustain_s:g}s "
+                            "(local origin follows HP usage)")
+    if snapshot.stale:
+        which = ", ".join(f"{k}: {v}" for k, v in sorted(snapshot.stale.items()))
+        return Hold(POLICY, f"overcommitted but data is stale ({which})")
+    if not cfg.evict:
+        return Hold(POLICY, "overcommitted; eviction disabled, admissions refused")
+    return None
+
+
+def _releasing(snapshot: NodeSnapshot, state: BatchState) -> Resources:
+    """What is already on its way back: pending victims still holding their allocation, and terminating
+    batch workloads."""
+    releasing = Resources()
+    for w in snapshot.workloads:
+        if w.key in state.pending:
+            # A victim that no longer holds its allocation is already out of the requested totals.
+            if holds_allocation(w):
+                releasing = releasing + state.pending[w.key][1]
+        elif w.terminating and w.be and w.source in (Source.K8S, Source.YARN):
+            releasing = releasing + w.requests
+    return releasing
+
+
+def _evictions(victims: list[Workload], view: BatchLedgerView, releasing: Resources,
+               origin: Resources) -> list[Action]:
+    numbers = view.numbers()
+    numbers["pending_release_milli_cpu"] = releasing.milli_cpu
+    numbers["pending_release_memory_bytes"] = releasing.memory_bytes
+    over = view.overcommit
+    msg_head = (f"batch overcommitted by {over.milli_cpu}m CPU / {over.memory_bytes} B memory: "
+                f"k8s {view.k8s_requested.milli_cpu}m + yarn {view.yarn_requested.milli_cpu}m "
+                f"> origin {origin.milli_cpu}m")
+    return [Evict(
+        key=v.key, reason=EvictReason.BATCH_OVERCOMMIT,
+        message=f"{msg_head}; releasing {v.requests.milli_cpu}m / {v.requests.memory_bytes} B",
+        release_milli_cpu=v.requests.milli_cpu, release_memory_bytes=v.requests.memory_bytes,
+        numbers=numbers) for v in victims]
+
+
+def decide_batch(snapshot: NodeSnapshot, cfg: BatchConfig,
+                 state: BatchState) -> tuple[list[Action], BatchState]:
+    """Release allocations until `k8s + yarn ≤ origin`; hold (with the reason) when it may not act."""
+    origin, state, holds = _origin(snapshot, cfg, state)
+    if origin is None:
+        return holds, state
+    state = _forget_expired(snapshot, cfg, state)
     view = ledger_view(origin, snapshot.workloads)
     if not view.overcommitted:
         return [], replace(state, over_since=None)
-    since = now if state.over_since is None else state.over_since
+    since = snapshot.taken_at if state.over_since is None else state.over_since
     state = replace(state, over_since=since)
-    if cfg.origin == "local" and now - since < cfg.local_sustain_s:
-        waited = now - since
-        return [Hold(POLICY, f"overcommitted for {waited:.1f}s; releasing after {cfg.local_sustain_s:g}s "
-                             "(local origin follows HP usage)")], state
-    if snapshot.stale:
-        which = ", ".join(f"{k}: {v}" for k, v in sorted(snapshot.stale.items()))
-        return [Hold(POLICY, f"overcommitted but data is stale ({which})")], state
-    if not cfg.evict:
-        return [Hold(POLICY, "overcommitted; eviction disabled, admissions refused")], state
-    releasing = Resources()
-    for key, w in present.items():
-        if key in pending:
-            # A victim that no longer holds its allocation is already out of the requested totals.
-            if holds_allocation(w):
-                releasing = releasing + pending[key][1]
-        elif w.terminating and w.be and w.source in (Source.K8S, Source.YARN):
-            releasing = releasing + w.requests
+    hold = _hold_back(snapshot, cfg, since)
+    if hold is not None:
+        return [hold], state
+    releasing = _releasing(snapshot, state)
     over = view.overcommit
     need = Resources(max(0, over.milli_cpu - releasing.milli_cpu),
                      max(0, over.memory_bytes - releasing.memory_bytes))
@@ -421,24 +407,30 @@ def decide_batch(snapshot: NodeSnapshot, cfg: BatchConfig, state: BatchState, *,
         return [Hold(POLICY, "overcommitted; waiting for pending releases")], state
     candidates = [w for w in snapshot.workloads
                   if w.be and w.source in (Source.K8S, Source.YARN) and not w.terminating
-                  and w.key not in pending and w.key not in blocked]
-    victims = select_victims(candidates, need, snapshot.workloads)
-    numbers = view.numbers()
-    numbers["pending_release_milli_cpu"] = releasing.milli_cpu
-    numbers["pending_release_memory_bytes"] = releasing.memory_bytes
-    actions: list[Action] = []
-    new_pending = dict(pending)
-    msg_head = (f"batch overcommitted by {over.milli_cpu}m CPU / {over.memory_bytes} B memory: "
-                f"k8s {view.k8s_requested.milli_cpu}m + yarn {view.yarn_requested.milli_cpu}m "
-                f"> origin {origin.milli_cpu}m")
-    for v in victims:
-        actions.append(Evict(
-            key=v.key, reason=EvictReason.BATCH_OVERCOMMIT,
-            message=f"{msg_head}; releasing {v.requests.milli_cpu}m / {v.requests.memory_bytes} B",
-            release_milli_cpu=v.requests.milli_cpu, release_memory_bytes=v.requests.memory_bytes,
-            numbers=numbers))
-        new_pending[v.key] = (now, v.requests)
-    got = sum((v.requests for v in victims), Resources())
+                  and w.key not in state.pending and w.key not in state.blocked]
+    chosen = victims.pick_allocations(candidates, need, snapshot.workloads)
+    actions = _evictions(chosen, view, releasing, origin)
+    got = sum((v.requests for v in chosen), Resources())
     if got.milli_cpu < need.milli_cpu or got.memory_bytes < need.memory_bytes:
         actions.append(Hold(POLICY, "not enough evictable batch allocations to fit the ledger"))
+    new_pending = {**state.pending, **{v.key: (snapshot.taken_at, v.requests) for v in chosen}}
     return actions, replace(state, pending=new_pending)
+
+
+@dataclass(frozen=True, slots=True)
+class BatchPolicy(Policy[BatchState]):
+    """Batch overcommit behind the pipeline protocol. It keeps its own pending victims (their requests,
+    for `pending_release_s`) and is de-duplicated against the others when the actions are merged."""
+
+    config: BatchConfig = field(default_factory=lambda: BatchConfig(origin="local"))
+    name: str = POLICY
+
+    def initial_state(self) -> BatchState:
+        return BatchState()
+
+    def decide(self, snapshot: NodeSnapshot, state: BatchState,
+               pending: frozenset[str] = frozenset()) -> tuple[list[Action], BatchState]:
+        return decide_batch(snapshot, self.config, state)
+
+    def refused(self, state: BatchState, key: str, at: float) -> BatchState:
+        return note_blocked(state, key, at)

@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Collection
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from qos import validation, victims
 from qos.actions import Action, Evict, EvictReason, Hold
 from qos.failsafe import FailsafeConfig, eviction_blocker
 from qos.model import NodeSnapshot
+from qos.pipeline import Policy
 
 POLICY_NAME = "cpu_eviction"
 
@@ -184,3 +185,30 @@ def decide(
         last_round_at=now,
         evicted=victims.remember(evicted, (w.key for w in chosen), now),
     )
+
+
+def forget(state: CpuEvictionState, keys: Collection[str]) -> CpuEvictionState:
+    """Drop victims whose eviction did not happen; the window and the cool-down stay."""
+    return replace(state, evicted=tuple((k, at) for k, at in state.evicted if k not in keys))
+
+
+@dataclass(frozen=True, slots=True)
+class CpuEvictionPolicy(Policy[CpuEvictionState]):
+    """CPU eviction behind the pipeline protocol; shares its victims with the other eviction policies."""
+
+    config: CpuEvictionConfig = field(default_factory=CpuEvictionConfig)
+    failsafe: FailsafeConfig = field(default_factory=FailsafeConfig)
+    name: str = POLICY_NAME
+
+    def initial_state(self) -> CpuEvictionState:
+        return CpuEvictionState()
+
+    def decide(self, snapshot: NodeSnapshot, state: CpuEvictionState,
+               pending: frozenset[str] = frozenset()) -> tuple[list[Action], CpuEvictionState]:
+        return decide(snapshot, self.config, state, failsafe=self.failsafe, pending_keys=pending)
+
+    def victims(self, state: CpuEvictionState) -> frozenset[str]:
+        return frozenset(key for key, _ in state.evicted)
+
+    def forget(self, state: CpuEvictionState, keys: Collection[str]) -> CpuEvictionState:
+        return forget(state, keys)

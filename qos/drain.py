@@ -9,11 +9,15 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Collection, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from qos.actions import Evict, EvictReason
-from qos.model import Workload
+from qos.actions import Action, Evict, EvictReason
+from qos.model import DrainTerms, NodeSnapshot, Workload
+from qos.pipeline import Policy
 from qos.victims import order_victims
+
+__all__ = ["DrainDecision", "DrainPolicy", "DrainTerms", "Verdict", "deadline_for", "decide_drain",
+           "drain_decision"]
 
 
 class Verdict(enum.Enum):
@@ -21,16 +25,6 @@ class Verdict(enum.Enum):
     WAIT_APPS = "WAIT_APPS"
     DRAINED = "DRAINED"  # nothing left: the node is DECOMMISSIONED
     TIMED_OUT = "TIMED_OUT"  # deadline passed (or forceful): evict what is left, then DECOMMISSIONED
-
-
-@dataclass(frozen=True, slots=True)
-class DrainTerms:
-    """What a drain was asked for. `deadline` is absolute wall-clock seconds; None waits forever."""
-
-    graceful: bool = True
-    wait_for_apps: bool = False
-    started_at: float = 0.0
-    deadline: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,3 +72,30 @@ def decide_drain(terms: DrainTerms, workloads: Iterable[Workload], pending: Coll
         return DrainDecision(Verdict.TIMED_OUT, evict, n_left, waiting, time_left)
     verdict = Verdict.WAIT_ALLOCATIONS if n_left else Verdict.WAIT_APPS
     return DrainDecision(verdict, (), n_left, waiting, time_left)
+
+
+def drain_decision(snapshot: NodeSnapshot) -> DrainDecision | None:
+    """This tick's decision for the drain the snapshot carries; None when there is none, or the data is
+    stale (a drain never decides, nor evicts, on missing data)."""
+    view = snapshot.drain
+    if view is None or snapshot.stale:
+        return None
+    be = [w for w in snapshot.workloads if w.be]
+    return decide_drain(view.terms, be, view.pending, view.finished, view.apps_seen, view.apps_active,
+                        view.now)
+
+
+@dataclass(frozen=True, slots=True)
+class DrainPolicy(Policy[None]):
+    """The drain behind the pipeline protocol: its DRAIN_TIMEOUT evictions. Stateless: the ledger keeps
+    the drain, and the snapshot carries it."""
+
+    name: str = field(default="drain")
+
+    def initial_state(self) -> None:
+        return None
+
+    def decide(self, snapshot: NodeSnapshot, state: None,
+               pending: frozenset[str] = frozenset()) -> tuple[list[Action], None]:
+        decision = drain_decision(snapshot)
+        return ([] if decision is None else list(decision.evict)), None

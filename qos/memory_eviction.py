@@ -12,12 +12,13 @@ cool-down 4 s.
 from __future__ import annotations
 
 from collections.abc import Collection
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from qos import validation, victims
 from qos.actions import Action, Evict, EvictReason, Hold
 from qos.failsafe import FailsafeConfig, eviction_blocker
 from qos.model import NodeSnapshot
+from qos.pipeline import Policy
 
 POLICY_NAME = "memory_eviction"
 MIB = 1 << 20
@@ -134,3 +135,30 @@ def decide(
     return actions, MemoryEvictionState(
         last_round_at=now, evicted=victims.remember(evicted, (w.key for w in chosen), now)
     )
+
+
+def forget(state: MemoryEvictionState, keys: Collection[str]) -> MemoryEvictionState:
+    """Drop victims whose eviction did not happen; the cool-down stays."""
+    return replace(state, evicted=tuple((k, at) for k, at in state.evicted if k not in keys))
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryEvictionPolicy(Policy[MemoryEvictionState]):
+    """Memory eviction behind the pipeline protocol; shares its victims with the other eviction policies."""
+
+    config: MemoryEvictionConfig = field(default_factory=MemoryEvictionConfig)
+    failsafe: FailsafeConfig = field(default_factory=FailsafeConfig)
+    name: str = POLICY_NAME
+
+    def initial_state(self) -> MemoryEvictionState:
+        return MemoryEvictionState()
+
+    def decide(self, snapshot: NodeSnapshot, state: MemoryEvictionState,
+               pending: frozenset[str] = frozenset()) -> tuple[list[Action], MemoryEvictionState]:
+        return decide(snapshot, self.config, state, failsafe=self.failsafe, pending_keys=pending)
+
+    def victims(self, state: MemoryEvictionState) -> frozenset[str]:
+        return frozenset(key for key, _ in state.evicted)
+
+    def forget(self, state: MemoryEvictionState, keys: Collection[str]) -> MemoryEvictionState:
+        return forget(state, keys)

@@ -98,6 +98,32 @@ class BeTierState:
 
 
 @dataclass(frozen=True, slots=True)
+class DrainTerms:
+    """What a drain was asked for. `deadline` is absolute wall-clock seconds; None waits forever."""
+
+    graceful: bool = True
+    wait_for_apps: bool = False
+    started_at: float = 0.0
+    deadline: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DrainView:
+    """A drain in progress, as the ledger tells it at this tick (absent when the node is not draining).
+
+    `pending`: keys admitted but not launched yet; `finished`: BE keys that ended though their record is
+    still there (a cgroup with no process); `apps_seen`: applications that had an allocation here since the
+    drain started; `apps_active`: applications not finished; `now`: the ledger's wall clock."""
+
+    terms: DrainTerms
+    now: float
+    pending: tuple[str, ...] = ()
+    finished: frozenset[str] = frozenset()
+    apps_seen: frozenset[str] = frozenset()
+    apps_active: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True, slots=True)
 class NodeSnapshot:
     """One consistent reading of the node.
 
@@ -107,6 +133,8 @@ class NodeSnapshot:
     `hp_cpu_pressure_some_avg10` is CPU PSI `some` of the HP workloads (percent, the worst of them) over
     the last collection window, where the kernel has it; the collector derives it from the cumulative
     stall counter, because the kernel's own avg10 moves only every 2 s.
+    `origin_annotation` is the node's batch origin annotation text as read (None: not read, or absent);
+    `drain` the drain in progress. The daemon fills both from the API server and the ledger.
     """
 
     taken_at: float
@@ -121,6 +149,8 @@ class NodeSnapshot:
     hp_cpu_pressure_some_avg10: float | None = None
     stale: Mapping[str, str] = field(default_factory=dict)
     interval_s: float = 1.0
+    origin_annotation: str | None = None
+    drain: DrainView | None = None
 
     @property
     def be_workloads(self) -> tuple[Workload, ...]:

@@ -36,11 +36,12 @@ reads it back as 0). A knob that the snapshot reads back different from what the
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from qos import validation
 from qos.actions import Action, Hold, SetBeCpuIdle, SetBeCpuQuota, SetBeCpuset
 from qos.model import NodeSnapshot
+from qos.pipeline import Policy
 
 POLICY_NAME = "cpu_suppression"
 CPUSET = "cpuset"
@@ -143,51 +144,37 @@ def _fmt_cpus(cpus: tuple[int, ...]) -> str:
     return ",".join(str(c) for c in cpus) or "-"
 
 
-def decide(
-    snapshot: NodeSnapshot, config: SuppressionConfig, state: SuppressionState
-) -> tuple[list[Action], SuppressionState]:
-    """This tick's BE CPU knobs (only those that change or need re-asserting) and the new grant."""
-    if not config.enabled:
-        return [], state
-    actions: list[Action] = []
-    idle_requested = state.idle_requested
-    if config.cpu_idle and (not state.idle_requested or snapshot.be_tier.cpu_idle is False):
-        why = "BE tier in SCHED_IDLE: HP preempts it at once"
-        if state.idle_requested:
-            why = "re-assert: BE tier cpu.idle read back as 0"
-        actions.append(SetBeCpuIdle(True, why))
-        idle_requested = True
+@dataclass(frozen=True, slots=True)
+class _Pressure:
+    """HP CPU pressure this tick: `high` forbids growth, `cut` (high and not falling) cuts one more step."""
 
+    psi: float | None
+    high: bool
+    cut: bool
+
+
+def _pressure(snapshot: NodeSnapshot, config: SuppressionConfig, state: SuppressionState) -> _Pressure:
     psi = snapshot.hp_cpu_pressure_some_avg10
     if psi is not None and not math.isfinite(psi):
         psi = None
-    new_state = replace(state, idle_requested=idle_requested, last_hp_psi=psi)
+    high = config.psi_threshold_percent is not None and psi is not None and psi > config.psi_threshold_percent
+    cut = high and psi is not None and (state.last_hp_psi is None or psi >= state.last_hp_psi)
+    return _Pressure(psi, high, cut)
 
-    if config.policy == CPUSET and not snapshot.cpus:
-        actions.append(Hold(POLICY_NAME, "the snapshot lists no CPUs: no cpuset to give the BE tier"))
-        return actions, new_state
 
-    floor, ceiling = bounds(snapshot, config)
-    cap = max(snapshot.capacity.milli_cpu, 0)
-    formula, numbers = formula_milli(snapshot, config)
-    psi_high = (
-        config.psi_threshold_percent is not None and psi is not None and psi > config.psi_threshold_percent
-    )
-    psi_cut = psi_high and psi is not None and (state.last_hp_psi is None or psi >= state.last_hp_psi)
+def _idle(snapshot: NodeSnapshot, config: SuppressionConfig, state: SuppressionState) -> list[Action]:
+    """Ask for `cpu.idle` once, and again whenever it reads back as 0."""
+    if not config.cpu_idle or (state.idle_requested and snapshot.be_tier.cpu_idle is not False):
+        return []
+    why = "BE tier in SCHED_IDLE: HP preempts it at once"
+    if state.idle_requested:
+        why = "re-assert: BE tier cpu.idle read back as 0"
+    return [SetBeCpuIdle(True, why)]
 
-    if formula is None and state.budget_milli is None and not psi_cut:
-        actions.append(
-            Hold(POLICY_NAME, "missing HP or system CPU usage: nothing granted yet, BE left as is")
-        )
-        return actions, new_state
 
-    if state.budget_milli is not None:
-        current = state.budget_milli
-    else:
-        current = _knob_budget(snapshot, config, ceiling)
-    current = min(max(current, floor), ceiling)
-
-    reasons: list[str] = []
+def _target(formula: float | None, current: int, floor: int, ceiling: int, cap: int,
+            config: SuppressionConfig, pressure: _Pressure, actions: list[Action], reasons: list[str]) -> int:
+    """Where the budget should go: the clamped formula (or `current` when it is unknown), less a PSI step."""
     if formula is None:
         target = current
         actions.append(
@@ -195,64 +182,68 @@ def decide(
         )
     else:
         target = min(max(math.floor(formula), floor), ceiling)
-    if psi_cut:
+    if pressure.cut:
         step = math.floor(cap * config.psi_shrink_percent / 100)
         if config.policy == CPUSET:
             step = max(step, 1000)
         step = max(step, 1)
         if current - step < target:
             target = max(current - step, floor)
-            reasons.append(f"HP cpu pressure {psi:.1f}% > {config.psi_threshold_percent:g}% and not falling")
-
-    dead_band = max(math.floor(cap * config.dead_band_percent / 100), 1)
-    grow_step = math.floor(cap * config.max_grow_percent / 100)
-    if target < current:
-        budget = target
-        reasons.insert(0, f"shrink at once {current} -> {budget} milli-CPU")
-    elif target - current >= dead_band:
-        blocked = []
-        if snapshot.stale:
-            blocked.append("stale sources: " + ", ".join(sorted(snapshot.stale)))
-        if psi_high:
-            blocked.append(f"HP cpu pressure {psi:.1f}% > {config.psi_threshold_percent:g}%")
-        if blocked:
-            budget = current
-            actions.append(Hold(POLICY_NAME, f"not growing BE to {target} milli-CPU: " + "; ".join(blocked)))
-        else:
-            budget = min(target, current + grow_step)
-            reasons.insert(0, f"grow {current} -> {budget} milli-CPU (at most {grow_step} a tick)")
-    else:
-        budget = current
-
-    numbers.update(
-        floor_milli_cpu=floor,
-        target_milli_cpu=target,
-        previous_budget_milli_cpu=current,
-        budget_milli_cpu=budget,
-    )
-    if psi is not None:
-        numbers["hp_cpu_psi_some_avg10"] = psi
-    change = "; ".join(reasons)
-
-    if config.policy == CPUSET:
-        ncpus = min(max(budget // 1000, effective_min_cpus(config, len(snapshot.cpus))), len(snapshot.cpus))
-        cpuset = tuple(sorted(snapshot.cpus[len(snapshot.cpus) - ncpus :]))
-        numbers["be_cpus"] = ncpus
-        seen = snapshot.be_tier.cpuset
-        if state.cpuset != cpuset:
-            why = change or ("initial BE cpuset" if state.cpuset is None else "BE cpuset follows the budget")
-            actions.append(SetBeCpuset(cpuset, why, dict(numbers)))
-        elif seen and set(seen) != set(cpuset):
-            why = f"re-assert: BE cpuset read back as {_fmt_cpus(seen)}, granted {_fmt_cpus(cpuset)}"
-            actions.append(SetBeCpuset(cpuset, why, dict(numbers)))
-        if snapshot.be_tier.quota_milli_cpu is not None:
-            why = "cpuset policy: no CFS quota on the BE tier (a quota costs HP wake-up latency)"
-            actions.append(
-                SetBeCpuQuota(None, why, {"found_quota_milli_cpu": snapshot.be_tier.quota_milli_cpu})
+            reasons.append(
+                f"HP cpu pressure {pressure.psi:.1f}% > {config.psi_threshold_percent:g}% and not falling"
             )
-        return actions, replace(new_state, budget_milli=budget, cpuset=cpuset, quota_milli=None)
+    return target
 
-    quota = budget
+
+def _next_budget(snapshot: NodeSnapshot, config: SuppressionConfig, current: int, target: int, cap: int,
+                 pressure: _Pressure, actions: list[Action], reasons: list[str]) -> int:
+    """Shrink at once; grow past the dead-band by at most one step, unless stale data or PSI forbid it."""
+    if target < current:
+        reasons.insert(0, f"shrink at once {current} -> {target} milli-CPU")
+        return target
+    dead_band = max(math.floor(cap * config.dead_band_percent / 100), 1)
+    if target - current < dead_band:
+        return current
+    blocked = []
+    if snapshot.stale:
+        blocked.append("stale sources: " + ", ".join(sorted(snapshot.stale)))
+    if pressure.high:
+        blocked.append(f"HP cpu pressure {pressure.psi:.1f}% > {config.psi_threshold_percent:g}%")
+    if blocked:
+        actions.append(Hold(POLICY_NAME, f"not growing BE to {target} milli-CPU: " + "; ".join(blocked)))
+        return current
+    grow_step = math.floor(cap * config.max_grow_percent / 100)
+    budget = min(target, current + grow_step)
+    reasons.insert(0, f"grow {current} -> {budget} milli-CPU (at most {grow_step} a tick)")
+    return budget
+
+
+def _cpuset_knobs(snapshot: NodeSnapshot, config: SuppressionConfig, state: SuppressionState, budget: int,
+                  change: str, numbers: dict[str, float]) -> tuple[list[Action], tuple[int, ...]]:
+    """The cpuset the budget buys (whole CPUs from the end), and no CFS quota."""
+    actions: list[Action] = []
+    ncpus = min(max(budget // 1000, effective_min_cpus(config, len(snapshot.cpus))), len(snapshot.cpus))
+    cpuset = tuple(sorted(snapshot.cpus[len(snapshot.cpus) - ncpus :]))
+    numbers["be_cpus"] = ncpus
+    seen = snapshot.be_tier.cpuset
+    if state.cpuset != cpuset:
+        why = change or ("initial BE cpuset" if state.cpuset is None else "BE cpuset follows the budget")
+        actions.append(SetBeCpuset(cpuset, why, dict(numbers)))
+    elif seen and set(seen) != set(cpuset):
+        why = f"re-assert: BE cpuset read back as {_fmt_cpus(seen)}, granted {_fmt_cpus(cpuset)}"
+        actions.append(SetBeCpuset(cpuset, why, dict(numbers)))
+    if snapshot.be_tier.quota_milli_cpu is not None:
+        why = "cpuset policy: no CFS quota on the BE tier (a quota costs HP wake-up latency)"
+        actions.append(
+            SetBeCpuQuota(None, why, {"found_quota_milli_cpu": snapshot.be_tier.quota_milli_cpu})
+        )
+    return actions, cpuset
+
+
+def _quota_knobs(snapshot: NodeSnapshot, state: SuppressionState, quota: int, change: str,
+                 numbers: dict[str, float]) -> list[Action]:
+    """A CFS quota of the budget, and every CPU in the BE cpuset."""
+    actions: list[Action] = []
     seen_quota = snapshot.be_tier.quota_milli_cpu
     if state.quota_milli != quota:
         why = change or ("initial BE quota" if state.quota_milli is None else "BE quota follows the budget")
@@ -266,4 +257,66 @@ def decide(
     if seen and all_cpus and set(seen) != set(all_cpus):
         why = f"cfsQuota policy: BE cpuset read back as {_fmt_cpus(seen)}, restoring every CPU"
         actions.append(SetBeCpuset(all_cpus, why, {"be_cpus": len(all_cpus)}))
-    return actions, replace(new_state, budget_milli=budget, cpuset=None, quota_milli=quota)
+    return actions
+
+
+def decide(
+    snapshot: NodeSnapshot, config: SuppressionConfig, state: SuppressionState
+) -> tuple[list[Action], SuppressionState]:
+    """This tick's BE CPU knobs (only those that change or need re-asserting) and the new grant."""
+    if not config.enabled:
+        return [], state
+    actions = _idle(snapshot, config, state)
+    pressure = _pressure(snapshot, config, state)
+    new_state = replace(state, idle_requested=state.idle_requested or bool(actions), last_hp_psi=pressure.psi)
+
+    if config.policy == CPUSET and not snapshot.cpus:
+        actions.append(Hold(POLICY_NAME, "the snapshot lists no CPUs: no cpuset to give the BE tier"))
+        return actions, new_state
+
+    floor, ceiling = bounds(snapshot, config)
+    cap = max(snapshot.capacity.milli_cpu, 0)
+    formula, numbers = formula_milli(snapshot, config)
+    if formula is None and state.budget_milli is None and not pressure.cut:
+        actions.append(
+            Hold(POLICY_NAME, "missing HP or system CPU usage: nothing granted yet, BE left as is")
+        )
+        return actions, new_state
+
+    current = state.budget_milli
+    if current is None:
+        current = _knob_budget(snapshot, config, ceiling)
+    current = min(max(current, floor), ceiling)
+    reasons: list[str] = []
+    target = _target(formula, current, floor, ceiling, cap, config, pressure, actions, reasons)
+    budget = _next_budget(snapshot, config, current, target, cap, pressure, actions, reasons)
+    numbers.update(
+        floor_milli_cpu=floor,
+        target_milli_cpu=target,
+        previous_budget_milli_cpu=current,
+        budget_milli_cpu=budget,
+    )
+    if pressure.psi is not None:
+        numbers["hp_cpu_psi_some_avg10"] = pressure.psi
+    change = "; ".join(reasons)
+
+    if config.policy == CPUSET:
+        knobs, cpuset = _cpuset_knobs(snapshot, config, state, budget, change, numbers)
+        return actions + knobs, replace(new_state, budget_milli=budget, cpuset=cpuset, quota_milli=None)
+    knobs = _quota_knobs(snapshot, state, budget, change, numbers)
+    return actions + knobs, replace(new_state, budget_milli=budget, cpuset=None, quota_milli=budget)
+
+
+@dataclass(frozen=True, slots=True)
+class SuppressionPolicy(Policy[SuppressionState]):
+    """CPU suppression behind the pipeline protocol; it evicts nothing."""
+
+    config: SuppressionConfig = field(default_factory=SuppressionConfig)
+    name: str = POLICY_NAME
+
+    def initial_state(self) -> SuppressionState:
+        return SuppressionState()
+
+    def decide(self, snapshot: NodeSnapshot, state: SuppressionState,
+               pending: frozenset[str] = frozenset()) -> tuple[list[Action], SuppressionState]:
+        return decide(snapshot, self.config, state)

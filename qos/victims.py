@@ -1,10 +1,15 @@
 """Which BE workloads to evict, in what order, and what evictions are still on their way.
 
-Order: BE only (an HP workload is never a candidate, nor a protected one however it is marked), priority
-ascending, then usage descending (memory working set when memory is needed, CPU otherwise), then newest
-first. Containers of one YARN
-application keep the places the order gives them as a group, but fill those places newest first with
-the ApplicationMaster last; the AM is picked only when no other container of its application remains.
+Two rankings, because the policies release different things. `order_victims`/`pick_victims` (memory and
+CPU eviction, drain) rank by usage. `allocation_order`/`pick_allocations` (the batch ledger) rank by what
+a workload holds of the ledger, its requests, and take a candidate only while it releases a request still
+needed.
+
+Usage order: BE only (an HP workload is never a candidate, nor a protected one however it is marked),
+priority ascending, then usage descending (memory working set when memory is needed, CPU otherwise), then
+newest first. Containers of one YARN application keep the places the order gives them as a group, but
+fill those places newest first with the ApplicationMaster last; the AM is picked only when no other
+container of its application remains.
 """
 
 from __future__ import annotations
@@ -140,3 +145,68 @@ def remember(evicted: EvictedLog, keys: Iterable[str], at: float) -> EvictedLog:
     for key in keys:
         known.setdefault(key, at)
     return tuple(sorted(known.items()))
+
+
+# ---------------------------------------------------------------- by allocation (batch ledger)
+
+
+def _yarn_order(w: Workload) -> tuple[int, ...]:
+    """Newest YARN container sorts highest: by its id's numbers (cluster ts, app, attempt, epoch, seq)."""
+    name = w.key.removeprefix("yarn/")
+    parts = name.split("_")[1:]
+    epoch = 0
+    if parts and parts[0].startswith("e"):
+        epoch = int(parts[0][1:]) if parts[0][1:].isdigit() else 0
+        parts = parts[1:]
+    nums = [int(p) if p.isdigit() else 0 for p in parts]
+    if len(nums) == 4:
+        return (nums[0], nums[1], nums[2], epoch, nums[3])
+    return ()
+
+
+def allocation_order(workloads: Iterable[Workload]) -> list[Workload]:
+    """The batch ledger's ranking (by allocation, not usage): lowest priority first; newest first among
+    equals (start time, then YARN id, then key); a YARN ApplicationMaster after every other workload of its
+    priority (killing it loses the application)."""
+    return sorted(workloads, key=lambda w: (w.priority, w.is_yarn_am, -w.started_at, _neg(_yarn_order(w)),
+                                            _neg_str(w.key)))
+
+
+def _neg(t: tuple[int, ...]) -> tuple[int, ...]:
+    return tuple(-x for x in t)
+
+
+def _neg_str(s: str) -> tuple[int, ...]:
+    return tuple(-ord(c) for c in s)
+
+
+def pick_allocations(candidates: Iterable[Workload], need: Resources,
+                   all_workloads: Iterable[Workload]) -> list[Workload]:
+    """Pick victims in `allocation_order` until `need` is covered. A YARN AM is only taken when no other
+    container of its application remains (every sibling is already chosen or terminating)."""
+    ordered = allocation_order(candidates)
+    siblings: dict[str, set[str]] = {}
+    for w in all_workloads:
+        if w.source is Source.YARN and w.app_id and not w.terminating:
+            siblings.setdefault(w.app_id, set()).add(w.key)
+    chosen: list[Workload] = []
+    taken: set[str] = set()
+    cpu, mem = need.milli_cpu, need.memory_bytes
+    progress = True
+    while (cpu > 0 or mem > 0) and progress:
+        progress = False
+        for w in ordered:
+            if cpu <= 0 and mem <= 0:
+                break
+            if w.key in taken:
+                continue
+            if not ((cpu > 0 and w.requests.milli_cpu > 0) or (mem > 0 and w.requests.memory_bytes > 0)):
+                continue
+            if w.is_yarn_am and w.app_id and (siblings.get(w.app_id, set()) - taken - {w.key}):
+                continue
+            chosen.append(w)
+            taken.add(w.key)
+            cpu -= w.requests.milli_cpu
+            mem -= w.requests.memory_bytes
+            progress = True
+    return chosen

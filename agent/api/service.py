@@ -113,22 +113,7 @@ class NodeAgentService:
     async def watch(self, request: pb.WatchRequest, context: grpc.aio.ServicerContext[Any, Any]
                     ) -> AsyncIterator[bytes]:
         ledger = self._ledger
-        if self.streams >= self._max_streams:
-            await abort(context, grpc.StatusCode.RESOURCE_EXHAUSTED, "too_many_streams",
-                        f"too many watch streams (limit {self._max_streams}); retry later")
-        start = request.WhichOneof("start")
-        inc = ledger.identity.incarnation
-        if start is None:
-            await abort(context, grpc.StatusCode.INVALID_ARGUMENT, "invalid_argument",
-                        "start: set either from_revision or send_initial")
-        if start == "from_revision" and not request.incarnation:
-            await abort(context, grpc.StatusCode.INVALID_ARGUMENT, "invalid_argument",
-                        "incarnation: required with from_revision (revisions are per incarnation)")
-        if request.incarnation and request.incarnation != inc:
-            await self._wrong_incarnation(request.incarnation, context)
-        if start == "send_initial" and not request.send_initial:
-            await abort(context, grpc.StatusCode.INVALID_ARGUMENT, "invalid_argument",
-                        "send_initial: must be true when set")
+        start = await self._check_watch(request, context)
         limit = min(request.max_events_per_message or self._max_events, self._max_events)
         # Backlog (or view) and subscription are taken in one step of the event loop: no gap, no overlap.
         view: LedgerView | None = None
@@ -144,27 +129,54 @@ class NodeAgentService:
         synced_at = ledger.revision
         self.streams += 1
         try:
-            if view is not None:
-                objs: list[NodeRecord | Application | Allocation] = [
-                    view.node, *view.applications, *view.allocations]
-                for chunk in self._chunks([self._enc.initial(view.revision, o) for o in objs], limit):
-                    yield chunk
-            else:
-                for chunk in self._chunks([self._enc.event(inc, e) for e in backlog], limit):
-                    yield chunk
+            for chunk in self._catch_up(view, backlog, limit):
+                yield chunk
             yield Encoder.watch_response([Encoder.marker(synced_at, pb.EVENT_TYPE_INITIAL_SYNC_END)])
             while True:
                 try:
                     batch = await sub.next_batch(limit, self._bookmark_s)
                 except WatcherDropped as err:
                     await _abort(context, err)
-                if batch:
-                    yield Encoder.watch_response([self._enc.event(inc, e) for e in batch])
-                else:
-                    yield Encoder.watch_response([Encoder.marker(ledger.revision, pb.EVENT_TYPE_BOOKMARK)])
+                yield self._live(batch)
         finally:
             self.streams -= 1
             ledger.unsubscribe(sub)
+
+    async def _check_watch(self, request: pb.WatchRequest, context: grpc.aio.ServicerContext[Any, Any]
+                           ) -> str:
+        """Abort a Watch this agent cannot serve; else which start it asked for."""
+        if self.streams >= self._max_streams:
+            await abort(context, grpc.StatusCode.RESOURCE_EXHAUSTED, "too_many_streams",
+                        f"too many watch streams (limit {self._max_streams}); retry later")
+        start = request.WhichOneof("start")
+        if start is None:
+            await abort(context, grpc.StatusCode.INVALID_ARGUMENT, "invalid_argument",
+                        "start: set either from_revision or send_initial")
+        if start == "from_revision" and not request.incarnation:
+            await abort(context, grpc.StatusCode.INVALID_ARGUMENT, "invalid_argument",
+                        "incarnation: required with from_revision (revisions are per incarnation)")
+        if request.incarnation and request.incarnation != self._ledger.identity.incarnation:
+            await self._wrong_incarnation(request.incarnation, context)
+        if start == "send_initial" and not request.send_initial:
+            await abort(context, grpc.StatusCode.INVALID_ARGUMENT, "invalid_argument",
+                        "send_initial: must be true when set")
+        return start
+
+    def _catch_up(self, view: LedgerView | None, backlog: list[Event], limit: int) -> list[bytes]:
+        """The messages before the sync marker: the whole view (send_initial) or the missed events."""
+        if view is not None:
+            objs: list[NodeRecord | Application | Allocation] = [
+                view.node, *view.applications, *view.allocations]
+            return self._chunks([self._enc.initial(view.revision, o) for o in objs], limit)
+        inc = self._ledger.identity.incarnation
+        return self._chunks([self._enc.event(inc, e) for e in backlog], limit)
+
+    def _live(self, batch: list[Event]) -> bytes:
+        """One message of the live stream: the new events, or a bookmark when there were none."""
+        if batch:
+            inc = self._ledger.identity.incarnation
+            return Encoder.watch_response([self._enc.event(inc, e) for e in batch])
+        return Encoder.watch_response([Encoder.marker(self._ledger.revision, pb.EVENT_TYPE_BOOKMARK)])
 
     def _chunks(self, events: list[bytes], limit: int) -> list[bytes]:
         out: list[bytes] = []

@@ -2,8 +2,10 @@
 
 Evictions are the dangerous part, so this is where the last guards sit, whatever a policy said: never on a
 stale snapshot, never an HP workload, never twice in flight, at most the token bucket's rate, and under
-`dry_run` only recorded. Kills run as tasks (a grace period is seconds long); their keys stay `terminating`
-until the kill is confirmed, so the policies count those releases as pending and never over-evict.
+`dry_run` only recorded. `execute` is synchronous: knobs are written at once, and each eviction that
+passes the guards is handed to a task (a grace period is seconds long), so it needs a running event loop.
+The keys stay `terminating` until the kill is confirmed, so the policies count those releases as pending
+and never over-evict.
 """
 
 from __future__ import annotations
@@ -18,10 +20,10 @@ from typing import Protocol
 
 from agent.executors.be_knobs import BeKnobs
 from agent.executors.ratelimit import TokenBucket
-from agent.published import ActionRecord
+from agent.published import ActionRecord, Outcome
 from cgroups.errors import CgroupError
 from cgroups.writer import CgroupWriter
-from qos.actions import Action, Evict, Hold, SetBeCpuIdle, SetBeCpuQuota, SetBeCpuset, SetBeMemoryHigh
+from qos.actions import Action, ActionKind, Evict, Hold, SetBeCpuIdle, SetBeCpuQuota, SetBeCpuset
 from qos.membership import Membership
 from qos.model import NodeSnapshot, Source, Workload
 
@@ -89,13 +91,14 @@ class ActionExecutor:
         """Keys whose eviction is in flight: the collector marks them `terminating`."""
         return frozenset(self._in_flight)
 
-    def _record(self, policy: str, kind: str, target: str, outcome: str, reason: str,
+    def _record(self, policy: str, kind: str, target: str, outcome: Outcome, reason: str,
                 numbers: Mapping[str, float] | None = None) -> ActionRecord:
         rec = ActionRecord(time.time(), policy, kind, target, outcome, reason, dict(numbers or {}))
         self._audit(rec)
         return rec
 
-    async def execute(self, actions: Sequence[Action], snapshot: NodeSnapshot) -> list[ActionRecord]:
+    def execute(self, actions: Sequence[Action], snapshot: NodeSnapshot) -> list[ActionRecord]:
+        """Carry out one tick's actions; evictions that pass the guards continue as tasks."""
         records: list[ActionRecord] = []
         members = self._be.decide(snapshot)
         for action in actions:
@@ -117,53 +120,45 @@ class ActionExecutor:
 
         Under dry run a knob is recorded once per change of its target: nothing is written, so the policy
         re-asserts it every tick, and each of those would otherwise be another record."""
-        tier = self._be_tier
         try:
             if isinstance(action, SetBeCpuset):
-                kind, target, numbers = "set_be_cpuset", ",".join(map(str, action.cpus)), action.numbers
+                kind, numbers = ActionKind.SET_BE_CPUSET, action.numbers
+                target = ",".join(map(str, action.cpus))
                 if self.dry_run:
                     return self._dry("suppression", kind, target, action.reason, numbers)
                 changed = self._apply_cpuset(action.cpus, members)
-                reason = action.reason
             elif isinstance(action, SetBeCpuQuota):
-                kind, numbers = "set_be_cpu_quota", action.numbers
+                kind, numbers = ActionKind.SET_BE_CPU_QUOTA, action.numbers
                 quota = None if action.milli_cpu is None else max(
                     MIN_QUOTA_US, action.milli_cpu * CFS_PERIOD_US // 1000)
                 target = "max" if quota is None else str(quota)
                 if self.dry_run:
                     return self._dry("suppression", kind, target, action.reason, numbers)
                 changed = self._be.set_quota(quota, members)
-                reason = action.reason
             elif isinstance(action, SetBeCpuIdle):
-                kind, target, numbers = "set_be_cpu_idle", str(int(action.idle)), {}
+                kind, target, numbers = ActionKind.SET_BE_CPU_IDLE, str(int(action.idle)), {}
                 if self.dry_run:
                     return self._dry("suppression", kind, target, action.reason, numbers)
                 changed = self._be.set_idle(action.idle, members)
-                reason = action.reason
-            elif isinstance(action, SetBeMemoryHigh):
-                kind, target, numbers = "set_be_memory_high", str(action.bytes), {}
-                if self.dry_run:
-                    return self._dry("memory", kind, target, action.reason, numbers)
-                changed = self._writer.set_memory_high(tier, action.bytes)
-                reason = action.reason
             else:  # pragma: no cover - the Action union is closed
                 raise TypeError(f"unknown action {action!r}")
         except CgroupError as err:
             self.cgroup_write_errors += 1
             log.warning("cgroup write failed", extra={"fields": {"action": repr(action), "error": str(err)}})
-            return self._record("suppression", type(action).__name__, tier, "failed", str(err))
-        if changed:
-            if members.split and kind != "set_be_memory_high":
-                reason, numbers = self._split_note(reason, numbers, members)
-            return self._record("suppression", kind, target, "applied", reason, numbers)
-        return None
+            return self._record("suppression", type(action).__name__, self._be_tier, Outcome.FAILED, str(err))
+        if not changed:
+            return None
+        reason = action.reason
+        if members.split:
+            reason, numbers = self._split_note(reason, numbers, members)
+        return self._record("suppression", kind, target, Outcome.APPLIED, reason, numbers)
 
     def _dry(self, policy: str, kind: str, target: str, reason: str,
              numbers: Mapping[str, float]) -> ActionRecord | None:
         if self._dry_last.get(kind) == target:
             return None
         self._dry_last[kind] = target
-        return self._record(policy, kind, target, "dry_run", reason, numbers)
+        return self._record(policy, kind, target, Outcome.DRY_RUN, reason, numbers)
 
     @staticmethod
     def _split_note(reason: str, numbers: Mapping[str, float],
@@ -181,15 +176,17 @@ class ActionExecutor:
             self.cgroup_write_errors += 1
             self._be.applied = None  # try again next tick
             log.warning("moving BE knobs failed", extra={"fields": {"error": str(err)}})
-            return [self._record("suppression", "be_knob_members", self._be_tier, "failed", str(err))]
+            return [self._record("suppression", ActionKind.BE_KNOB_MEMBERS, self._be_tier, Outcome.FAILED,
+                                 str(err))]
         why = (f"BE knobs follow the tier's members: {len(members.members)} child cgroup(s), "
                f"{len(members.spared)} with a protected pod spared" if members.split
                else "BE knobs back on the BE tier: no protected pod below it")
         numbers = {"be_knob_members": len(members.members), "protected_children_spared": len(members.spared)}
-        targets = {"set_be_cpuset": ",".join(map(str, self._be.cpuset or ())),
-                   "set_be_cpu_quota": "max" if self._be.quota_us is None else str(self._be.quota_us),
-                   "set_be_cpu_idle": str(int(bool(self._be.idle)))}
-        return [self._record("suppression", k, targets[k], "applied", why, numbers) for k in kinds]
+        quota = "max" if self._be.quota_us is None else str(self._be.quota_us)
+        targets = {ActionKind.SET_BE_CPUSET: ",".join(map(str, self._be.cpuset or ())),
+                   ActionKind.SET_BE_CPU_QUOTA: quota,
+                   ActionKind.SET_BE_CPU_IDLE: str(int(bool(self._be.idle)))}
+        return [self._record("suppression", k, targets[k], Outcome.APPLIED, why, numbers) for k in kinds]
 
     def _apply_cpuset(self, cpus: tuple[int, ...], members: Membership) -> bool:
         """The tier and every cgroup below it, or (a protected pod below the tier) each member's subtree
@@ -206,7 +203,8 @@ class ActionExecutor:
 
         def refuse(why: str) -> ActionRecord:
             self.holds[(policy, why)] += 1
-            return self._record(policy, "evict", key, "skipped", f"{why}: {action.message}", numbers)
+            return self._record(policy, ActionKind.EVICT, key, Outcome.SKIPPED, f"{why}: {action.message}",
+                                numbers)
 
         # First of all guards, stale data included: a policy naming a protected pod is a classification bug,
         # and it is counted every time it happens (coloc_protected_refusals_total), whatever else is wrong.
@@ -214,7 +212,8 @@ class ActionExecutor:
             self.holds[(policy, "protected")] += 1
             log.error("refused to evict a protected workload",
                       extra={"fields": {"key": key, "policy": policy}})
-            return self._record(policy, "evict", key, "protected", f"protected: {action.message}", numbers)
+            return self._record(policy, ActionKind.EVICT, key, Outcome.PROTECTED,
+                                f"protected: {action.message}", numbers)
         if snapshot.stale:
             return refuse("stale_data")
         if w is None:
@@ -226,7 +225,7 @@ class ActionExecutor:
         if now - self._recently.get(key, -1e18) < self._cooldown_s:
             return refuse("cooldown")
         if self.dry_run:
-            return self._record(policy, "evict", key, "dry_run", action.message, numbers)
+            return self._record(policy, ActionKind.EVICT, key, Outcome.DRY_RUN, action.message, numbers)
         if not self._bucket.take(now):
             return refuse("rate_limited")
         evictor = self._evictors.get(w.source)
@@ -235,8 +234,12 @@ class ActionExecutor:
         if len(self._recently) > 4096:  # forget cool-downs that are over; keeps the map bounded
             self._recently = {k: t for k, t in self._recently.items() if now - t < self._cooldown_s}
         self._recently[key] = now
-        self._in_flight[key] = asyncio.create_task(self._run_evict(evictor, w, action))
-        return self._record(policy, "evict", key, "started", action.message, numbers)
+        self._start_eviction(evictor, w, action)
+        return self._record(policy, ActionKind.EVICT, key, Outcome.STARTED, action.message, numbers)
+
+    def _start_eviction(self, evictor: Evictor, w: Workload, action: Evict) -> None:
+        """Hand the kill to a task of the running event loop; the tick does not wait for it."""
+        self._in_flight[w.key] = asyncio.get_running_loop().create_task(self._run_evict(evictor, w, action))
 
     async def _run_evict(self, evictor: Evictor, w: Workload, action: Evict) -> None:
         policy = action.reason.value
@@ -254,7 +257,8 @@ class ActionExecutor:
             self.on_failed(w.key)
             if outcome.try_next:
                 self.on_refused(w.key)
-        self._record(policy, "evict", w.key, "done" if outcome.ok else "failed", outcome.detail,
+        self._record(policy, ActionKind.EVICT, w.key, Outcome.DONE if outcome.ok else Outcome.FAILED,
+                     outcome.detail,
                      {"release_milli_cpu": action.release_milli_cpu,
                       "release_memory_bytes": action.release_memory_bytes})
 

@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 from cgroups.errors import CgroupError, CgroupGone
 from cgroups.writer import CgroupWriter
+from qos.actions import ActionKind
 from qos.membership import Membership, decide_membership, protected_children, split_quota, tier_level
 from qos.model import NodeSnapshot
 
@@ -119,18 +120,18 @@ class BeKnobs:
         self._capped = (self._capped - set(released)) | set(shares)
         return self._each(sorted(shares), lambda c: self._w.set_cpu_quota(c, shares[c], period)) or changed
 
-    def follow(self, m: Membership) -> list[str]:
+    def follow(self, m: Membership) -> list[ActionKind]:
         """Move every knob with a wanted value onto `m` if the members changed; the kinds that changed."""
         if m == self.applied:
             return []
         self.applied = m
         self._last_spared = m.spared
-        changed: list[str] = []
+        changed: list[ActionKind] = []
         # Quota first: lifting the tier's quota before the idle/cpuset moves keeps each step valid.
         if self.quota_known and self.set_quota(self.quota_us, m):
-            changed.append("set_be_cpu_quota")
+            changed.append(ActionKind.SET_BE_CPU_QUOTA)
         if self.cpuset is not None and self.set_cpuset(self.cpuset, m):
-            changed.append("set_be_cpuset")
+            changed.append(ActionKind.SET_BE_CPUSET)
         if self.idle is not None and self.set_idle(self.idle, m):
-            changed.append("set_be_cpu_idle")
+            changed.append(ActionKind.SET_BE_CPU_IDLE)
         return changed

@@ -3,8 +3,7 @@
 One container: SIGTERM to every process in its cgroup, SIGKILL after the grace period, done when the
 cgroup is empty in every hierarchy. SIGTERM goes through psutil (a process's identity is pinned by its
 create time, so a recycled PID is never signalled); SIGKILL through the writer's pidfd-based `kill_all`.
-By resource: release at least X milli-CPU and Y bytes, newest container first, never the ApplicationMaster
-while another container of its application remains, and stop as soon as both targets are met.
+Which containers to kill is the policies' choice (`qos/`); this module only carries it out.
 Only paths built from a strictly parsed container id under `<besteffort>/<yarn hierarchy>/` are touched.
 """
 
@@ -16,19 +15,18 @@ import logging
 import os
 import signal
 import time
-from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import psutil
 
 from agent.executors.apply import EvictOutcome
-from agent.sources.ids import ContainerId, IdError, parse_container_id
+from agent.sources.ids import parse_container_id
 from cgroups.errors import CgroupError, CgroupGone
 from cgroups.layout import Layout
 from cgroups.reader import CgroupReader
 from cgroups.writer import CgroupWriter
 from qos.actions import Evict
-from qos.model import Resources, Source, Workload
+from qos.model import Source, Workload
 
 log = logging.getLogger("coloc.executors.yarn")
 
@@ -41,60 +39,6 @@ class YarnKillResult:
     seconds: float
     detail: str
     found: bool = True  # False: refused id, or no cgroup (pending launch / already gone)
-
-
-@dataclass(frozen=True, slots=True)
-class ReleaseResult:
-    wanted: Resources
-    released: Resources
-    killed: tuple[str, ...]  # container ids, in the order they were chosen
-    failed: tuple[str, ...]
-
-    @property
-    def satisfied(self) -> bool:
-        return (self.released.milli_cpu >= self.wanted.milli_cpu
-                and self.released.memory_bytes >= self.wanted.memory_bytes)
-
-
-def plan_release(containers: Iterable[Workload], want: Resources) -> list[Workload]:
-    """Which containers to kill for `want`: newest container id first, every ApplicationMaster after every
-    other container (killing an AM loses its whole application's progress), and an AM only once no other
-    container of its application is left unchosen; a container that adds nothing to a target still unmet
-    is passed over."""
-    parsed: list[tuple[ContainerId, Workload]] = []
-    for w in containers:
-        if w.source is not Source.YARN or w.terminating:
-            continue
-        try:
-            parsed.append((parse_container_id(w.key.removeprefix("yarn/")), w))
-        except IdError:
-            continue
-    parsed.sort(key=lambda cw: (not cw[0].is_am, cw[0]), reverse=True)
-    left: dict[str, int] = {}
-    for cid, _ in parsed:
-        left[cid.app_id] = left.get(cid.app_id, 0) + 1
-    chosen: list[Workload] = []
-    taken: set[str] = set()
-    cpu, mem = want.milli_cpu, want.memory_bytes
-    progress = True
-    while (cpu > 0 or mem > 0) and progress:
-        progress = False
-        for cid, w in parsed:
-            if cpu <= 0 and mem <= 0:
-                break
-            if cid.text in taken:
-                continue
-            if not ((cpu > 0 and w.requests.milli_cpu > 0) or (mem > 0 and w.requests.memory_bytes > 0)):
-                continue
-            if cid.is_am and left[cid.app_id] > 1:
-                continue
-            chosen.append(w)
-            taken.add(cid.text)
-            left[cid.app_id] -= 1
-            cpu -= w.requests.milli_cpu
-            mem -= w.requests.memory_bytes
-            progress = True
-    return chosen
 
 
 class YarnKiller:
@@ -118,19 +62,6 @@ class YarnKiller:
         if rel != f"{root}/{cid.text}":
             raise ValueError(f"container {cid.text}: cgroup {rel!r} is not directly under {root!r}")
         return rel
-
-    def exists(self, container_id: str) -> bool:
-        try:
-            return self._reader.exists(self.container_cgroup(container_id))
-        except (ValueError, CgroupError):
-            return False
-
-    def running(self, container_id: str) -> bool:
-        """Its cgroup exists and still holds processes (an emptied one is already being released)."""
-        try:
-            return bool(self._members(self.container_cgroup(container_id)))
-        except (ValueError, CgroupError):
-            return False
 
     def _members(self, rel: str) -> set[int]:
         return self._writer.members(rel)
@@ -185,27 +116,6 @@ class YarnKiller:
         how = "SIGKILL after the grace period" if escalated else "SIGTERM"
         log.info("yarn container %s killed (%s, %d processes, %.2fs)", cid, how, len(procs), took)
         return YarnKillResult(cid, True, escalated, took, f"cgroup empty ({how}, {took:.2f}s)")
-
-    async def kill_by_resource(self, milli_cpu: int, memory_bytes: int,
-                               containers: Sequence[Workload]) -> ReleaseResult:
-        """Kill the fewest newest containers that release ≥ `milli_cpu` and ≥ `memory_bytes` (by their
-        allocations); returns what was released. Only containers with processes are candidates: one
-        with no cgroup yet cannot be killed here, an emptied one is already on its way out."""
-        want = Resources(max(0, milli_cpu), max(0, memory_bytes))
-        alive = [w for w in containers
-                 if w.source is Source.YARN and self.running(w.key.removeprefix("yarn/"))]
-        plan = plan_release(alive, want)
-        results = await asyncio.gather(*(self.kill_container(w.key.removeprefix("yarn/")) for w in plan))
-        released = Resources()
-        killed: list[str] = []
-        failed: list[str] = []
-        for w, r in zip(plan, results, strict=True):
-            if r.ok:
-                released = released + w.requests
-                killed.append(r.container_id)
-            else:
-                failed.append(r.container_id)
-        return ReleaseResult(want, released, tuple(killed), tuple(failed))
 
     async def evict(self, workload: Workload, action: Evict) -> EvictOutcome:
         """The `Evictor` protocol: kill this container; a container with no cgroup yet cannot be killed

@@ -5,5 +5,14 @@ from agent.metrics.health import HealthConfig
 from agent.metrics.hub import MetricsHub
 from agent.metrics.ledger import LedgerFigures
 from agent.metrics.server import MetricsServer
+from agent.metrics.tally import ActionTally
 
-__all__ = ["DEFAULT_PORT", "HealthConfig", "LedgerFigures", "MetricsConfig", "MetricsHub", "MetricsServer"]
+__all__ = [
+    "DEFAULT_PORT",
+    "ActionTally",
+    "HealthConfig",
+    "LedgerFigures",
+    "MetricsConfig",
+    "MetricsHub",
+    "MetricsServer",
+]

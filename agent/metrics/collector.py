@@ -13,19 +13,17 @@ import math
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import TYPE_CHECKING, TypeVar
+from typing import TypeVar
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from agent.metrics.ledger import LIFECYCLE_STATES, LedgerFigures, ledger_figures
+from agent.metrics.tally import OTHER, ActionTally
 from agent.published import Board, Published
 from agent.sources.fetch_errors import FETCH_ERRORS
 from qos.actions import EvictReason
 from qos.model import NodeSnapshot, Resources, Source, Tier, Usage, Workload
-
-if TYPE_CHECKING:
-    from agent.metrics.hub import ActionTally
 
 log = logging.getLogger("coloc.metrics")
 
@@ -35,7 +33,6 @@ Section = Callable[[Published | None, LedgerFigures | None], Iterable[Metric]]
 K = TypeVar("K", bound=tuple[str, ...])
 
 LABEL_VALUE_MAX = 64
-OTHER = "other"
 
 
 def _cores(milli: float) -> float:
@@ -242,8 +239,11 @@ class ColocCollector(Collector):
         out: list[Metric] = [cap_cpu, cap_mem, cpus, taken, cpu, mem, thr]
         if snap.hp_cpu_pressure_some_avg10 is not None:
             psi = GaugeMetricFamily(
-                "coloc_hp_cpu_pressure_some_ratio", "PSI cpu 'some' avg10 of the HP tiers, as a ratio (0-1)."
+                "coloc_hp_cpu_pressure_some_ratio",
+                "Share (0-1) of the last collection window in which some HP task waited for a CPU "
+                "(PSI cpu 'some' stall counter; the worst HP workload; not the kernel's avg10).",
             )
+            # The snapshot field keeps its historical name; the value is the windowed stall share.
             psi.add_metric([], snap.hp_cpu_pressure_some_avg10 / 100.0)
             out.append(psi)
         return out

@@ -9,19 +9,19 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from importlib import metadata
 
 from prometheus_client import CollectorRegistry, Histogram, ProcessCollector
 
-from agent.metrics.collector import OTHER, ColocCollector, LedgerView
+from agent.metrics.collector import ColocCollector, LedgerView
 from agent.metrics.config import MetricsConfig
 from agent.metrics.health import HealthConfig
 from agent.metrics.server import MetricsServer
-from agent.published import ActionRecord, Board, Published
+from agent.metrics.tally import ActionTally
+from agent.published import Board, Published
 
 TICK_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
-WRITE_BUCKETS = (0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.01, 0.1)
 
 
 def agent_version() -> str:
@@ -29,46 +29,6 @@ def agent_version() -> str:
         return metadata.version("coloc-agent")
     except metadata.PackageNotFoundError:
         return "unknown"
-
-
-ActionKey = tuple[str, str, str]  # (policy, kind, outcome)
-
-
-class ActionTally:
-    """Counts of action records by (policy, kind, outcome) and the time of the latest of each.
-
-    A record is counted once: the loop republishes its ring of recent actions every tick, so only records
-    that were not in the previous publication are new. At most `max_keys` keys; the rest go to `other`.
-    """
-
-    def __init__(self, max_keys: int = 256) -> None:
-        self._lock = threading.Lock()
-        self._max_keys = max_keys
-        self._tally: dict[ActionKey, tuple[int, float]] = {}
-        self._previous: set[tuple[object, ...]] = set()
-
-    def record(self, records: Iterable[ActionRecord]) -> int:
-        """Count the records not seen in the previous call; return how many were new."""
-        current: set[tuple[object, ...]] = set()
-        new = 0
-        with self._lock:
-            for r in records:
-                ident = (r.at, r.policy, r.kind, r.target, r.outcome, r.reason)
-                current.add(ident)
-                if ident in self._previous:
-                    continue
-                new += 1
-                key: ActionKey = (r.policy, r.kind, r.outcome)
-                if key not in self._tally and len(self._tally) >= self._max_keys:
-                    key = (OTHER, OTHER, OTHER)
-                n, last = self._tally.get(key, (0, 0.0))
-                self._tally[key] = (n + 1, max(last, r.at))
-            self._previous = current
-        return new
-
-    def get(self) -> dict[ActionKey, tuple[int, float]]:
-        with self._lock:
-            return dict(self._tally)
 
 
 class MetricsHub:
@@ -103,12 +63,6 @@ class MetricsHub:
             buckets=TICK_BUCKETS,
             registry=self.registry,
         )
-        self.cgroup_write_duration = Histogram(
-            "coloc_cgroup_write_duration_seconds",
-            "Latency of one cgroup file write.",
-            buckets=WRITE_BUCKETS,
-            registry=self.registry,
-        )
 
     def observe(self, published: Published) -> None:
         """Feed one tick's publication; a tick already observed (same or lower number) is ignored."""
@@ -119,10 +73,6 @@ class MetricsHub:
         self.tick_duration.observe(max(0.0, published.tick_duration_s))
         self.collect_duration.observe(max(0.0, published.collect_duration_s))
         self.actions.record(published.recent_actions)
-
-    def observe_cgroup_write(self, duration_s: float) -> None:
-        """Record the latency of one cgroup write (the executor calls this; thread-safe)."""
-        self.cgroup_write_duration.observe(max(0.0, duration_s))
 
     def attach(self, board: Board, ledger_view: LedgerView | None = None) -> ColocCollector:
         """Register the collector over `board` (once); `start` does this for you."""

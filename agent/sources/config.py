@@ -14,7 +14,6 @@ from urllib.parse import urlsplit
 from agent.configload import ConfigError
 
 SA_TOKEN = "/var/run/secrets/kubernetes.io/serviceaccount/token"
-SA_CA = "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt"
 _LABEL = re.compile(r"^[A-Za-z0-9./_-]{1,317}=[A-Za-z0-9._-]{0,63}$")
 
 

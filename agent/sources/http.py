@@ -72,6 +72,56 @@ def _token(ep: HttpEndpoint) -> str | None:
     return token
 
 
+def _headers(ep: HttpEndpoint) -> dict[str, str]:
+    headers = {"Accept": "application/json", "User-Agent": "coloc-agent"}
+    token = _token(ep)
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    return headers
+
+
+def _check_status(resp: http.client.HTTPResponse, where: str) -> None:
+    if resp.status != 200:
+        snippet = resp.read(200).decode("utf-8", "replace").strip().replace("\n", " ")
+        raise FetchError("http", f"{where} answered HTTP {resp.status} {resp.reason}: {snippet[:120]}")
+
+
+def _read_body(conn: http.client.HTTPConnection, resp: http.client.HTTPResponse, deadline: float,
+               ep: HttpEndpoint, where: str) -> bytes:
+    """The whole body, within the deadline and the size cap; each socket read gets the time left."""
+    body = bytearray()
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise FetchError("timeout", f"{where}: body not complete after {ep.timeout_s}s")
+        if conn.sock is not None:
+            conn.sock.settimeout(left)
+        chunk = resp.read1(_CHUNK)  # one socket read: a trickling server meets the deadline
+        if not chunk:
+            break
+        body += chunk
+        if len(body) > ep.max_body_bytes:
+            raise FetchError("too_large", f"{where}: body larger than {ep.max_body_bytes} bytes")
+    if resp.length:  # Content-Length promised more than arrived
+        raise FetchError("truncated", f"{where}: connection closed {resp.length} bytes before the end")
+    return bytes(body)
+
+
+def _fetch_error(err: http.client.HTTPException | OSError, where: str, timeout_s: float) -> FetchError:
+    """The FetchError for what the connection raised (the order matters: the classes overlap)."""
+    if isinstance(err, http.client.IncompleteRead):
+        return FetchError("truncated", f"{where}: body cut short after {len(err.partial)} bytes")
+    if isinstance(err, TimeoutError):
+        return FetchError("timeout", f"{where}: no answer within {timeout_s}s")
+    if isinstance(err, ssl.SSLError):
+        return FetchError("tls", f"{where}: TLS failed: {err.reason or err}")
+    if isinstance(err, http.client.RemoteDisconnected):
+        return FetchError("down", f"{where}: connection closed without an answer")
+    if isinstance(err, http.client.HTTPException):
+        return FetchError("garbage", f"{where}: not an HTTP answer: {type(err).__name__}")
+    return FetchError("down", f"{where}: {err.strerror or err}")
+
+
 class HttpFetcher:
     """GETs `base_url + path`; one connection per request (the cadence is seconds, not milliseconds)."""
 
@@ -94,57 +144,24 @@ class HttpFetcher:
         """Blocking GET; returns the body of a 200 answer or raises FetchError."""
         ep = self.endpoint
         deadline = time.monotonic() + ep.timeout_s
-        headers = {"Accept": "application/json", "User-Agent": "coloc-agent"}
-        token = _token(ep)
-        if token:
-            headers["Authorization"] = f"Bearer {token}"
-        conn: http.client.HTTPConnection
-        if self._https:
-            conn = http.client.HTTPSConnection(
-                self._host, self._port, timeout=ep.timeout_s, context=self._ctx)
-        else:
-            conn = http.client.HTTPConnection(self._host, self._port, timeout=ep.timeout_s)
         where = f"{ep.base_url}{path}"
+        conn = self._connect()
         try:
-            conn.request("GET", self._prefix + path, headers=headers)
+            conn.request("GET", self._prefix + path, headers=_headers(ep))
             resp = conn.getresponse()
-            if resp.status != 200:
-                snippet = resp.read(200).decode("utf-8", "replace").strip().replace("\n", " ")
-                raise FetchError(
-                    "http", f"{where} answered HTTP {resp.status} {resp.reason}: {snippet[:120]}")
-            body = bytearray()
-            while True:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise FetchError("timeout", f"{where}: body not complete after {ep.timeout_s}s")
-                if conn.sock is not None:
-                    conn.sock.settimeout(left)
-                chunk = resp.read1(_CHUNK)  # one socket read: a trickling server meets the deadline
-                if not chunk:
-                    break
-                body += chunk
-                if len(body) > ep.max_body_bytes:
-                    raise FetchError("too_large", f"{where}: body larger than {ep.max_body_bytes} bytes")
-            if resp.length:  # Content-Length promised more than arrived
-                raise FetchError(
-                    "truncated", f"{where}: connection closed {resp.length} bytes before the end")
-            return bytes(body)
-        except FetchError:
-            raise
-        except http.client.IncompleteRead as err:
-            raise FetchError("truncated", f"{where}: body cut short after {len(err.partial)} bytes") from err
-        except TimeoutError as err:
-            raise FetchError("timeout", f"{where}: no answer within {ep.timeout_s}s") from err
-        except ssl.SSLError as err:
-            raise FetchError("tls", f"{where}: TLS failed: {err.reason or err}") from err
-        except http.client.RemoteDisconnected as err:
-            raise FetchError("down", f"{where}: connection closed without an answer") from err
-        except http.client.HTTPException as err:
-            raise FetchError("garbage", f"{where}: not an HTTP answer: {type(err).__name__}") from err
-        except OSError as err:
-            raise FetchError("down", f"{where}: {err.strerror or err}") from err
+            _check_status(resp, where)
+            return _read_body(conn, resp, deadline, ep, where)
+        except (http.client.HTTPException, OSError) as err:
+            raise _fetch_error(err, where, ep.timeout_s) from err
         finally:
             conn.close()
+
+    def _connect(self) -> http.client.HTTPConnection:
+        ep = self.endpoint
+        if self._https:
+            return http.client.HTTPSConnection(
+                self._host, self._port, timeout=ep.timeout_s, context=self._ctx)
+        return http.client.HTTPConnection(self._host, self._port, timeout=ep.timeout_s)
 
     def get_json(self, path: str) -> object:
         body = self.get_bytes(path)
@@ -162,9 +179,6 @@ class HttpFetcher:
     async def aget_parsed(self, path: str, parse: Callable[[object], T]) -> T:
         """`get_parsed` in a worker thread: the event loop sees only the parsed result."""
         return await asyncio.to_thread(self.get_parsed, path, parse)
-
-    async def aget_json(self, path: str) -> object:
-        return await asyncio.to_thread(self.get_json, path)
 
 
 def loads_stepwise(body: bytes) -> object:

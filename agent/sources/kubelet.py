@@ -1,8 +1,9 @@
 """The kubelet's pod list (`GET /pods`, a v1 PodList) mapped to workloads.
 
-Resync every `resync_s` and whenever the loop reports a pod cgroup the list does not know. An empty list,
-garbage or no answer keeps the last good list (a kubelet that is restarting answers empty; the agent's own
-pod is always on the node); the data is marked stale once the last good answer is older than the bound.
+Resync every `resync_s`, and sooner (at most every `min_resync_gap_s`) after `request_resync()`.
+An empty list, garbage or no answer keeps the last good list (a kubelet that is restarting answers empty;
+the agent's own pod is always on the node); the data is marked stale once the last good answer is older
+than the bound.
 Each pod is validated on its own: a malformed pod is dropped with a reason, the rest are kept. A protected
 pod (`qos.protection`: kube-proxy, CNI agents, static pods, …) is never BE, whatever its QoS class.
 """
@@ -14,7 +15,7 @@ import ipaddress
 import logging
 import re
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from types import MappingProxyType
@@ -190,15 +191,8 @@ def _owner_kinds(meta: Mapping[str, object], where: str) -> tuple[str, ...]:
     return tuple(kinds)
 
 
-def parse_pod(item: object, layout: Layout, protection: ProtectionConfig = DEFAULT_PROTECTION,
-              conflicts: ConflictNotes | None = None) -> ParsedPod | None:
-    """One PodList item → workload and pod info; None for pods that no longer hold resources
-    (Succeeded / Failed). Raises PodError naming the pod and the field.
-
-    A protected pod (`qos.protection`) is never BE, whatever its QoS class or Koordinator label; one that
-    carries `koordinator.sh/qosClass: BE` as well is logged once per pod UID (in `conflicts`)."""
-    pod = _obj(item, "pod")
-    meta = _obj(pod.get("metadata"), "pod.metadata")
+def _identity(meta: Mapping[str, object]) -> tuple[str, str, str, str]:
+    """Name, namespace, UID and the `pod <ns>/<name>` every later error starts with."""
     name = _str(meta.get("name"), "pod.metadata.name")
     if not _DNS_SUBDOMAIN.fullmatch(name):
         raise PodError(f"pod.metadata.name {name[:80]!r} is not a DNS-1123 name")
@@ -210,47 +204,71 @@ def parse_pod(item: object, layout: Layout, protection: ProtectionConfig = DEFAU
         uid = check_pod_uid(meta.get("uid"))
     except IdError as err:
         raise PodError(f"{where}: metadata.uid: {err}") from err
-    spec = _obj(pod.get("spec"), f"{where}.spec")
-    status = _obj(pod.get("status"), f"{where}.status")
+    return name, namespace, uid, where
+
+
+def _phase(status: Mapping[str, object], where: str) -> str:
     phase = _str(status.get("phase"), f"{where}.status.phase", "Pending")
     if phase not in _PHASES:
         raise PodError(f"{where}: status.phase {phase[:40]!r} is not a pod phase")
-    if phase in ("Succeeded", "Failed"):
-        return None
-    raw_labels = _obj(meta.get("labels"), f"{where}.metadata.labels")
+    return phase
+
+
+def _labels(meta: Mapping[str, object], where: str) -> dict[str, str]:
     labels: dict[str, str] = {}
-    for k, v in raw_labels.items():
+    for k, v in _obj(meta.get("labels"), f"{where}.metadata.labels").items():
         if not isinstance(v, str) or len(k) > 317 or len(v) > 63:
             raise PodError(f"{where}: label {k[:60]!r} is not a string key=value within limits")
         labels[k] = v
+    return labels
+
+
+def _priority(spec: Mapping[str, object], where: str) -> int:
     priority = spec.get("priority", 0)
     if priority is None:
         priority = 0
     if isinstance(priority, bool) or not isinstance(priority, int) or not -(2**31) <= priority < 2**31:
         raise PodError(f"{where}: spec.priority {priority!r} is not an int32")
-    req, lim, derived = _pod_resources(spec, where)
+    return priority
+
+
+def _qos_class(status: Mapping[str, object], where: str) -> str:
+    """`status.qosClass` as the kubelet reports it; "" when absent."""
     qos_text = _str(status.get("qosClass"), f"{where}.status.qosClass", "")
     if qos_text and qos_text not in _K8S_QOS:
         raise PodError(f"{where}: status.qosClass {qos_text[:40]!r} is not a Kubernetes QoS class")
-    tier = _K8S_QOS[qos_text] if qos_text else derived
+    return qos_text
+
+
+def _koord_qos(labels: Mapping[str, str], where: str) -> str | None:
     koord = labels.get(KOORD_QOS_LABEL)
     if koord is not None and koord not in KOORD_QOS:
         raise PodError(f"{where}: label {KOORD_QOS_LABEL}={koord!r} is not one of {', '.join(KOORD_QOS)}")
-    priority_class = _str(spec.get("priorityClassName"), f"{where}.spec.priorityClassName", "")
-    facts = PodFacts(namespace=namespace, priority=priority, priority_class=priority_class,
-                     annotations=_annotations(meta, where), owner_kinds=_owner_kinds(meta, where))
-    protected_by = protection_reason(facts, protection)
-    be = koord == "BE" if koord is not None else tier is Tier.BESTEFFORT
-    if protected_by is not None:
-        if koord == "BE" and (_CONFLICTS if conflicts is None else conflicts).first_time(uid):
-            log.warning("kubelet: pod %s is labelled %s=BE but is protected (%s): kept out of BE; "
-                        "fix the label or the protection settings", where, KOORD_QOS_LABEL, protected_by)
-        be = False
+    return koord
+
+
+def _is_be(koord: str | None, tier: Tier, protected_by: str | None, uid: str, where: str,
+           conflicts: ConflictNotes | None) -> bool:
+    """BE by the Koordinator label if there is one, else by the QoS tier; never when protected."""
+    if protected_by is None:
+        return koord == "BE" if koord is not None else tier is Tier.BESTEFFORT
+    if koord == "BE" and (_CONFLICTS if conflicts is None else conflicts).first_time(uid):
+        log.warning("kubelet: pod %s is labelled %s=BE but is protected (%s): kept out of BE; "
+                    "fix the label or the protection settings", where, KOORD_QOS_LABEL, protected_by)
+    return False
+
+
+def _times(meta: Mapping[str, object], status: Mapping[str, object], where: str) -> tuple[float, bool]:
+    """When the pod started (0 if unknown) and whether it is being deleted."""
     started = status.get("startTime") or meta.get("creationTimestamp")
     started_at = parse_time(started, f"{where}.status.startTime") if started is not None else 0.0
     terminating = meta.get("deletionTimestamp") is not None
     if terminating:
         parse_time(meta.get("deletionTimestamp"), f"{where}.metadata.deletionTimestamp")
+    return started_at, terminating
+
+
+def _pod_ips(status: Mapping[str, object], where: str) -> tuple[str, ...]:
     ips: list[str] = []
     for i, entry in enumerate(_list(status.get("podIPs"), f"{where}.status.podIPs")):
         at = f"{where}.status.podIPs[{i}]"
@@ -262,21 +280,61 @@ def parse_pod(item: object, layout: Layout, protection: ProtectionConfig = DEFAU
             ipaddress.ip_address(ip)
         except ValueError as err:
             raise PodError(f"{where}: pod IP {ip[:60]!r} is not an IP address") from err
+    return tuple(ips)
+
+
+def _container_ids(status: Mapping[str, object], where: str) -> tuple[str, ...]:
     cids: list[str] = []
     for key in ("initContainerStatuses", "containerStatuses"):
         for i, cs in enumerate(_list(status.get(key), f"{where}.status.{key}")):
             cid = _obj(cs, f"{where}.status.{key}[{i}]").get("containerID")
             if cid:
                 cids.append(_str(cid, f"{where}.status.{key}[{i}].containerID"))
+    return tuple(cids)
+
+
+def _summed(amounts: Mapping[str, int]) -> Resources:
+    """Native and batch extended resources together (a BE pod asks for the latter)."""
+    return Resources(amounts.get("cpu", 0) + amounts.get(BATCH_CPU, 0),
+                     amounts.get("memory", 0) + amounts.get(BATCH_MEMORY, 0))
+
+
+def parse_pod(item: object, layout: Layout, protection: ProtectionConfig = DEFAULT_PROTECTION,
+              conflicts: ConflictNotes | None = None) -> ParsedPod | None:
+    """One PodList item → workload and pod info; None for pods that no longer hold resources
+    (Succeeded / Failed). Raises PodError naming the pod and the field.
+
+    A protected pod (`qos.protection`) is never BE, whatever its QoS class or Koordinator label; one that
+    carries `koordinator.sh/qosClass: BE` as well is logged once per pod UID (in `conflicts`)."""
+    pod = _obj(item, "pod")
+    meta = _obj(pod.get("metadata"), "pod.metadata")
+    name, namespace, uid, where = _identity(meta)
+    spec = _obj(pod.get("spec"), f"{where}.spec")
+    status = _obj(pod.get("status"), f"{where}.status")
+    phase = _phase(status, where)
+    if phase in ("Succeeded", "Failed"):
+        return None
+    labels = _labels(meta, where)
+    priority = _priority(spec, where)
+    req, lim, derived = _pod_resources(spec, where)
+    qos_text = _qos_class(status, where)
+    tier = _K8S_QOS[qos_text] if qos_text else derived
+    koord = _koord_qos(labels, where)
+    priority_class = _str(spec.get("priorityClassName"), f"{where}.spec.priorityClassName", "")
+    facts = PodFacts(namespace=namespace, priority=priority, priority_class=priority_class,
+                     annotations=_annotations(meta, where), owner_kinds=_owner_kinds(meta, where))
+    protected_by = protection_reason(facts, protection)
+    be = _is_be(koord, tier, protected_by, uid, where, conflicts)
+    started_at, terminating = _times(meta, status, where)
+    ips = _pod_ips(status, where)
+    cids = _container_ids(status, where)
     try:
         cgroup = layout.pod(uid, tier)
     except ValueError as err:
         raise PodError(f"{where}: {err}") from err
-    requests = Resources(req.get("cpu", 0) + req.get(BATCH_CPU, 0),
-                         req.get("memory", 0) + req.get(BATCH_MEMORY, 0))
+    requests = _summed(req)
     if requests.milli_cpu > MAX_POD_MILLI_CPU or requests.memory_bytes > MAX_POD_MEMORY_BYTES:
         raise PodError(f"{where}: total requests {requests} are out of range")
-    host_network = spec.get("hostNetwork") is True
     workload = Workload(
         key=f"k8s/{uid}", name=name, source=Source.K8S, tier=tier, be=be, priority=priority, cgroup=cgroup,
         requests=requests, started_at=started_at, namespace=namespace, terminating=terminating,
@@ -285,11 +343,10 @@ def parse_pod(item: object, layout: Layout, protection: ProtectionConfig = DEFAU
         uid=uid, namespace=namespace, name=name, phase=phase, qos_class=qos_text or derived.name.title(),
         koord_qos=koord,
         priority_class=priority_class,
-        host_network=host_network, pod_ips=tuple(ips), container_ids=tuple(cids),
+        host_network=spec.get("hostNetwork") is True, pod_ips=ips, container_ids=cids,
         labels=MappingProxyType(labels),
         batch_requests=Resources(req.get(BATCH_CPU, 0), req.get(BATCH_MEMORY, 0)),
-        limits=Resources(lim.get("cpu", 0) + lim.get(BATCH_CPU, 0),
-                         lim.get("memory", 0) + lim.get(BATCH_MEMORY, 0)),
+        limits=_summed(lim),
         protected_by=protected_by or "")
     return ParsedPod(workload, info)
 
@@ -391,14 +448,6 @@ class KubeletSource:
 
     def request_resync(self) -> None:
         self._resync.set()
-
-    def notice_pod_uids(self, uids: Iterable[str]) -> bool:
-        """Called with the pod UIDs seen in the cgroup tree; asks for a resync when one is not in the list."""
-        known = {p.info.uid for p in self._pods}
-        if any(u not in known for u in uids):
-            self.request_resync()
-            return True
-        return False
 
     async def run(self, stop: asyncio.Event) -> None:
         """Refresh every `resync_s`, or sooner on request (at most every `min_resync_gap_s`)."""

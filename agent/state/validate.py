@@ -6,7 +6,7 @@ import re
 
 from agent.sources.ids import IdError, check_pod_uid, parse_app_id, parse_container_id
 from agent.state.errors import InvalidRequest
-from agent.state.records import AdmitRequest
+from agent.state.records import AdmitRequest, Tags
 from qos.model import Source
 
 MAX_EPOCH = (1 << 63) - 1
@@ -44,7 +44,15 @@ def check_key(key: str, source: Source, field: str = "allocation.key") -> None:
 
 
 def check_admit(req: AdmitRequest) -> None:
+    """Every field of an Admit request; the first one wrong raises InvalidRequest naming it."""
     check_key(req.key, req.source)
+    _check_application(req)
+    _check_resources(req)
+    _check_labels(req)
+    _check_tags(req.tags)
+
+
+def _check_application(req: AdmitRequest) -> None:
     if not _TEXT.match(req.application_id):
         raise InvalidRequest("allocation.application_id",
                              f"must be 1-253 printable characters without spaces, got {req.application_id!r}")
@@ -56,6 +64,9 @@ def check_admit(req: AdmitRequest) -> None:
         if parse_container_id(req.key.partition("/")[2]).app_id != app:
             raise InvalidRequest("allocation.application_id",
                                  f"{req.application_id!r} is not the application of container {req.key!r}")
+
+
+def _check_resources(req: AdmitRequest) -> None:
     r = req.resources
     if not 0 <= r.milli_cpu <= MAX_MILLI_CPU:
         raise InvalidRequest("allocation.resources.milli_cpu",
@@ -65,6 +76,10 @@ def check_admit(req: AdmitRequest) -> None:
                              f"must be in [0, {MAX_MEMORY}], got {r.memory_bytes}")
     if r.milli_cpu == 0 and r.memory_bytes == 0:
         raise InvalidRequest("allocation.resources", "must request some CPU or memory")
+
+
+def _check_labels(req: AdmitRequest) -> None:
+    """Priority, request id, name and namespace: what identifies the allocation to people."""
     if not -(1 << 31) <= req.priority < (1 << 31):
         raise InvalidRequest("allocation.priority", f"must fit in int32, got {req.priority}")
     if req.request_id and not _TEXT.match(req.request_id):
@@ -72,9 +87,12 @@ def check_admit(req: AdmitRequest) -> None:
     for value, field in ((req.name, "allocation.name"), (req.namespace, "allocation.namespace")):
         if len(value) > 253 or any(not c.isprintable() for c in value):
             raise InvalidRequest(field, "must be at most 253 printable characters")
-    if len(req.tags) > MAX_TAGS:
-        raise InvalidRequest("allocation.tags", f"at most {MAX_TAGS} tags, got {len(req.tags)}")
-    for k, v in req.tags:
+
+
+def _check_tags(tags: Tags) -> None:
+    if len(tags) > MAX_TAGS:
+        raise InvalidRequest("allocation.tags", f"at most {MAX_TAGS} tags, got {len(tags)}")
+    for k, v in tags:
         if not _TAG_KEY.match(k):
             raise InvalidRequest("allocation.tags", f"bad tag key {k[:40]!r}")
         if len(v) > MAX_TAG_VALUE:

@@ -56,24 +56,24 @@ async def test_guards(tmp_path: Path) -> None:
     ex = _executor(tmp_path, rec, audit=audit)
     be, hp = _w("local/besteffort/a"), _w("local/hp", be=False)
 
-    await ex.execute([_evict(hp.key)], _snap(be, hp))
+    ex.execute([_evict(hp.key)], _snap(be, hp))
     assert audit[-1].outcome == "skipped" and "not_best_effort" in audit[-1].reason
 
-    await ex.execute([_evict(be.key)], _snap(be, hp, stale={"yarn": "down"}))
+    ex.execute([_evict(be.key)], _snap(be, hp, stale={"yarn": "down"}))
     assert audit[-1].outcome == "skipped" and "stale_data" in audit[-1].reason
 
-    await ex.execute([_evict("local/besteffort/gone")], _snap(be))
+    ex.execute([_evict("local/besteffort/gone")], _snap(be))
     assert "workload_gone" in audit[-1].reason
 
-    await ex.execute([_evict(be.key)], _snap(be))
+    ex.execute([_evict(be.key)], _snap(be))
     assert audit[-1].outcome == "started"
     assert ex.terminating == {be.key}
-    await ex.execute([_evict(be.key)], _snap(be))
+    ex.execute([_evict(be.key)], _snap(be))
     assert "already_terminating" in audit[-1].reason
     await ex.drain(2)
     assert rec.evicted == [be.key]
     assert audit[-1].outcome == "done"
-    await ex.execute([_evict(be.key)], _snap(be))
+    ex.execute([_evict(be.key)], _snap(be))
     assert "cooldown" in audit[-1].reason
     assert ex.evictions[("memory_pressure", "local")] == 1
     assert ex.holds[("memory_pressure", "not_best_effort")] == 1
@@ -83,7 +83,7 @@ async def test_rate_limit_and_hold_counting(tmp_path: Path) -> None:
     rec = Recorder()
     ex = _executor(tmp_path, rec, burst=2)
     ws = [_w(f"local/besteffort/w{i}") for i in range(4)]
-    records = await ex.execute([_evict(w.key) for w in ws] + [Hold("p", "why")], _snap(*ws))
+    records = ex.execute([_evict(w.key) for w in ws] + [Hold("p", "why")], _snap(*ws))
     await ex.drain(2)
     assert [r.outcome for r in records] == ["started", "started", "skipped", "skipped"]
     assert "rate_limited" in records[2].reason
@@ -95,7 +95,7 @@ async def test_dry_run_evicts_nothing(tmp_path: Path) -> None:
     rec = Recorder()
     ex = _executor(tmp_path, rec, dry_run=True)
     w = _w("local/besteffort/a")
-    records = await ex.execute([_evict(w.key)], _snap(w))
+    records = ex.execute([_evict(w.key)], _snap(w))
     await ex.drain(1)
     assert records[0].outcome == "dry_run"
     assert rec.evicted == []
@@ -114,7 +114,7 @@ async def test_refusal_is_reported_so_the_next_victim_is_taken(tmp_path: Path) -
     refused: list[str] = []
     ex.on_refused = refused.append
     w = _w("local/besteffort/a")
-    await ex.execute([_evict(w.key)], _snap(w))
+    ex.execute([_evict(w.key)], _snap(w))
     await ex.drain(1)
     assert refused == [w.key]
     assert ex.eviction_failures["memory_pressure"] == 1

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
+
+from agent.drain import DrainController
+from qos.actions import Action
+from qos.drain import DrainPolicy
 from qos.model import NodeSnapshot, Resources, Source, Tier, Usage, Workload
 
 CAPACITY = Resources(4000, 8 << 30)
@@ -23,3 +28,13 @@ def hp(name: str) -> Workload:
 def snapshot(*workloads: Workload, at: float = 1000.0, stale: dict[str, str] | None = None) -> NodeSnapshot:
     return NodeSnapshot(taken_at=at, capacity=CAPACITY, cpus=(0, 1), node_usage=Usage(), hp_usage=Usage(),
                         be_usage=Usage(), system_usage=Usage(), workloads=tuple(workloads), stale=stale or {})
+
+
+def with_drain(ctl: DrainController, snap: NodeSnapshot) -> NodeSnapshot:
+    """The snapshot as the agent builds it each tick: with the ledger's drain view."""
+    return dataclasses.replace(snap, drain=ctl.view(snap))
+
+
+def plan(snap: NodeSnapshot) -> list[Action]:
+    """What the drain policy contributes to a tick from this snapshot."""
+    return DrainPolicy().decide(snap, None)[0]

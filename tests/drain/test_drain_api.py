@@ -8,7 +8,7 @@ from pathlib import Path
 
 import grpc
 import pytest
-from drainkit import be, snapshot
+from drainkit import be, snapshot, with_drain
 
 from agent.api.client import AgentCallError, AgentClient, target
 from agent.api.coloc.v1 import agent_pb2 as pb
@@ -88,8 +88,7 @@ async def test_metrics_show_lifecycle_deadline_and_allocations_left(served: tupl
     assert "coloc_node_drain_allocations_left{}" not in values()
     async with AgentClient(server.address) as c:
         resp = await c.drain(1, graceful=True, timeout_s=600)
-    snap = snapshot(be("a"))
-    ctl.plan(snap)
+    snap = with_drain(ctl, snapshot(be("a")))
     ledger.sync(snap, BATCH, ledger.now())
     ctl.on_tick(snap, BATCH, [])
     v = values()

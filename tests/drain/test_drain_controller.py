@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
-from drainkit import be, snapshot
+from drainkit import be, plan, snapshot, with_drain
 
 from agent.drain import DrainController, request_drain, request_recommission
 from agent.published import ActionRecord
@@ -41,9 +41,10 @@ def schedulable(path: Path | None = None, clock: Clock | None = None) -> tuple[L
 
 def tick(ledger: Ledger, ctl: DrainController, workloads: Sequence[Workload], clock: Clock,
          refuse: Sequence[str] = ()) -> list[Evict]:
-    """One tick as the loop runs it: plan → execute (evictions start, unless refused) → sync → hooks."""
-    snap: NodeSnapshot = snapshot(*workloads, at=clock())
-    evicts = [a for a in ctl.plan(snap) if isinstance(a, Evict)]
+    """One tick as the loop runs it: drain view → plan → execute (evictions start, unless refused) → sync
+    → hooks."""
+    snap: NodeSnapshot = with_drain(ctl, snapshot(*workloads, at=clock()))
+    evicts = [a for a in plan(snap) if isinstance(a, Evict)]
     records = [ActionRecord(clock(), e.reason.value, "evict", e.key,
                             "skipped" if e.key in refuse else "started", e.message) for e in evicts]
     ledger.sync(snap, BATCH, clock())
@@ -120,7 +121,7 @@ def test_stale_data_decides_nothing() -> None:
     ledger, clock = schedulable()
     ctl = DrainController(ledger, clock=clock)
     request_drain(ledger, 1, graceful=True, timeout_s=0)
-    assert ctl.plan(snapshot(be("a"), stale={"cgroups": "unreadable"})) == []
+    assert plan(with_drain(ctl, snapshot(be("a"), stale={"cgroups": "unreadable"}))) == []
     ctl.on_tick(snapshot(), BATCH, [])
     assert ledger.node.lifecycle is Lifecycle.DECOMMISSIONING, "an empty-looking stale tick is not drained"
 

@@ -19,11 +19,11 @@ from qos.batch import (
     ledger_view,
     local_origin,
     origin_batch_total,
-    select_victims,
     third_party_allocations_json,
     yarn_requested,
 )
 from qos.model import NodeSnapshot, Resources, Source, Tier, Usage, Workload
+from qos.victims import pick_allocations
 
 GIB = 1 << 30
 TS = 1700000000000
@@ -73,6 +73,7 @@ def snap(
     taken_at: float = 1000.0,
     stale: dict[str, str] | None = None,
     system: Usage = SYSTEM,
+    origin_annotation: str | None = None,
 ) -> NodeSnapshot:
     return NodeSnapshot(
         taken_at=taken_at,
@@ -84,6 +85,7 @@ def snap(
         system_usage=system,
         workloads=tuple(workloads),
         stale=stale or {},
+        origin_annotation=origin_annotation,
     )
 
 
@@ -103,7 +105,7 @@ def test_overcommit_reported_admissions_refused_and_released_in_order() -> None:
     refused = admit_batch(view, Resources(100, 0))
     assert not refused.accepted and "overcommitted by 3000m CPU" in refused.reason
 
-    actions, state = decide_batch(snap(workloads), BatchConfig(), BatchState(), origin_annotation=ORIGIN_8)
+    actions, state = decide_batch(snap(workloads, origin_annotation=ORIGIN_8), BatchConfig(), BatchState())
     evicts = [a for a in actions if isinstance(a, Evict)]
     # Lowest priority first (the koord-free pod), then the YARN containers at 5000, newest first, the AM
     # last; it stops as soon as 3 cores are released.
@@ -121,35 +123,34 @@ def test_overcommit_reported_admissions_refused_and_released_in_order() -> None:
     assert not after.overcommitted and after.requested.milli_cpu == 8000
     assert admit_batch(after, Resources(0, GIB)).accepted
     assert "does not fit" in admit_batch(after, Resources(1, 0)).reason
-    actions, _ = decide_batch(snap(released, 1001), BatchConfig(), state, origin_annotation=ORIGIN_8)
+    actions, _ = decide_batch(snap(released, 1001, origin_annotation=ORIGIN_8), BatchConfig(), state)
     assert actions == []
 
 
 def test_chosen_victims_count_as_pending_so_nothing_is_over_evicted() -> None:
     workloads = K8S + YARN
-    actions, state = decide_batch(snap(workloads), BatchConfig(), BatchState(), origin_annotation=ORIGIN_8)
+    actions, state = decide_batch(snap(workloads, origin_annotation=ORIGIN_8), BatchConfig(), BatchState())
     assert len([a for a in actions if isinstance(a, Evict)]) == 2
     # Next tick the victims are still there (terminating takes time): no new victim.
-    again, state = decide_batch(snap(workloads, 1010), BatchConfig(), state, origin_annotation=ORIGIN_8)
+    again, state = decide_batch(snap(workloads, 1010, origin_annotation=ORIGIN_8), BatchConfig(), state)
     assert again == [Hold("batch_overcommit", "overcommitted; waiting for pending releases")]
     # Past pending_release_s a victim still present may be chosen again.
-    late, _ = decide_batch(snap(workloads, 1061), BatchConfig(), state, origin_annotation=ORIGIN_8)
+    late, _ = decide_batch(snap(workloads, 1061, origin_annotation=ORIGIN_8), BatchConfig(), state)
     assert [a.key for a in late if isinstance(a, Evict)] == ["k8s/free-pod", YARN[2].key]
 
 
 def test_terminating_workloads_count_as_releasing() -> None:
     workloads = [dataclasses.replace(K8S[0], terminating=True), *K8S[1:], *YARN]
-    actions, _ = decide_batch(snap(workloads), BatchConfig(), BatchState(), origin_annotation=ORIGIN_8)
+    actions, _ = decide_batch(snap(workloads, origin_annotation=ORIGIN_8), BatchConfig(), BatchState())
     # 1 core is already on its way out: 2 more are needed, the newest non-AM YARN container gives them.
     assert [a.key for a in actions if isinstance(a, Evict)] == [YARN[2].key]
 
 
 def test_no_eviction_on_stale_data() -> None:
     actions, _ = decide_batch(
-        snap(K8S + YARN, stale={"yarn": "yarn: last good data is 40s old"}),
+        snap(K8S + YARN, stale={"yarn": "yarn: last good data is 40s old"}, origin_annotation=ORIGIN_8),
         BatchConfig(),
         BatchState(),
-        origin_annotation=ORIGIN_8,
     )
     assert actions == [
         Hold("batch_overcommit", "overcommitted but data is stale (yarn: yarn: last good data is 40s old)")
@@ -159,25 +160,24 @@ def test_no_eviction_on_stale_data() -> None:
 
 def test_eviction_off_only_refuses() -> None:
     actions, _ = decide_batch(
-        snap(K8S + YARN), BatchConfig(evict=False), BatchState(), origin_annotation=ORIGIN_8
+        snap(K8S + YARN, origin_annotation=ORIGIN_8), BatchConfig(evict=False), BatchState(),
     )
     assert [type(a) for a in actions] == [Hold]
 
 
 def test_the_am_goes_only_when_its_application_has_nothing_else() -> None:
-    chosen = select_victims(YARN, Resources(4500, 0), YARN)
+    chosen = pick_allocations(YARN, Resources(4500, 0), YARN)
     assert [w.container_seq for w in chosen] == [3, 2, 1]
     other_app = [*YARN, yarn(1, 1, 500, app=2)]
     # app 2's lone AM is newer, but an AM comes after every plain container of its priority
-    assert [w.key for w in select_victims(other_app, Resources(2000, 0), other_app)] == [YARN[2].key]
+    assert [w.key for w in pick_allocations(other_app, Resources(2000, 0), other_app)] == [YARN[2].key]
 
 
 def test_origin_zero_releases_everything_lowest_priority_then_newest_first() -> None:
     actions, _ = decide_batch(
-        snap(K8S),
+        snap(K8S, origin_annotation=json.dumps({"resources": {"kubernetes.io/batch-cpu": "0"}})),
         BatchConfig(),
         BatchState(),
-        origin_annotation=json.dumps({"resources": {"kubernetes.io/batch-cpu": "0"}}),
     )
     assert [a.key for a in actions] == ["k8s/free-pod", "k8s/batch-b", "k8s/batch-a"]
     assert k8s_requested(K8S) == Resources(6000, 3 * GIB) and yarn_requested(K8S) == Resources()
@@ -192,7 +192,7 @@ def test_origin_zero_releases_everything_lowest_priority_then_newest_first() -> 
     ],
 )
 def test_origin_annotation_missing_or_bad_holds(annotation: str | None, needle: str) -> None:
-    actions, _ = decide_batch(snap(K8S + YARN), BatchConfig(), BatchState(), origin_annotation=annotation)
+    actions, _ = decide_batch(snap(K8S + YARN, origin_annotation=annotation), BatchConfig(), BatchState())
     assert len(actions) == 1 and isinstance(actions[0], Hold) and needle in actions[0].reason
 
 
@@ -264,14 +264,14 @@ def test_a_refused_eviction_moves_on_to_the_next_victim() -> None:
     from qos.batch import note_blocked
 
     workloads = K8S + YARN
-    actions, state = decide_batch(snap(workloads), BatchConfig(), BatchState(), origin_annotation=ORIGIN_8)
+    actions, state = decide_batch(snap(workloads, origin_annotation=ORIGIN_8), BatchConfig(), BatchState())
     assert [a.key for a in actions] == ["k8s/free-pod", YARN[2].key]
     state = note_blocked(state, "k8s/free-pod", 1000.5)  # 429: its disruption budget said no
-    again, state = decide_batch(snap(workloads, 1001), BatchConfig(), state, origin_annotation=ORIGIN_8)
+    again, state = decide_batch(snap(workloads, 1001, origin_annotation=ORIGIN_8), BatchConfig(), state)
     # 2 cores are pending from the YARN container; 1 more is needed: the next in order, not the blocked pod.
     assert [a.key for a in again] == [YARN[1].key]
     later, _ = decide_batch(
-        snap(workloads, 1070), BatchConfig(), state, origin_annotation=ORIGIN_8
+        snap(workloads, 1070, origin_annotation=ORIGIN_8), BatchConfig(), state,
     )  # the block has expired: the pod is a candidate again (all are, the pending ones expired too)
     assert [a.key for a in later] == ["k8s/free-pod", YARN[2].key]
 

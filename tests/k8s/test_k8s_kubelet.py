@@ -4,6 +4,7 @@ and outages: down, slow, trickling, garbage, truncated, HTTP 500, empty answers.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import time
@@ -267,10 +268,10 @@ async def test_outage_keeps_last_good_then_goes_stale_then_recovers(
         assert expect in stale.stale_reason
         # Stale data forbids eviction: the ledger holds instead of evicting.
         actions, _ = decide_batch(
-            _stale_snapshot({"kubelet": stale.stale_reason}),
+            dataclasses.replace(_stale_snapshot({"kubelet": stale.stale_reason}),
+                                origin_annotation='{"resources":{"kubernetes.io/batch-cpu":"1000"}}'),
             BatchConfig(),
             BatchState(),
-            origin_annotation='{"resources":{"kubernetes.io/batch-cpu":"1000"}}',
         )
         assert not any(isinstance(a, Evict) for a in actions)
 
@@ -297,14 +298,13 @@ async def test_never_answered_is_stale(clock: FakeClock, tmp_path: Path) -> None
     assert res.workloads == () and res.stale_reason is not None and "down:" in res.stale_reason
 
 
-async def test_resync_schedule_and_new_pod_cgroups(fixtures: Path, clock: FakeClock, tmp_path: Path) -> None:
+async def test_resync_schedule_and_requested_resync(fixtures: Path, clock: FakeClock, tmp_path: Path) -> None:
     with FakeKubelet(fixtures / "kubelet" / "podlist-mixed.json") as kubelet:
         src = _source(kubelet.url, clock, tmp_path, min_resync_gap_s=0.2)
         assert src.due()
         await src.refresh()
         assert not src.due()
-        assert not src.notice_pod_uids([UID.format(1), UID.format(2)])
-        assert src.notice_pod_uids([UID.format(1), "0a1b2c3d-0000-4000-8000-0000000000ff"])
+        src.request_resync()
         assert not src.due()  # asked, but within the minimum gap
         clock.advance(0.2)
         assert src.due()

@@ -8,6 +8,7 @@ reported back in the Node annotation."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import time
 from pathlib import Path
@@ -178,7 +179,8 @@ async def test_k8s_6_plus_yarn_5_against_origin_8(
         assert view.overcommit.milli_cpu == 3000
         assert not admit_batch(view, Resources(500, 0), snap.stale).accepted
 
-        actions, _ = decide_batch(snap, BatchConfig(), BatchState(), origin_annotation=annotations.origin)
+        snap = dataclasses.replace(snap, origin_annotation=annotations.origin)
+        actions, _ = decide_batch(snap, BatchConfig(), BatchState())
         evicts = [a for a in actions if isinstance(a, Evict)]
         assert [e.key for e in evicts] == ["k8s/0a1b2c3d-0000-4000-8000-0000000000c1", f"yarn/{C3}"]
         for e in evicts:
@@ -203,7 +205,8 @@ async def test_k8s_6_plus_yarn_5_against_origin_8(
         after = _snapshot(kube.workloads(), yarn.workloads(), at=time.time())
         fits = ledger_view(origin, after.workloads)
         assert fits.requested.milli_cpu == 5000 + 3000 and not fits.overcommitted
-        assert decide_batch(after, BatchConfig(), BatchState(), origin_annotation=annotations.origin)[0] == []
+        after = dataclasses.replace(after, origin_annotation=annotations.origin)
+        assert decide_batch(after, BatchConfig(), BatchState())[0] == []
         assert admit_batch(fits, Resources(0, GIB), after.stale).accepted
         assert await reporter.areport(yarn_requested(after.workloads)) is ReportOutcome.PATCHED
         assert (

@@ -17,14 +17,13 @@ from conftest import FakeClock
 from fakes.nodemanager import FakeNodeManager
 from realcg import RealRoot
 
-from agent.executors.yarn_kill import YarnKiller, plan_release
+from agent.executors.yarn_kill import YarnKiller
 from agent.sources.config import NodeManagerConfig
 from agent.sources.yarn import NodeManagerSource
 from cgroups.layout import Layout
 from cgroups.reader import CgroupReader
 from cgroups.writer import CgroupWriter
 from qos.actions import Evict, EvictReason
-from qos.model import Resources, Workload
 
 pytestmark = pytest.mark.cgroups
 
@@ -109,61 +108,6 @@ def _wait_pids(node: Node, cid: str, count: int) -> None:
     assert len(_pids(node, cid)) >= count
 
 
-async def test_kill_by_resource_newest_first_am_survives_exactly_enough(node: Node) -> None:
-    for cid in (AM1, W2, W3, W4, AM2):
-        _wait_pids(node, cid, 3)
-    await node.source.refresh()
-    yarn = node.source.workloads().workloads
-    assert {w.key for w in yarn} == {f"yarn/{c}" for c in SIZES}
-
-    first = await node.killer.kill_by_resource(2000, 3 * GIB, yarn)
-    # Newest non-AM first: W4 (1 core, 2 GiB) then W3 (1 core, 1 GiB) meet both targets exactly.
-    assert first.killed == (W4, W3) and first.failed == ()
-    assert first.released == Resources(2000, 3 * GIB) and first.satisfied
-    assert _pids(node, W4) == [] and _pids(node, W3) == []
-    for cid in (AM1, W2, AM2):
-        assert len(_pids(node, cid)) == 3, cid  # untouched
-    assert all(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in node.neighbours)
-
-    await node.source.refresh()
-    yarn = node.source.workloads().workloads
-    second = await node.killer.kill_by_resource(10_000, 0, yarn)
-    # W2 first; then the AMs, newest first, each only once its application has nothing else left.
-    assert second.killed == (W2, AM2, AM1)
-    assert second.released == Resources(4000, (2048 + 1024 + 1024) * MIB) and not second.satisfied
-    for cid in (AM1, W2, W3, W4, AM2):
-        assert _pids(node, cid) == []
-    # Nothing outside the containers was signalled: the BE pod, the HP pod, the NM-level process.
-    assert all(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in node.neighbours)
-    assert len(node.root.pids(POD_BE)) == len(node.root.pids(POD_HP)) == len(node.root.pids(YARN_ROOT)) == 1
-
-
-def test_plan_skips_the_am_while_its_application_has_other_containers() -> None:
-    def w(cid: str, cpu: int) -> Workload:
-        from qos.model import Source, Tier
-
-        seq = int(cid.rsplit("_", 1)[1])
-        return Workload(
-            f"yarn/{cid}",
-            cid,
-            Source.YARN,
-            Tier.BESTEFFORT,
-            True,
-            5500,
-            f"{YARN_ROOT}/{cid}",
-            Resources(cpu * 1000, GIB),
-            app_id=f"application_{TS}_0001",
-            container_seq=seq,
-        )
-
-    ws = [w(AM1, 4), w(W2, 1), w(W3, 1)]
-    assert [x.name for x in plan_release(ws, Resources(1500, 0))] == [W3, W2]
-    assert [x.name for x in plan_release(ws, Resources(2500, 0))] == [W3, W2, AM1]
-    assert plan_release(ws, Resources(0, 0)) == []
-    # Memory alone wanted: containers that give memory, newest first, stop when met.
-    assert [x.name for x in plan_release(ws, Resources(0, GIB))] == [W3]
-
-
 async def test_sigterm_ignored_escalates_to_sigkill(real_root: RealRoot) -> None:
     cid = f"container_{TS}_0003_01_000002"
     rel = real_root.mkcg(f"{YARN_ROOT}/{cid}")
@@ -215,3 +159,7 @@ async def test_the_executor_protocol(node: Node) -> None:
     pending = await node.killer.evict(by_key[f"yarn/{PENDING}"], action)
     assert not pending.ok and pending.try_next
     assert "SIGTERM" in done.detail and "SIGKILL" not in done.detail  # well-behaved tasks need no escalation
+    # Only the victim's cgroup was signalled: the other containers, the BE and HP pods, the NM-level process.
+    for cid in (AM1, W2, W4, AM2):
+        _wait_pids(node, cid, 3)  # still (or by now) all three processes: none was signalled
+    assert all(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in node.neighbours)

@@ -4,6 +4,7 @@ local fake NodeManager (a real one cannot run here), cross-checked against real 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import time
@@ -349,10 +350,10 @@ async def test_nodemanager_outage(
         assert stale.stale_reason is not None and expect in stale.stale_reason
         # k8s + yarn far over an origin of 1 core, but YARN data is stale: no eviction, a Hold says why.
         actions, _ = decide_batch(
-            _snapshot(stale.workloads, {"yarn": stale.stale_reason}),
+            dataclasses.replace(_snapshot(stale.workloads, {"yarn": stale.stale_reason}),
+                                origin_annotation='{"resources":{"kubernetes.io/batch-cpu":"1000"}}'),
             BatchConfig(),
             BatchState(),
-            origin_annotation='{"resources":{"kubernetes.io/batch-cpu":"1000"}}',
         )
         assert actions and not any(isinstance(a, Evict) for a in actions)
         if mode == "down":

@@ -47,17 +47,17 @@ async def test_dry_run_records_each_knob_once_per_change_and_writes_nothing(real
 
     tick: list[Action] = [SetBeCpuset((1,), "re-assert"), SetBeCpuIdle(True, "re-assert"),
                           SetBeCpuQuota(500, "q")]
-    first = await ex.execute(tick, _snap())
+    first = ex.execute(tick, _snap())
     assert [(r.kind, r.target, r.outcome) for r in first] == [
         ("set_be_cpuset", "1", "dry_run"), ("set_be_cpu_idle", "1", "dry_run"),
         ("set_be_cpu_quota", "50000", "dry_run")]
     for _ in range(5):
-        assert await ex.execute(tick, _snap()) == []
+        assert ex.execute(tick, _snap()) == []
     assert len(audit) == 3
 
-    changed = await ex.execute([SetBeCpuset((0, 1), "grow"), SetBeCpuIdle(True, "again")], _snap())
+    changed = ex.execute([SetBeCpuset((0, 1), "grow"), SetBeCpuIdle(True, "again")], _snap())
     assert [(r.kind, r.target) for r in changed] == [("set_be_cpuset", "0,1")]
-    back = await ex.execute([SetBeCpuset((1,), "shrink")], _snap())
+    back = ex.execute([SetBeCpuset((1,), "shrink")], _snap())
     assert [(r.kind, r.target) for r in back] == [("set_be_cpuset", "1")]
     assert len(audit) == 5
     assert _files(real_root) == before

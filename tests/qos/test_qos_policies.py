@@ -1,15 +1,25 @@
-"""All policies behind `decide`: order, de-duplicated evictions, shared pending, fail safe, config checks."""
+"""The node's QoS policies in one pipeline: order, de-duplicated evictions, shared pending, fail safe,
+config checks."""
 
 from __future__ import annotations
 
 import pytest
 from qos_builders import MIB, evicted, holds, snapshot, workload
 
-from qos.actions import Evict, EvictReason, SetBeCpuIdle, SetBeCpuset
+from qos.actions import Action, Evict, EvictReason, SetBeCpuIdle, SetBeCpuset
 from qos.cpu_eviction import CpuEvictionConfig
 from qos.failsafe import FailsafeConfig, eviction_blocker
 from qos.model import BeTierState, NodeSnapshot, Workload
-from qos.policies import PolicyConfig, PolicyState, decide
+from qos.pipeline import Pipeline, PipelineState
+from qos.policies import PolicyConfig
+from qos.registry import node_qos_policies
+
+
+def decide(snap: NodeSnapshot, cfg: PolicyConfig,
+           state: PipelineState | None) -> tuple[list[Action], PipelineState]:
+    """Suppression, memory eviction and CPU eviction of one tick, as the agent's pipeline runs them."""
+    pipeline = Pipeline(node_qos_policies(cfg))
+    return pipeline.decide(snap, state or pipeline.initial_state())
 
 CFG = PolicyConfig(cpu_eviction=CpuEvictionConfig(window_s=2))
 # 8 CPUs, BE confined to 2, requesting 4000 and busy: CPU satisfaction 0.5. Memory at 75 % of 1000 MiB.
@@ -36,19 +46,19 @@ def node(t: float, workloads: list[Workload] = [HP, *BE], **kw: object) -> NodeS
 
 
 def test_runs_every_policy_suppression_first() -> None:
-    actions, state = decide(node(0), CFG, PolicyState())
+    actions, state = decide(node(0), CFG, None)
     assert isinstance(actions[0], SetBeCpuIdle)
     assert isinstance(actions[1], SetBeCpuset)
     # 8000 × 65 % − 3000 = 2200 → 2 CPUs, the last two.
     assert actions[1].cpus == (6, 7)
     # Memory: need 70 MiB → the lowest priority pod (100 MiB). CPU: its window is not covered yet.
     assert evicted(actions) == ["k8s/big-mem"]
-    assert state.memory_eviction.last_round_at == 0
-    assert state.suppression.budget_milli == 2200
+    assert state["memory_eviction"].last_round_at == 0
+    assert state["cpu_suppression"].budget_milli == 2200
 
 
 def test_a_workload_is_evicted_once_and_counts_for_both_needs() -> None:
-    _, state = decide(node(0), CFG, PolicyState())
+    _, state = decide(node(0), CFG, None)
     # Next tick big-mem is still listed (its eviction under way): CPU eviction's window is now covered.
     actions, state = decide(node(1), CFG, state)
     evictions = [a for a in actions if isinstance(a, Evict)]
@@ -65,35 +75,35 @@ def test_a_workload_is_evicted_once_and_counts_for_both_needs() -> None:
 def test_same_tick_victim_of_memory_is_not_a_cpu_victim() -> None:
     cfg = PolicyConfig(cpu_eviction=CpuEvictionConfig(window_s=1))
     be = [workload("k8s/only", priority=3000, request_cpu=4000, mem=100 * MIB, cpu=1950)]
-    actions, state = decide(node(0, workloads=[HP, *be]), cfg, PolicyState())
+    actions, state = decide(node(0, workloads=[HP, *be]), cfg, None)
     assert evicted(actions) == ["k8s/only"]
     assert [a.reason for a in actions if isinstance(a, Evict)] == [EvictReason.MEMORY_PRESSURE]
-    assert state.cpu_eviction.last_round_at is None
+    assert state["cpu_eviction"].last_round_at is None
 
 
 def test_stale_snapshot_evicts_nothing_and_says_why() -> None:
-    actions, _ = decide(node(0, stale={"kubelet": "no answer for 12 s"}), CFG, PolicyState())
+    actions, _ = decide(node(0, stale={"kubelet": "no answer for 12 s"}), CFG, None)
     assert evicted(actions) == []
     assert any("kubelet (no answer for 12 s)" in r for r in holds(actions))
 
 
 def test_missing_node_memory_evicts_nothing() -> None:
-    actions, _ = decide(node(0, node_mem=None), CFG, PolicyState())
+    actions, _ = decide(node(0, node_mem=None), CFG, None)
     assert evicted(actions) == []
     assert any("missing" in r for r in holds(actions))
 
 
 def test_zero_capacity_node() -> None:
     snap = snapshot(cpus=(), capacity_cpu=0, capacity_mem=0, node_mem=None, be_cpu=None, workloads=BE)
-    actions, _ = decide(snap, CFG, PolicyState())
+    actions, _ = decide(snap, CFG, None)
     assert evicted(actions) == []
     assert holds(actions)
 
 
 def test_no_be_node() -> None:
-    actions, state = decide(node(0, workloads=[HP], be_cpu=0.0, node_mem=500 * MIB), CFG, PolicyState())
+    actions, state = decide(node(0, workloads=[HP], be_cpu=0.0, node_mem=500 * MIB), CFG, None)
     assert evicted(actions) == [] and holds(actions) == []
-    assert state.cpu_eviction.samples == ()
+    assert state["cpu_eviction"].samples == ()
 
 
 def test_blocker_lists_every_reason() -> None:

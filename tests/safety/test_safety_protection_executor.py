@@ -72,7 +72,7 @@ async def test_a_protected_target_is_refused_and_counted(tmp_path: Path) -> None
     assert _refusals(ex) == {r.value: 0.0 for r in EvictReason}, "every policy starts at 0"
     proxy, shipper, spark = pods["kube-proxy-7xk2p"], pods["fluent-bit-h2k9z"], pods["spark-exec-7"]
     assert proxy.be and proxy.protected
-    records = await ex.execute([
+    records = ex.execute([
         Evict(proxy.key, EvictReason.MEMORY_PRESSURE, "node working set 94% >= 70%"),
         Evict(shipper.key, EvictReason.DRAIN_TIMEOUT, "drain deadline passed"),
         Evict(spark.key, EvictReason.MEMORY_PRESSURE, "node working set 94% >= 70%"),
@@ -93,11 +93,11 @@ async def test_protected_comes_before_stale_data_and_dry_run(tmp_path: Path) -> 
     proxy, spark = pods["kube-proxy-7xk2p"], pods["spark-exec-7"]
     rec, audit = Recorder(), []
     ex = _executor(tmp_path, rec, audit, dry_run=True)
-    records = await ex.execute([Evict(proxy.key, EvictReason.CPU_SATISFACTION, "starved"),
+    records = ex.execute([Evict(proxy.key, EvictReason.CPU_SATISFACTION, "starved"),
                                 Evict(spark.key, EvictReason.CPU_SATISFACTION, "starved")], snap)
     assert [r.outcome for r in records] == ["protected", "dry_run"], "a dry run never says it would evict it"
     stale = dataclasses.replace(snap, stale={"kubelet": "down"})
-    records = await ex.execute([Evict(proxy.key, EvictReason.BATCH_OVERCOMMIT, "over"),
+    records = ex.execute([Evict(proxy.key, EvictReason.BATCH_OVERCOMMIT, "over"),
                                 Evict(spark.key, EvictReason.BATCH_OVERCOMMIT, "over")], stale)
     assert [r.outcome for r in records] == ["protected", "skipped"]
     assert "stale_data" in records[1].reason

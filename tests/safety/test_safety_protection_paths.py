@@ -21,9 +21,11 @@ from agent.state.ledger import Ledger, LedgerConfig
 from qos import cpu_eviction, memory_eviction
 from qos.actions import Evict
 from qos.batch import BatchConfig, BatchState, decide_batch, ledger_view
-from qos.drain import DrainTerms, decide_drain
+from qos.drain import DrainPolicy, DrainTerms, decide_drain, drain_decision
 from qos.model import BeTierState, Resources
-from qos.policies import PolicyConfig, PolicyState, decide
+from qos.pipeline import Pipeline
+from qos.policies import PolicyConfig
+from qos.registry import node_qos_policies
 
 
 def _evicted(actions: list[object]) -> list[str]:
@@ -62,7 +64,8 @@ async def test_the_combined_policies_under_both_pressures_pick_only_batch() -> N
     wl = with_usage(src.workloads, mem=GIB, cpu={"trainer-opted-out-0": 900.0})
     snap = snapshot(wl, at=1000.0, node_mem=15 * GIB, be_cpu=100.0,
                     be_tier=BeTierState(cpuset=(7,), quota_milli_cpu=100))
-    actions, _ = decide(snap, PolicyConfig(), PolicyState())
+    pipeline = Pipeline(node_qos_policies(PolicyConfig()))
+    actions, _ = pipeline.decide(snap, pipeline.initial_state())
     assert names(src, _evicted(actions)) <= BATCH
     assert {w.name for w in snap.be_workloads} == BATCH
 
@@ -73,7 +76,8 @@ async def test_batch_overcommit_releases_only_batch_pods() -> None:
     origin = json.dumps({"resources": {"kubernetes.io/batch-cpu": "0", "kubernetes.io/batch-memory": "0"}})
     view = ledger_view(Resources(0, 0), snap.workloads)
     assert view.k8s_requested == Resources(3500, 6 * GIB), "only the batch pods' requests count"
-    actions, _ = decide_batch(snap, BatchConfig(), BatchState(), origin_annotation=origin)
+    snap = dataclasses.replace(snap, origin_annotation=origin)
+    actions, _ = decide_batch(snap, BatchConfig(), BatchState())
     evicted = _evicted(actions)
     assert names(src, evicted) == {"spark-exec-7", "spark-exec-8"}  # etl asks nothing: releases nothing
 
@@ -95,12 +99,13 @@ async def test_drain_controller_evicts_only_batch_pods() -> None:
     ledger.ack_recovery(1, ledger.revision)
     request_drain(ledger, 1, graceful=False, timeout_s=0)
     ctl = DrainController(ledger, clock=lambda: now)
-    evicted = _evicted(ctl.plan(snap))
+    evicted = _evicted(DrainPolicy().decide(dataclasses.replace(snap, drain=ctl.view(snap)), None)[0])
     assert names(src, evicted) == BATCH
     # Past the deadline too: the protected pods stay, and do not hold the drain up.
     later = dataclasses.replace(snap, workloads=tuple(w for w in snap.workloads if w.name not in BATCH))
-    assert _evicted(ctl.plan(later)) == []
-    dec = ctl.last_decision
+    later = dataclasses.replace(later, drain=ctl.view(later))
+    assert _evicted(DrainPolicy().decide(later, None)[0]) == []
+    dec = drain_decision(later)
     assert dec is not None and dec.allocations_left == 0
 
 

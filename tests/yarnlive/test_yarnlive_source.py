@@ -6,6 +6,7 @@ Container sizes are bounded by the node's capacity, not by an absurd constant.""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from collections.abc import Callable
@@ -101,7 +102,8 @@ async def test_overcommit_arbitration_ignores_dying_containers() -> None:
     origin = '{"resources":{"kubernetes.io/batch-cpu":"7000","kubernetes.io/batch-memory":"68719476736"}}'
     view = ledger_view(Resources(7000, 64 * GIB), snap.workloads)
     assert not view.overcommitted and view.yarn_requested == LIVE_TOTAL
-    actions, _ = decide_batch(snap, BatchConfig(), BatchState(), origin_annotation=origin)
+    snap = dataclasses.replace(snap, origin_annotation=origin)
+    actions, _ = decide_batch(snap, BatchConfig(), BatchState())
     assert not [a for a in actions if isinstance(a, Evict)], actions
 
 
