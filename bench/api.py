@@ -31,7 +31,8 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from agent.api.client import AgentClient
 from agent.api.coloc.v1 import agent_pb2 as pb
-from agent.api.server import ApiConfig, start_api_server
+from agent.api.server import start_api_server
+from agent.config.api import ApiConfig
 from agent.state import AdmitRequest, Ledger, LedgerConfig
 from qos.model import NodeSnapshot, Resources, Source, Tier, Usage, Workload
 

@@ -51,11 +51,19 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from agent.config import AgentConfig, CgroupConfig, NodeConfig, StateConfig
-from agent.plots import plot_timeseries
-from agent.runtime import BE_SHARES, BE_TIER, Runtime, build, machine_capacity, remove_tree, setup_tiers
-from agent.spawn import spawn_in_cgroup, workload_argv
-from agent.workloads import read_counter
+from agent.config.agent import AgentConfig, CgroupConfig, NodeConfig, StateConfig
+from agent.daemon.runtime import (
+    BE_SHARES,
+    BE_TIER,
+    Runtime,
+    build,
+    machine_capacity,
+    remove_tree,
+    setup_tiers,
+)
+from agent.demo.plots import plot_timeseries
+from agent.demo.spawn import spawn_in_cgroup, workload_argv
+from agent.demo.workloads import read_counter
 from cgroups.discovery import Hierarchy, discover
 from cgroups.errors import CgroupError
 from cgroups.layout import Layout

@@ -44,7 +44,7 @@ from payloadkit import FIX, pod_copies, podlist_body  # noqa: E402
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 from realcg import RealRoot  # noqa: E402
 
-from agent.sources.config import KubeletConfig  # noqa: E402
+from agent.config.sources import KubeletConfig  # noqa: E402
 
 INTERVAL_S = 0.5
 TARGET_CADENCE = 0.95

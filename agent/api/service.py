@@ -16,7 +16,7 @@ import grpc
 from agent.api import convert
 from agent.api.coloc.v1 import agent_pb2 as pb
 from agent.api.wire import Encoder
-from agent.drain import DrainReply, request_drain, request_recommission
+from agent.decommission.controller import DrainReply, request_drain, request_recommission
 from agent.published import Board, source_states
 from agent.state import lifecycle
 from agent.state.errors import (

@@ -24,10 +24,10 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
+from agent.config.sources import KubeApiConfig
 from agent.executors.apply import EvictOutcome
-from agent.sources.config import KubeApiConfig
-from agent.sources.ids import IdError, check_pod_uid
 from qos.actions import Evict
+from qos.ids import IdError, check_pod_uid
 from qos.model import Source, Workload
 
 log = logging.getLogger("coloc.executors.k8s")

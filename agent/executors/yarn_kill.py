@@ -20,12 +20,12 @@ from dataclasses import dataclass
 import psutil
 
 from agent.executors.apply import EvictOutcome
-from agent.sources.ids import parse_container_id
 from cgroups.errors import CgroupError, CgroupGone
 from cgroups.layout import Layout
 from cgroups.reader import CgroupReader
 from cgroups.writer import CgroupWriter
 from qos.actions import Evict
+from qos.ids import parse_container_id
 from qos.model import Source, Workload
 
 log = logging.getLogger("coloc.executors.yarn")

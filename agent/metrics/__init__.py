@@ -1,6 +1,6 @@
 """Prometheus metrics, health endpoints and the observer the loop feeds."""
 
-from agent.metrics.config import DEFAULT_PORT, MetricsConfig
+from agent.config.metrics import DEFAULT_PORT, MetricsConfig
 from agent.metrics.health import HealthConfig
 from agent.metrics.hub import MetricsHub
 from agent.metrics.ledger import LedgerFigures

@@ -14,8 +14,8 @@ from importlib import metadata
 
 from prometheus_client import CollectorRegistry, Histogram, ProcessCollector
 
+from agent.config.metrics import MetricsConfig
 from agent.metrics.collector import ColocCollector, LedgerView
-from agent.metrics.config import MetricsConfig
 from agent.metrics.health import HealthConfig
 from agent.metrics.server import MetricsServer
 from agent.metrics.tally import ActionTally

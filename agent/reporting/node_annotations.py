@@ -19,7 +19,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
-from agent.sources.config import KubeApiConfig, ReportingConfig
+from agent.config.sources import KubeApiConfig, ReportingConfig
 from agent.sources.kubeapi import ApiBodyError, read_capped, read_capped_json
 from qos.batch import ORIGIN_ANNOTATION, THIRD_PARTY_ANNOTATION, third_party_allocations_json
 from qos.model import Resources

@@ -10,7 +10,7 @@ import urllib3
 from kubernetes import client, config
 from kubernetes.config.config_exception import ConfigException
 
-from agent.sources.config import KubeApiConfig
+from agent.config.sources import KubeApiConfig
 
 
 class KubeApiError(RuntimeError):

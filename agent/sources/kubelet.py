@@ -20,13 +20,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from types import MappingProxyType
 
-from agent.sources.config import KubeletConfig
+from agent.config.sources import KubeletConfig
 from agent.sources.fetch_errors import FETCH_ERRORS
 from agent.sources.http import FetchError, HttpEndpoint, HttpFetcher
-from agent.sources.ids import IdError, check_pod_uid
 from agent.sources.result import Freshness, PodInfo, SourceResult
 from cgroups.layout import Layout
 from qos.batch import BATCH_CPU, BATCH_MEMORY
+from qos.ids import IdError, check_pod_uid
 from qos.model import Resources, Source, Tier, Workload
 from qos.protection import ConflictNotes, PodFacts, ProtectionConfig, protection_reason
 from qos.quantity import QuantityError, to_int, to_milli

@@ -28,14 +28,14 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 
-from agent.sources.config import NodeManagerConfig
+from agent.config.sources import NodeManagerConfig
 from agent.sources.fetch_errors import FETCH_ERRORS
 from agent.sources.http import FetchError, HttpEndpoint, HttpFetcher
-from agent.sources.ids import ContainerId, IdError, parse_app_id, parse_container_id
 from agent.sources.kubelet import KubeletSource
 from agent.sources.result import Freshness, SourceResult, YarnContainerInfo
 from cgroups.errors import CgroupError
 from cgroups.layout import Layout
+from qos.ids import ContainerId, IdError, parse_app_id, parse_container_id
 from qos.model import Resources, Source, Tier, Workload
 
 log = logging.getLogger("coloc.sources.yarn")

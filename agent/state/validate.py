@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import re
 
-from agent.sources.ids import IdError, check_pod_uid, parse_app_id, parse_container_id
 from agent.state.errors import InvalidRequest
 from agent.state.records import AdmitRequest, Tags
+from qos.ids import IdError, check_pod_uid, parse_app_id, parse_container_id
 from qos.model import Source
 
 MAX_EPOCH = (1 << 63) - 1

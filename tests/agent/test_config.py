@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from agent.config import AgentConfig, ConfigError, load_config
-from agent.configload import parse_bytes
+from agent.config.agent import AgentConfig, ConfigError, load_config
+from agent.config.load import parse_bytes
 
 REPO = Path(__file__).resolve().parents[2]
 

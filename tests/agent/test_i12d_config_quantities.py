@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from agent.configload import ConfigError, parse_bytes
+from agent.config.load import ConfigError, parse_bytes
 from qos.quantity import to_int
 
 

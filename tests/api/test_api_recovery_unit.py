@@ -13,9 +13,10 @@ from pathlib import Path
 import pytest
 from apikit import app_id, cid, short_dir
 
-from agent.api.server import ApiConfig, start_api_server
+from agent.api.server import start_api_server
+from agent.cli.recover import cluster_json, main, read_agents
+from agent.config.api import ApiConfig
 from agent.recovery import Cluster, NodeState, ProtocolError, Recovery, RecoveryConfig, SchedulerState
-from agent.recovery.cli import cluster_json, main, read_agents
 from agent.recovery.yunikorn import si_requests
 from agent.state import Event, EventType, Ledger, LedgerConfig, LedgerView, Lifecycle
 from agent.state.records import Allocation, Application, Identity, NodeRecord, Phase

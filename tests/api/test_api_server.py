@@ -28,7 +28,8 @@ from agent.api import convert
 from agent.api.client import AgentCallError, AgentClient, Marker
 from agent.api.coloc.v1 import agent_pb2 as pb
 from agent.api.coloc.v1 import agent_pb2_grpc as pb_grpc
-from agent.api.server import ApiConfig, ApiServer, ApiStartError, start_api_server
+from agent.api.server import ApiServer, ApiStartError, start_api_server
+from agent.config.api import ApiConfig
 from agent.published import ActionRecord, Board, Published
 from agent.state import AdmitRequest, EventType, Ledger, LedgerConfig, Lifecycle, Phase, Refusal
 from agent.state.persist import StateStore
@@ -597,7 +598,7 @@ async def test_concurrent_admissions_never_overcommit(served: Served) -> None:
 
 
 async def test_status_cli(served: Served, capsys: pytest.CaptureFixture[str]) -> None:
-    from agent.status_cli import main
+    from agent.cli.status import main
 
     served.sync([workload(1, 1, cpu=250)])
     served.ledger.notice("suppression", "BE cpuset shrunk to 1 CPU", {"cpus": "1"})

@@ -11,7 +11,7 @@ import pytest
 from realcg import RealRoot
 from v2files import write_cgroup
 
-from agent.inspect import main
+from agent.cli.inspect import main
 from cgroups.reader import CgroupReader
 
 pytestmark = pytest.mark.cgroups

@@ -12,7 +12,7 @@ import pytest
 import yaml
 from deploy_render import KOORDLET_PORT, OVERLAYS, agent_container, config_text, needs_kubectl, one, rendered
 
-from agent.config import load_config
+from agent.config.agent import load_config
 
 kv = pytest.importorskip("kubernetes_validate")
 from kubernetes_validate import utils as kv_utils  # noqa: E402

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from agent.drain import DrainController
+from agent.decommission.controller import DrainController
 from qos.actions import Action
 from qos.drain import DrainPolicy
 from qos.model import NodeSnapshot, Resources, Source, Tier, Usage, Workload

@@ -13,8 +13,9 @@ from drainkit import be, snapshot, with_drain
 from agent.api.client import AgentCallError, AgentClient, target
 from agent.api.coloc.v1 import agent_pb2 as pb
 from agent.api.coloc.v1 import agent_pb2_grpc as pb_grpc
-from agent.api.server import ApiConfig, ApiServer, start_api_server
-from agent.drain import DrainController
+from agent.api.server import ApiServer, start_api_server
+from agent.config.api import ApiConfig
+from agent.decommission.controller import DrainController
 from agent.metrics.collector import ColocCollector
 from agent.metrics.hub import ActionTally
 from agent.published import Board

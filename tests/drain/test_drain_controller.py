@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from drainkit import be, plan, snapshot, with_drain
 
-from agent.drain import DrainController, request_drain, request_recommission
+from agent.decommission.controller import DrainController, request_drain, request_recommission
 from agent.published import ActionRecord
 from agent.state.errors import InvalidRequest, LifecycleError, StaleEpoch
 from agent.state.ledger import Ledger, LedgerConfig

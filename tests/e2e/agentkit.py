@@ -11,11 +11,11 @@ from pathlib import Path
 
 from realcg import RealRoot
 
-from agent.config import AgentConfig, CgroupConfig, EvictionConfig, LoopConfig, NodeConfig, StateConfig
-from agent.runtime import Runtime, build
-from agent.spawn import workload_argv
-from agent.standalone import LocalWorkload, StandaloneConfig
-from agent.workloads import read_counter
+from agent.config.agent import AgentConfig, CgroupConfig, EvictionConfig, LoopConfig, NodeConfig, StateConfig
+from agent.config.standalone import LocalWorkload, StandaloneConfig
+from agent.daemon.runtime import Runtime, build
+from agent.demo.spawn import workload_argv
+from agent.demo.workloads import read_counter
 from qos.policies import PolicyConfig
 
 

@@ -17,10 +17,10 @@ import pytest
 from agentkit import agent_config, running, wait_for
 from realcg import RealRoot
 
-from agent.runtime import build
-from agent.sources.config import NodeManagerConfig
-from agent.spawn import workload_argv
-from agent.standalone import LocalWorkload
+from agent.config.sources import NodeManagerConfig
+from agent.config.standalone import LocalWorkload
+from agent.daemon.runtime import build
+from agent.demo.spawn import workload_argv
 from cgroups.reader import CgroupReader
 
 pytestmark = [pytest.mark.cgroups, pytest.mark.slow]

@@ -15,8 +15,8 @@ import pytest
 from agentkit import read_quota_milli, running, spawn_hp, start_runtime, throughput, wait_for
 from realcg import RealRoot
 
-from agent.spawn import workload_argv
-from agent.workloads import read_counter
+from agent.demo.spawn import workload_argv
+from agent.demo.workloads import read_counter
 
 pytestmark = [pytest.mark.cgroups, pytest.mark.xdist_group("cpu"), pytest.mark.slow]
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from agent.configload import ConfigError, from_mapping
-from agent.sources.config import SourcesConfig
+from agent.config.load import ConfigError, from_mapping
+from agent.config.sources import SourcesConfig
 
 
 def test_defaults_and_a_full_mapping() -> None:

@@ -10,9 +10,9 @@ import pytest
 from fakes.apiserver import FakeApiServer
 from kubernetes import client
 
-from agent.drain import request_drain, request_recommission
+from agent.config.sources import KubeApiConfig
+from agent.decommission.controller import request_drain, request_recommission
 from agent.reporting.cordon import CORDON_ANNOTATION, DrainCordon
-from agent.sources.config import KubeApiConfig
 from agent.sources.kubeapi import make_api_client
 from agent.state import Ledger, LedgerConfig
 from qos.model import NodeSnapshot, Resources, Usage
@@ -58,7 +58,7 @@ async def test_cordon_follows_the_drain() -> None:
 
 
 def test_cordon_needs_the_kubernetes_api(tmp_path: Path) -> None:
-    from agent.config import ConfigError, load_config
+    from agent.config.agent import ConfigError, load_config
 
     p = tmp_path / "c.yaml"
     p.write_text("drain: {cordon: true}")

@@ -14,10 +14,10 @@ from fakes.apiserver import FakeApiServer
 from fakes.tls import TlsFiles
 from kubernetes import client
 
-from agent.drain import request_drain
-from agent.drain_events import EVENT_REASON, DrainPodEvents
+from agent.config.sources import KubeApiConfig
+from agent.decommission.controller import request_drain
+from agent.decommission.events import EVENT_REASON, DrainPodEvents
 from agent.executors.k8s_eviction import K8sEvictor
-from agent.sources.config import KubeApiConfig
 from agent.sources.kubeapi import make_api_client
 from agent.sources.kubelet import parse_pod_list
 from agent.state import Ledger, LedgerConfig

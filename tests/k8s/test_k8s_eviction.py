@@ -16,8 +16,8 @@ from fakes.apiserver import FakeApiServer
 from fakes.tls import TlsFiles
 from kubernetes import client
 
+from agent.config.sources import KubeApiConfig
 from agent.executors.k8s_eviction import EvictionOutcome, K8sEvictor
-from agent.sources.config import KubeApiConfig
 from agent.sources.kubeapi import make_api_client
 from agent.sources.kubelet import parse_pod_list
 from cgroups.layout import Layout

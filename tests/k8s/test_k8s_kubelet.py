@@ -16,7 +16,7 @@ from conftest import FakeClock
 from fakes.kubelet import FakeKubelet
 from fakes.tls import TlsFiles
 
-from agent.sources.config import KubeletConfig
+from agent.config.sources import KubeletConfig
 from agent.sources.kubelet import KubeletSource, PodListError, parse_pod_list
 from cgroups.layout import Layout
 from qos.actions import Evict

@@ -21,10 +21,10 @@ from fakes.nodemanager import FakeNodeManager
 from kubernetes import client
 from realcg import RealRoot
 
+from agent.config.sources import KubeApiConfig, KubeletConfig, NodeManagerConfig, ReportingConfig
 from agent.executors.k8s_eviction import K8sEvictor
 from agent.executors.yarn_kill import YarnKiller
 from agent.reporting.node_annotations import NodeReporter, ReportOutcome
-from agent.sources.config import KubeApiConfig, KubeletConfig, NodeManagerConfig, ReportingConfig
 from agent.sources.kubeapi import make_api_client
 from agent.sources.kubelet import KubeletSource
 from agent.sources.yarn import NodeManagerSource

@@ -17,8 +17,8 @@ from conftest import FakeClock
 from fakes.nodemanager import FakeNodeManager
 from realcg import RealRoot
 
+from agent.config.sources import NodeManagerConfig
 from agent.executors.yarn_kill import YarnKiller
-from agent.sources.config import NodeManagerConfig
 from agent.sources.yarn import NodeManagerSource
 from cgroups.layout import Layout
 from cgroups.reader import CgroupReader

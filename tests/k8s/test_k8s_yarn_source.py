@@ -18,8 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from realcg import RealRoot
 
-from agent.sources.config import KubeletConfig, NodeManagerConfig
-from agent.sources.ids import IdError, parse_app_id, parse_container_id
+from agent.config.sources import KubeletConfig, NodeManagerConfig
 from agent.sources.kubelet import KubeletSource
 from agent.sources.yarn import (
     NmPayloadError,
@@ -32,6 +31,7 @@ from cgroups.layout import Layout
 from cgroups.reader import CgroupReader
 from qos.actions import Evict
 from qos.batch import BatchConfig, BatchState, decide_batch, yarn_requested
+from qos.ids import IdError, parse_app_id, parse_container_id
 from qos.model import NodeSnapshot, Resources, Source, Tier, Usage
 
 MIB = 1 << 20

@@ -12,10 +12,10 @@ import time
 import pytest
 from realcg import RealRoot
 
-from agent.config import AgentConfig, CgroupConfig, EvictionConfig, LoopConfig, NodeConfig, StateConfig
+from agent.config.agent import AgentConfig, CgroupConfig, EvictionConfig, LoopConfig, NodeConfig, StateConfig
+from agent.daemon.runtime import build
 from agent.executors.apply import ActionExecutor
 from agent.published import ActionRecord
-from agent.runtime import build
 from cgroups.writer import CgroupWriter
 from qos.actions import Action, SetBeCpuIdle, SetBeCpuQuota, SetBeCpuset
 from qos.model import NodeSnapshot, Resources, Usage

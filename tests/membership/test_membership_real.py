@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from realcg import RealRoot
 
-from agent.collect import Collector, TierPaths
+from agent.daemon.collector import Collector, TierPaths
 from agent.executors.apply import ActionExecutor
 from agent.published import ActionRecord
 from cgroups.parsers import parse_cpuset

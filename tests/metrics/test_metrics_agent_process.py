@@ -18,7 +18,7 @@ from promserver import PrometheusServer, free_port
 from realcg import RealRoot
 
 from agent.api.client import AgentClient
-from agent.spawn import workload_argv
+from agent.demo.spawn import workload_argv
 from agent.state import AdmitRequest, AdmitResult, Refusal
 from qos.model import Resources, Source
 

@@ -14,10 +14,10 @@ from types import SimpleNamespace
 import pytest
 from nodes import GiB, publication, small_node, workload
 
-from agent.configload import ConfigError
+from agent.cli.top import MetricsView
+from agent.config.load import ConfigError
 from agent.metrics import LedgerFigures, MetricsConfig, MetricsHub
 from agent.published import ActionRecord, Board, Counters
-from agent.top import MetricsView
 from qos.model import Resources, Source, Tier, Usage
 
 

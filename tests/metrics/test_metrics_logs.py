@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from agent.logs import get_logger, setup_logging
+from agent.daemon.logs import get_logger, setup_logging
 
 
 @pytest.fixture(autouse=True)

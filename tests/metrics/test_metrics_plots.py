@@ -1,4 +1,4 @@
-"""agent.plots writes real PNG files with matplotlib (Agg) and refuses input it cannot draw."""
+"""agent.demo.plots writes real PNG files with matplotlib (Agg) and refuses input it cannot draw."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.plots import plot_timeseries
+from agent.demo.plots import plot_timeseries
 
 
 def png_size(path: Path) -> tuple[int, int]:

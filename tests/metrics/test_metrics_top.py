@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 from nodes import GiB, publication, small_node
 
+from agent.cli.top import main
 from agent.metrics import LedgerFigures
 from agent.published import ActionRecord, Board
-from agent.top import main
 from qos.model import Resources
 
 
@@ -92,7 +92,8 @@ class ApiThread:
         self.thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
-        from agent.api.server import ApiConfig, start_api_server
+        from agent.api.server import start_api_server
+        from agent.config.api import ApiConfig
 
         asyncio.set_event_loop(self.loop)
         cfg = ApiConfig(socket_path=self.socket_path)

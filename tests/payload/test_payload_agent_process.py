@@ -24,7 +24,7 @@ from payloadkit import FIX, fixture_pod, podlist_body
 from prometheus_client.parser import text_string_to_metric_families
 from realcg import RealRoot
 
-from agent.sources.config import KubeletConfig
+from agent.config.sources import KubeletConfig
 
 pytestmark = [pytest.mark.cgroups, pytest.mark.slow]
 

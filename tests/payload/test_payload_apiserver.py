@@ -13,8 +13,8 @@ from fakes.apiserver import FakeApiServer
 from kubernetes import client
 from payloadkit import FIX
 
+from agent.config.sources import KubeApiConfig, ReportingConfig
 from agent.reporting.node_annotations import NodeReporter, ReportOutcome
-from agent.sources.config import KubeApiConfig, ReportingConfig
 from agent.sources.kubeapi import make_api_client
 from qos.batch import ORIGIN_ANNOTATION
 from qos.model import Resources

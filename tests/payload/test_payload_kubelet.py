@@ -11,7 +11,7 @@ import pytest
 from fakes.kubelet import FakeKubelet
 from payloadkit import FIX, podlist_body
 
-from agent.sources.config import KubeletConfig
+from agent.config.sources import KubeletConfig
 from agent.sources.fetch_errors import FETCH_ERRORS
 from agent.sources.kubelet import KubeletSource, ParsedPod
 from cgroups.layout import Layout

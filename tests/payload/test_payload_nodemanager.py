@@ -10,7 +10,7 @@ from pathlib import Path
 from fakes.nodemanager import FakeNodeManager
 from payloadkit import FIX
 
-from agent.sources.config import NodeManagerConfig
+from agent.config.sources import NodeManagerConfig
 from agent.sources.fetch_errors import FETCH_ERRORS
 from agent.sources.yarn import NodeManagerSource
 from cgroups.layout import Layout

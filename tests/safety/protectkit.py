@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from fakes.kubelet import FakeKubelet
 
-from agent.sources.config import KubeletConfig
+from agent.config.sources import KubeletConfig
 from agent.sources.kubelet import KubeletSource
 from agent.sources.result import SourceResult
 from cgroups.layout import Layout

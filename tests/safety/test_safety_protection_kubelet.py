@@ -14,9 +14,9 @@ import yaml
 from fakes.kubelet import FakeKubelet
 from protectkit import BATCH, HP, PODLIST, PROTECTED, fetch
 
-from agent.config import load_config
-from agent.configload import ConfigError
-from agent.runtime import make_sources
+from agent.config.agent import load_config
+from agent.config.load import ConfigError
+from agent.daemon.runtime import make_sources
 from agent.sources.kubelet import parse_pod_list
 from cgroups.layout import Layout
 from qos.protection import ProtectionConfig
@@ -63,7 +63,7 @@ async def test_settings_change_the_classification() -> None:
 
 async def test_be_label_on_a_protected_pod_is_logged_once_per_pod(caplog: pytest.LogCaptureFixture) -> None:
     with FakeKubelet(PODLIST) as kubelet, caplog.at_level(logging.WARNING, "coloc.sources.kubelet"):
-        from agent.sources.config import KubeletConfig
+        from agent.config.sources import KubeletConfig
         from agent.sources.kubelet import KubeletSource
         src = KubeletSource(KubeletConfig(url=kubelet.url, token_file="", timeout_s=2), Layout("cgroupfs"))
         for _ in range(3):

@@ -16,7 +16,7 @@ import json
 
 from protectkit import BATCH, GIB, HP, PROTECTED, fetch, names, snapshot, with_usage
 
-from agent.drain import DrainController, request_drain
+from agent.decommission.controller import DrainController, request_drain
 from agent.state.ledger import Ledger, LedgerConfig
 from qos import cpu_eviction, memory_eviction
 from qos.actions import Evict

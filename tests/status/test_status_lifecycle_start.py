@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from agent.config import ConfigError, StateConfig, load_config
+from agent.config.agent import ConfigError, StateConfig, load_config
 from agent.state import lifecycle
 from agent.state.ledger import Ledger, LedgerConfig
 from agent.state.lifecycle import Trigger

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 from agent.api.coloc.v1 import agent_pb2 as pb
-from agent.status_cli import render
+from agent.cli.status import render
 
 
 def _status(**kw: object) -> pb.Status:

@@ -16,7 +16,7 @@ import pytest
 from fakes.nodemanager import FakeNodeManager
 from realcg import RealRoot
 
-from agent.sources.config import NodeManagerConfig
+from agent.config.sources import NodeManagerConfig
 from agent.sources.result import SourceResult
 from agent.sources.yarn import NodeManagerSource
 from agent.state.ledger import Ledger, LedgerConfig

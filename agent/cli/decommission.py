@@ -17,7 +17,7 @@ from typing import TextIO
 
 from agent.api.client import AgentCallError, AgentClient
 from agent.api.coloc.v1 import agent_pb2 as pb
-from agent.api.server import DEFAULT_SOCKET
+from agent.config.api import DEFAULT_SOCKET
 
 _LIFECYCLE = {v: k.removeprefix("LIFECYCLE_") for k, v in pb.Lifecycle.items()}
 _PHASE = {v: k.removeprefix("DRAIN_PHASE_") for k, v in pb.DrainPhase.items()}

@@ -7,14 +7,14 @@ import sys
 from importlib.metadata import PackageNotFoundError, version
 
 COMMANDS: dict[str, tuple[str, str]] = {
-    "run": ("agent.run", "run the agent (--config FILE)"),
-    "demo": ("agent.demo", "show the agent working on this machine, on a private cgroup hierarchy"),
-    "inspect": ("agent.inspect", "sample this machine's cgroups and print the hierarchy"),
-    "status": ("agent.status_cli", "node, lifecycle, ledger and last actions, over the agent's socket"),
-    "top": ("agent.top", "live view of tiers, BE budget, ledger and recent actions"),
-    "recover": ("agent.recovery.cli", "scheduler-side recovery: rebuild cluster state from agents"),
-    "decommission": ("agent.drain_cli", "gracefully decommission this node"),
-    "recommission": ("agent.drain_cli", "return a decommissioning or decommissioned node to service"),
+    "run": ("agent.cli.run", "run the agent (--config FILE)"),
+    "demo": ("agent.demo.runner", "show the agent working on this machine, on a private cgroup hierarchy"),
+    "inspect": ("agent.cli.inspect", "sample this machine's cgroups and print the hierarchy"),
+    "status": ("agent.cli.status", "node, lifecycle, ledger and last actions, over the agent's socket"),
+    "top": ("agent.cli.top", "live view of tiers, BE budget, ledger and recent actions"),
+    "recover": ("agent.cli.recover", "scheduler-side recovery: rebuild cluster state from agents"),
+    "decommission": ("agent.cli.decommission", "gracefully decommission this node"),
+    "recommission": ("agent.cli.decommission", "return a decommissioning or decommissioned node to service"),
 }
 
 

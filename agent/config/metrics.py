@@ -5,7 +5,7 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import dataclass
 
-from agent.configload import ConfigError
+from agent.config.load import ConfigError
 
 DEFAULT_PORT = 9316
 

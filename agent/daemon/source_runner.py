@@ -15,8 +15,8 @@ from collections.abc import Awaitable, Callable
 
 from agent.reporting.node_annotations import NodeReporter
 from agent.sources.kubelet import KubeletSource
+from agent.sources.standalone import StandaloneScanner
 from agent.sources.yarn import NodeManagerSource
-from agent.standalone import StandaloneScanner
 from cgroups.errors import CgroupError
 from qos.batch import yarn_requested
 from qos.model import Workload

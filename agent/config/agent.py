@@ -10,17 +10,17 @@ from typing import Literal
 
 import yaml
 
-from agent.api.server import ApiConfig
-from agent.configload import ConfigError, from_mapping, parse_bytes
-from agent.metrics.config import MetricsConfig
-from agent.sources.config import (
+from agent.config.api import ApiConfig
+from agent.config.load import ConfigError, from_mapping, parse_bytes
+from agent.config.metrics import MetricsConfig
+from agent.config.sources import (
     KubeApiConfig,
     KubeletConfig,
     NodeManagerConfig,
     ReportingConfig,
     SourcesConfig,
 )
-from agent.standalone import StandaloneConfig
+from agent.config.standalone import StandaloneConfig
 from cgroups.errors import PathOutsideRoot
 from cgroups.paths import check_rel
 from qos.batch import BatchConfig

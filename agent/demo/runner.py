@@ -24,12 +24,12 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from agent.config import AgentConfig, CgroupConfig, EvictionConfig, LoopConfig, NodeConfig, StateConfig
+from agent.config.agent import AgentConfig, CgroupConfig, EvictionConfig, LoopConfig, NodeConfig, StateConfig
+from agent.config.standalone import LocalWorkload, StandaloneConfig
+from agent.daemon.runtime import BE_TIER, Runtime, build, remove_tree
+from agent.demo.spawn import spawn_in_cgroup, workload_argv
+from agent.demo.workloads import read_counter
 from agent.published import ActionRecord
-from agent.runtime import BE_TIER, Runtime, build, remove_tree
-from agent.spawn import spawn_in_cgroup, workload_argv
-from agent.standalone import LocalWorkload, StandaloneConfig
-from agent.workloads import read_counter
 
 YARN_APP = "1700000000000_0001"
 HP = "hp-service"
@@ -113,7 +113,7 @@ async def measure(demo: Demo, seconds: float, phase: str, live: bool) -> float:
 def write_plot(demo: Demo, path: Path) -> str:
     """HP throughput and the BE budget / BE usage over the demo's phases, as a PNG next to the summary."""
     try:
-        from agent.plots import plot_timeseries
+        from agent.demo.plots import plot_timeseries
     except ImportError:
         return "no plot: matplotlib is not installed (pip install 'coloc-agent[plots]')"
     hp = [(s["t"], s["hp_units_per_s"]) for s in demo.samples]

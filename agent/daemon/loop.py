@@ -15,7 +15,7 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from agent.collect import Collector
+from agent.daemon.collector import Collector
 from agent.executors.apply import ActionExecutor
 from agent.published import NOT_DONE, ActionRecord, Board, Counters, Published
 from qos.actions import Action, ActionKind

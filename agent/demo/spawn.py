@@ -52,4 +52,4 @@ def spawn_in_cgroup(hierarchy: Hierarchy, root: str, rel: str, argv: Sequence[st
 
 
 def workload_argv(kind: str, *args: object) -> list[str]:
-    return [sys.executable, "-m", "agent.workloads", kind, *map(str, args)]
+    return [sys.executable, "-m", "agent.demo.workloads", kind, *map(str, args)]

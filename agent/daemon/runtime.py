@@ -13,26 +13,26 @@ from pathlib import Path
 import psutil
 from kubernetes import client
 
-from agent.audit import AuditLog
-from agent.collect import Collector, TierPaths
-from agent.config import AgentConfig
-from agent.drain import DrainController
-from agent.drain_events import DrainPodEvents
+from agent.config.agent import AgentConfig
+from agent.daemon.audit import AuditLog
+from agent.daemon.collector import Collector, TierPaths
+from agent.daemon.loop import LoopTiming, TickHook, TickInputs, TickLoop, TickOutputs
+from agent.daemon.source_runner import WorkloadSources
+from agent.decommission.controller import DrainController
+from agent.decommission.events import DrainPodEvents
 from agent.executors.apply import ActionExecutor, Evictor
 from agent.executors.k8s_eviction import K8sEvictor
 from agent.executors.process_kill import LocalEvictor
 from agent.executors.yarn_kill import YarnKiller
-from agent.loop import LoopTiming, TickHook, TickInputs, TickLoop, TickOutputs
 from agent.metrics import MetricsHub
 from agent.published import ActionRecord, Board, Outcome
 from agent.reporting.cordon import DrainCordon
 from agent.reporting.node_annotations import NodeReporter
 from agent.sources.kubeapi import make_api_client
 from agent.sources.kubelet import KubeletSource
+from agent.sources.standalone import StandaloneScanner
 from agent.sources.yarn import NodeManagerSource
-from agent.standalone import StandaloneScanner
 from agent.state import Ledger, LedgerConfig
-from agent.workload_sources import WorkloadSources
 from cgroups.discovery import Hierarchy, detect_driver, discover
 from cgroups.errors import CgroupError, InvalidValue
 from cgroups.layout import Layout

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from agent.metrics.config import DEFAULT_PORT
+from agent.config.metrics import DEFAULT_PORT
 
 DEFAULT_SOCKET = "/var/run/coloc-agent/agent.sock"  # the API server's default (agent.api.server)
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 from urllib.parse import urlsplit
 
-from agent.configload import ConfigError
+from agent.config.load import ConfigError
 
 SA_TOKEN = "/var/run/secrets/kubernetes.io/serviceaccount/token"
 _LABEL = re.compile(r"^[A-Za-z0-9./_-]{1,317}=[A-Za-z0-9._-]{0,63}$")

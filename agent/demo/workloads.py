@@ -1,4 +1,4 @@
-"""Real workloads for the demo, the benchmarks and the end-to-end tests: `python -m agent.workloads KIND ...`.
+"""Real workloads for the demo, the benchmarks and the e2e tests: `python -m agent.demo.workloads KIND`.
 
 - `hp THREADS COUNTER_FILE`: CPU-bound service; every thread does fixed work units and the process writes
   its cumulative count (8 bytes, little-endian) to COUNTER_FILE every 50 ms, so throughput = Δcount / Δt.

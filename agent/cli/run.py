@@ -11,9 +11,9 @@ import signal
 import sys
 
 from agent.api.server import ApiStartError, start_api_server
-from agent.config import ConfigError, load_config
-from agent.logs import setup_logging
-from agent.runtime import build
+from agent.config.agent import ConfigError, load_config
+from agent.daemon.logs import setup_logging
+from agent.daemon.runtime import build
 from agent.state import StateFileError
 from cgroups.errors import CgroupError
 

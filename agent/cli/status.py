@@ -14,7 +14,7 @@ from google.protobuf import json_format
 from agent.api import convert
 from agent.api.client import AgentCallError, AgentClient
 from agent.api.coloc.v1 import agent_pb2 as pb
-from agent.api.server import DEFAULT_SOCKET
+from agent.config.api import DEFAULT_SOCKET
 
 
 def _gib(n: int) -> str:

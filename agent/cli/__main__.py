@@ -1,0 +1,7 @@
+"""`python -m agent.cli ...`, the same as `coloc-agent ...`."""
+
+import sys
+
+from agent.cli.main import main
+
+sys.exit(main())

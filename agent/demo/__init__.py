@@ -1,0 +1,1 @@
+"""The live demo and the real workloads it (and the benchmarks and end-to-end tests) run."""
