@@ -79,6 +79,8 @@ class Published:
     dry_run: bool = False
     counters: Counters = Counters()
     be_cpu_floor_milli: int | None = None  # the least suppression will leave BE (for "suppressed to floor")
+    settings_sources: Mapping[str, str] = field(default_factory=dict)  # policy setting -> yaml | NodeSLO
+    fast_path_mode: str = ""  # "psi-trigger" | "adaptive-poll" | "off" (agent/daemon/psi_wake.py)
 
 
 @dataclass(frozen=True, slots=True)

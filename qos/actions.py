@@ -15,6 +15,8 @@ class ActionKind(enum.StrEnum):
     SET_BE_CPU_IDLE = "set_be_cpu_idle"
     BE_KNOB_MEMBERS = "be_knob_members"
     EVICT = "evict"
+    SET_BE_EGRESS_CEILING = "set_be_egress_ceiling"
+    SET_BE_EGRESS_SOURCES = "set_be_egress_sources"
 
 
 class EvictReason(enum.Enum):
@@ -51,6 +53,24 @@ class SetBeCpuIdle:
 
 
 @dataclass(frozen=True, slots=True)
+class SetBeEgressCeiling:
+    """Set the BE egress class to `rate_bps` guaranteed and at most `ceil_bps` (bits/s), in place."""
+
+    ceil_bps: int
+    rate_bps: int
+    reason: str
+    numbers: Mapping[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class SetBeEgressSources:
+    """Classify egress from exactly these source addresses (BE pods' IPs) into the BE class."""
+
+    addresses: frozenset[str]
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
 class Evict:
     """Evict one workload. `release` is what the policy expects to get back from it."""
 
@@ -70,4 +90,5 @@ class Hold:
     reason: str
 
 
-Action = SetBeCpuset | SetBeCpuQuota | SetBeCpuIdle | Evict | Hold
+Action = (SetBeCpuset | SetBeCpuQuota | SetBeCpuIdle | SetBeEgressCeiling | SetBeEgressSources | Evict
+          | Hold)

@@ -55,6 +55,15 @@ class BatchConfig:
     # A locally computed origin moves with HP usage: one busy second must not evict batch work, so with
     # origin "local" the overcommit has to last this long (admissions are refused at once all the same).
     local_sustain_s: float = 5.0
+    # The annotation origin is koord-manager's answer to our NodeMetric. Without a report newer than this
+    # (3 report intervals at koordlet's default 60 s), a zero or missing origin is koord-manager's
+    # degradation (it resets batch resources to 0), not the node's capacity: held, never acted on.
+    origin_report_max_age_s: float = 180.0
+    # A zero origin, or a drop by more than this fraction of the origin in force in one step, is acted on
+    # only once it has lasted `origin_confirm_s`: 2 report intervals, so koord-manager has recomputed it
+    # from at least one more of our reports (it syncs on every NodeMetric change of more than 10 %).
+    origin_drop_fraction: float = 0.5
+    origin_confirm_s: float = 120.0
 
     def __post_init__(self) -> None:
         for name in ("cpu_reclaim_threshold_percent", "memory_reclaim_threshold_percent"):
@@ -71,10 +80,22 @@ class BatchConfig:
             raise ValueError(f"batch.update_interval_s: must be in [1, 86400], got {self.update_interval_s}")
         if not 0 <= self.local_sustain_s <= 3600:
             raise ValueError(f"batch.local_sustain_s: must be in [0, 3600], got {self.local_sustain_s}")
+        self._check_origin_guard()
         if not 0 < self.pending_release_s <= 3600:
             raise ValueError(f"batch.pending_release_s: must be in (0, 3600], got {self.pending_release_s}")
         if self.origin not in ("annotation", "local"):
             raise ValueError(f"batch.origin: must be 'annotation' or 'local', got {self.origin!r}")
+
+
+    def _check_origin_guard(self) -> None:
+        if not 1 <= self.origin_report_max_age_s <= 86400:
+            raise ValueError(
+                f"batch.origin_report_max_age_s: must be in [1, 86400], got {self.origin_report_max_age_s}")
+        if not 0 < self.origin_drop_fraction <= 1:
+            raise ValueError(
+                f"batch.origin_drop_fraction: must be in (0, 1], got {self.origin_drop_fraction}")
+        if not 0 <= self.origin_confirm_s <= 86400:
+            raise ValueError(f"batch.origin_confirm_s: must be in [0, 86400], got {self.origin_confirm_s}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +107,7 @@ class BatchState:
     pending: Mapping[str, tuple[float, Resources]] = field(default_factory=dict)
     blocked: Mapping[str, float] = field(default_factory=dict)  # key -> when its eviction was refused
     over_since: float | None = None  # when the ledger last became overcommitted
+    suspect_since: float | None = None  # when a zero or sharply lower annotation origin was first seen
 
 
 def note_blocked(state: BatchState, key: str, at: float) -> BatchState:
@@ -246,14 +268,57 @@ def damp(prev: Resources | None, prev_at: float, new: Resources, now: float,
     return prev, prev_at
 
 
+def report_fresh(snapshot: NodeSnapshot, cfg: BatchConfig) -> bool:
+    """Whether our usage report (NodeMetric) is recent enough for koord-manager's origin to mean something."""
+    age = snapshot.usage_report_age_s
+    return age is not None and 0 <= age <= cfg.origin_report_max_age_s
+
+
+def dropped(prev: Resources | None, new: Resources, fraction: float) -> bool:
+    """Whether a dimension fell by more than `fraction` of its previous value."""
+    if prev is None:
+        return False
+    return any(old > 0 and (old - cur) / old > fraction
+               for old, cur in ((prev.milli_cpu, new.milli_cpu), (prev.memory_bytes, new.memory_bytes)))
+
+
+def _annotation_origin(snapshot: NodeSnapshot, cfg: BatchConfig, state: BatchState,
+                       annotation: str | None) -> tuple[Resources | None, BatchState, str | None]:
+    """The annotation origin in force, the new state, and why it is held (None: not held).
+
+    A held origin that has a predecessor keeps the predecessor in force; a collapsed one (zero or missing
+    while our report is missing or stale) forbids acting at all."""
+    fresh = report_fresh(snapshot, cfg)
+    age = snapshot.usage_report_age_s
+    report = "no usage report (NodeMetric) written yet" if age is None else f"usage report is {age:.0f}s old"
+    if annotation is None:
+        if not fresh and state.origin is not None:
+            return None, replace(state, suspect_since=None), f"origin annotation gone and {report}"
+        return state.origin, state, None  # keep the last origin read (None, "unknown", until the first)
+    parsed = parse_origin_annotation(annotation)
+    collapsed = parsed.milli_cpu == 0 and parsed.memory_bytes == 0
+    if collapsed and not fresh:
+        return None, replace(state, suspect_since=None), (
+            f"origin collapsed to 0 and {report}: koord-manager's degraded value, not capacity")
+    if not (collapsed or dropped(state.origin, parsed, cfg.origin_drop_fraction)):
+        return parsed, replace(state, origin=parsed, origin_at=snapshot.taken_at, suspect_since=None), None
+    since = snapshot.taken_at if state.suspect_since is None else state.suspect_since
+    waited = snapshot.taken_at - since
+    if waited < cfg.origin_confirm_s:
+        what = "origin is 0" if collapsed else (
+            f"origin dropped to {parsed.milli_cpu}m / {parsed.memory_bytes} B by more than "
+            f"{cfg.origin_drop_fraction:.0%}")
+        return state.origin, replace(state, suspect_since=since), (
+            f"{what}; confirming for {waited:.0f}s of {cfg.origin_confirm_s:g}s")
+    return parsed, replace(state, origin=parsed, origin_at=snapshot.taken_at, suspect_since=None), None
+
+
 def origin_batch_total(snapshot: NodeSnapshot, cfg: BatchConfig, state: BatchState,
                        annotation: str | None = None) -> tuple[Resources | None, BatchState]:
     """The origin in force and the updated state. Raises BatchAnnotationError on a malformed annotation."""
     if cfg.origin == "annotation":
-        if annotation is None:
-            return state.origin, state  # keep the last origin read (None until the first)
-        parsed = parse_origin_annotation(annotation)
-        return parsed, replace(state, origin=parsed, origin_at=snapshot.taken_at)
+        origin, state, _ = _annotation_origin(snapshot, cfg, state, annotation)
+        return origin, state
     computed = local_origin(snapshot, cfg)
     if computed is None:
         return state.origin, state
@@ -320,14 +385,19 @@ def admit_batch(view: BatchLedgerView | None, request: Resources,
 
 def _origin(snapshot: NodeSnapshot, cfg: BatchConfig,
             state: BatchState) -> tuple[Resources | None, BatchState, list[Action]]:
-    """The origin in force, or a Hold saying why there is none."""
+    """The origin in force (None: do not act), and a Hold saying why it is held or unknown."""
+    held: str | None = None
     try:
-        origin, state = origin_batch_total(snapshot, cfg, state, snapshot.origin_annotation)
+        if cfg.origin == "annotation":
+            origin, state, held = _annotation_origin(snapshot, cfg, state, snapshot.origin_annotation)
+        else:
+            origin, state = origin_batch_total(snapshot, cfg, state)
     except BatchAnnotationError as err:
         return None, state, [Hold(POLICY, f"origin unusable: {err}")]
-    if origin is None:
-        return None, state, [Hold(POLICY, "origin unknown")]
-    return origin, state, []
+    holds: list[Action] = [Hold(POLICY, f"origin held: {held}")] if held else []
+    if origin is None and not holds:
+        holds = [Hold(POLICY, "origin unknown")]
+    return origin, state, holds
 
 
 def _forget_expired(snapshot: NodeSnapshot, cfg: BatchConfig, state: BatchState) -> BatchState:
@@ -390,6 +460,13 @@ def decide_batch(snapshot: NodeSnapshot, cfg: BatchConfig,
     origin, state, holds = _origin(snapshot, cfg, state)
     if origin is None:
         return holds, state
+    actions, state = _ledger_actions(snapshot, cfg, state, origin)
+    return holds + actions, state
+
+
+def _ledger_actions(snapshot: NodeSnapshot, cfg: BatchConfig, state: BatchState,
+                    origin: Resources) -> tuple[list[Action], BatchState]:
+    """Release allocations until `k8s + yarn ≤ origin` (the origin in force)."""
     state = _forget_expired(snapshot, cfg, state)
     view = ledger_view(origin, snapshot.workloads)
     if not view.overcommitted:

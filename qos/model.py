@@ -124,6 +124,29 @@ class DrainView:
 
 
 @dataclass(frozen=True, slots=True)
+class NetworkSample:
+    """The node's egress as the shaper read it back (bits/s over the last window, `qos.network`).
+
+    `link_bps` is the configured link capacity; `hp_bps` and `be_bps` the HTB classes' measured rates (None
+    until two readings exist); `be_ceil_bps` / `be_rate_bps` the BE class as the kernel holds it (None while
+    the tree is not ours: a foreign root qdisc, or not built yet). `be_addresses` are the source addresses of
+    the BE workloads that should be classified BE; `classified` those the kernel's filters match now.
+    `age_s` is how old the reading is; `ceiling_changes` counts the ceilings the shaper has applied."""
+
+    link_bps: int
+    hp_bps: float | None = None
+    be_bps: float | None = None
+    be_ceil_bps: int | None = None
+    be_rate_bps: int | None = None
+    owned: bool = False
+    root: str = ""
+    be_addresses: frozenset[str] = frozenset()
+    classified: frozenset[str] = frozenset()
+    age_s: float = 0.0
+    ceiling_changes: int = 0
+
+
+@dataclass(frozen=True, slots=True)
 class NodeSnapshot:
     """One consistent reading of the node.
 
@@ -135,6 +158,9 @@ class NodeSnapshot:
     stall counter, because the kernel's own avg10 moves only every 2 s.
     `origin_annotation` is the node's batch origin annotation text as read (None: not read, or absent);
     `drain` the drain in progress. The daemon fills both from the API server and the ledger.
+    `usage_report_age_s`: seconds since our last successful usage report (Koordinator NodeMetric) to the
+    API server; None when none was written (or reporting is off).
+    `network`: the egress shaper's last reading (None when network control is off).
     """
 
     taken_at: float
@@ -151,6 +177,8 @@ class NodeSnapshot:
     interval_s: float = 1.0
     origin_annotation: str | None = None
     drain: DrainView | None = None
+    usage_report_age_s: float | None = None
+    network: NetworkSample | None = None
 
     @property
     def be_workloads(self) -> tuple[Workload, ...]:

@@ -1,8 +1,9 @@
 """The one place policies are registered: which run each tick, and in what order.
 
 Order: CPU suppression; memory eviction (memory cannot be throttled, so it evicts first); CPU eviction;
-the batch ledger's overcommit; a drain's DRAIN_TIMEOUT evictions. Memory and CPU eviction share their
-pending victims; batch and drain keep their own and are de-duplicated when the actions are merged.
+the batch ledger's overcommit; a drain's DRAIN_TIMEOUT evictions; BE egress bandwidth (when configured).
+Memory and CPU eviction share their pending victims; batch and drain keep their own and are de-duplicated
+when the actions are merged.
 To add a policy: write it in `qos/` as a `qos.pipeline.Policy`, and add it to `policies` below.
 """
 
@@ -15,6 +16,7 @@ from qos.cpu_eviction import CpuEvictionPolicy
 from qos.drain import DrainPolicy
 from qos.memory_eviction import MemoryEvictionPolicy
 from qos.model import NodeSnapshot, Resources
+from qos.network import NetworkPolicy, NetworkPolicyConfig
 from qos.pipeline import Pipeline, PipelineState, Policy
 from qos.policies import PolicyConfig
 from qos.suppression import SuppressionPolicy, SuppressionState, bounds
@@ -29,17 +31,20 @@ def node_qos_policies(config: PolicyConfig) -> tuple[Policy[Any], ...]:
     )
 
 
-def policies(config: PolicyConfig, batch: BatchConfig | None = None) -> tuple[Policy[Any], ...]:
-    """Every policy of a tick, in the order they run."""
+def policies(config: PolicyConfig, batch: BatchConfig | None = None,
+             network: NetworkPolicyConfig | None = None) -> tuple[Policy[Any], ...]:
+    """Every policy of a tick, in the order they run (BE egress last: it acts only on network readings)."""
     return (
         *node_qos_policies(config),
         BatchPolicy(batch or BatchConfig(origin="local")),
         DrainPolicy(),
+        *((NetworkPolicy(network),) if network is not None else ()),
     )
 
 
-def build_pipeline(config: PolicyConfig, batch: BatchConfig | None = None) -> Pipeline:
-    return Pipeline(policies(config, batch))
+def build_pipeline(config: PolicyConfig, batch: BatchConfig | None = None,
+                   network: NetworkPolicyConfig | None = None) -> Pipeline:
+    return Pipeline(policies(config, batch, network))
 
 
 def be_cpu_grant(pipeline: Pipeline, state: PipelineState,

@@ -1,10 +1,12 @@
 """An asyncio client of the node API, returning the ledger's own record types.
 
-Addresses: `/path/agent.sock`, `unix:/path`, `unix:///path`, or `host:port` (TCP).
+Addresses: `/path/agent.sock`, a relative `agent.sock` or `run/agent.sock`, `unix:/path`, `unix:///path`, or
+`host:port` (TCP).
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 from types import TracebackType
@@ -33,8 +35,10 @@ def target(address: str) -> str:
     address = address.strip()
     if address.startswith(("unix:", "unix-abstract:")):
         return address
-    if address.startswith("/"):
-        return f"unix:{address}"
+    if address.startswith(("/", "./", "../")) or ":" not in address:
+        # A path (gRPC would read a bare `agent.sock` as a DNS name); made absolute, as gRPC resolves
+        # `unix:` targets itself.
+        return f"unix:{os.path.abspath(address)}"
     return address
 
 

@@ -6,12 +6,14 @@ pass-through serializer; the other methods use the generated messages.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any, NoReturn
 
 import grpc
+from google.protobuf.message import DecodeError
 
 from agent.api import convert
 from agent.api.coloc.v1 import agent_pb2 as pb
@@ -31,6 +33,7 @@ from agent.state.errors import (
 )
 from agent.state.ledger import Ledger
 from agent.state.records import Allocation, Application, Event, EventType, LedgerView, NodeRecord
+from agent.state.ring import Subscription
 from agent.state.validate import check_epoch
 
 log = logging.getLogger("coloc.api")
@@ -39,6 +42,9 @@ SERVICE = "coloc.v1.NodeAgent"
 
 # Trailing metadata key carrying a machine-readable reason next to the status code.
 REASON_KEY = "coloc-reason"
+
+# How long a dropped watcher's stream may take to deliver what was queued before it is ended by force.
+DROP_GRACE_S = 5.0
 
 _CODES: list[tuple[type[LedgerError], grpc.StatusCode, str]] = [
     (InvalidRequest, grpc.StatusCode.INVALID_ARGUMENT, "invalid_argument"),
@@ -70,6 +76,37 @@ async def _abort(context: grpc.aio.ServicerContext[Any, Any], err: LedgerError) 
     await abort(context, code, reason, str(err))
 
 
+class Malformed:
+    """A request whose bytes are not its message: refused as INVALID_ARGUMENT by the handler, where grpc
+    would otherwise answer UNKNOWN with a parser traceback in the log."""
+
+    def __init__(self, cls: Any, err: Exception) -> None:
+        self.message = f"request: not a valid {cls.DESCRIPTOR.full_name}: {str(err)[:200]}"
+
+    def HasField(self, name: str) -> bool:
+        return False
+
+    async def refuse(self, context: grpc.aio.ServicerContext[Any, Any]) -> NoReturn:
+        await abort(context, grpc.StatusCode.INVALID_ARGUMENT, "invalid_argument", self.message)
+
+
+def _parser(cls: Any) -> Callable[[bytes], Any]:
+    def parse(data: bytes) -> Any:
+        try:
+            return cls.FromString(data)
+        except DecodeError as err:
+            return Malformed(cls, err)
+    return parse
+
+
+def _refusing_malformed(fn: Callable[..., Any]) -> Callable[..., Any]:
+    async def checked(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+        if isinstance(request, Malformed):
+            await request.refuse(context)
+        return await fn(request, context)
+    return checked
+
+
 class NodeAgentService:
     def __init__(self, ledger: Ledger, *, max_streams: int, bookmark_interval_s: float,
                  max_events_per_message: int, max_message_bytes: int, board: Board | None = None) -> None:
@@ -80,7 +117,13 @@ class NodeAgentService:
         self._max_chunk_bytes = max(64 << 10, max_message_bytes // 2)
         self._board = board
         self._enc = Encoder(event_cache=max(8192, 2 * ledger.cfg.ring_size))
-        self.streams = 0
+        self._watchers: set[Subscription] = set()
+
+    @property
+    def streams(self) -> int:
+        """Watch streams holding a slot: a dropped watcher gives its slot back at once, not when (or if)
+        its handler gets past the write a client that stopped reading never lets complete."""
+        return len(self._watchers)
 
     # ---- registration ---------------------------------------------------------------------------------
 
@@ -90,13 +133,13 @@ class NodeAgentService:
 
         def unary(fn: Callable[..., Any], req: Any, resp: Any = None) -> grpc.RpcMethodHandler[Any, Any]:
             return grpc.unary_unary_rpc_method_handler(
-                fn, request_deserializer=req.FromString,
+                _refusing_malformed(fn), request_deserializer=_parser(req),
                 response_serializer=raw if resp is None else resp.SerializeToString)
 
         return grpc.method_handlers_generic_handler(SERVICE, {
             "GetSnapshot": unary(self.get_snapshot, pb.GetSnapshotRequest),
             "Watch": grpc.unary_stream_rpc_method_handler(
-                self.watch, request_deserializer=pb.WatchRequest.FromString, response_serializer=raw),
+                self.watch, request_deserializer=_parser(pb.WatchRequest), response_serializer=raw),
             "AckRecovery": unary(self.ack_recovery, pb.AckRecoveryRequest, pb.AckRecoveryResponse),
             "Admit": unary(self.admit, pb.AdmitRequest, pb.AdmitResponse),
             "GetStatus": unary(self.get_status, pb.GetStatusRequest, pb.Status),
@@ -113,6 +156,8 @@ class NodeAgentService:
     async def watch(self, request: pb.WatchRequest, context: grpc.aio.ServicerContext[Any, Any]
                     ) -> AsyncIterator[bytes]:
         ledger = self._ledger
+        if isinstance(request, Malformed):
+            await request.refuse(context)
         start = await self._check_watch(request, context)
         limit = min(request.max_events_per_message or self._max_events, self._max_events)
         # Backlog (or view) and subscription are taken in one step of the event loop: no gap, no overlap.
@@ -127,7 +172,8 @@ class NodeAgentService:
         except LedgerError as err:
             await _abort(context, err)
         synced_at = ledger.revision
-        self.streams += 1
+        self._watchers.add(sub)
+        sub.on_drop = self._on_drop(sub, asyncio.current_task())
         try:
             for chunk in self._catch_up(view, backlog, limit):
                 yield chunk
@@ -139,8 +185,17 @@ class NodeAgentService:
                     await _abort(context, err)
                 yield self._live(batch)
         finally:
-            self.streams -= 1
+            self._watchers.discard(sub)
             ledger.unsubscribe(sub)
+
+    def _on_drop(self, sub: Subscription, task: asyncio.Task[Any] | None) -> Callable[[], None]:
+        def dropped() -> None:
+            self._watchers.discard(sub)
+            if task is not None:
+                # A reader that still reads gets what was queued and then WatcherDropped; one stuck in a
+                # write to a client that stopped reading is ended here, freeing its RPC as well.
+                asyncio.get_running_loop().call_later(DROP_GRACE_S, _cancel_unless_done, task)
+        return dropped
 
     async def _check_watch(self, request: pb.WatchRequest, context: grpc.aio.ServicerContext[Any, Any]
                            ) -> str:
@@ -225,6 +280,7 @@ class NodeAgentService:
         if pub is not None:
             out.tick = pub.tick
             out.tick_age_s = max(0.0, time.monotonic() - pub.tick_monotonic)
+            out.fast_path_mode = pub.fast_path_mode
             for st in source_states(pub, time.monotonic()):
                 out.sources.append(pb.SourceStatus(name=st.name, has_age=st.age_s is not None,
                                                    age_s=st.age_s or 0.0, stale=st.stale, reason=st.reason))
@@ -325,6 +381,11 @@ class NodeAgentService:
             await _abort(context, err)
         await self._durable(context)
         return _drain_response(result)
+
+
+def _cancel_unless_done(task: asyncio.Task[Any]) -> None:
+    if not task.done():
+        task.cancel()
 
 
 def _drain_response(r: DrainReply) -> pb.DrainResponse:

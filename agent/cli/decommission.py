@@ -38,7 +38,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     d.add_argument("--wait", action="store_true", help="show progress until the node is DECOMMISSIONED")
     d.add_argument("--reason", default="", help="free text recorded with the drain")
     for q in (d, sub.add_parser("recommission", help="return the node to service")):
-        q.add_argument("--socket", default=DEFAULT_SOCKET, help=f"agent address (default {DEFAULT_SOCKET})")
+        q.add_argument("--socket", default=DEFAULT_SOCKET,
+                       help=f"agent socket path (relative or absolute), unix:PATH or host:port "
+                            f"(default {DEFAULT_SOCKET})")
         q.add_argument("--epoch", type=int, default=0,
                        help="scheduler epoch for the fence (default: the highest the agent has seen)")
         q.add_argument("--request-id", default="", help="idempotency key (default: a new one)")

@@ -1,6 +1,8 @@
 """`coloc-agent recover --agents FILE|DIR`: rebuild the cluster view from every agent and print it.
 
 Progress goes to stderr; the final view (a table, `--json`, or `--json-yunikorn`) to stdout.
+`--json-yunikorn` prints one YuniKorn si message per line, `{"<SiMessageName>": {...}}`, starting with
+RegisterResourceManagerRequest (docs/yunikorn.md); allocations it leaves out are named on stderr.
 Exit status: 0 every node recovered, 3 running with lost nodes, 1 failed (fenced), 2 bad arguments.
 """
 
@@ -8,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.metadata
 import json
 import sys
 import time
@@ -16,7 +19,7 @@ from typing import Any
 
 from agent.recovery.cluster import Cluster, NodeState
 from agent.recovery.driver import Progress, Recovery, RecoveryConfig, SchedulerState
-from agent.recovery.yunikorn import si_requests
+from agent.recovery.yunikorn import si_messages
 
 
 class AgentsError(Exception):
@@ -118,6 +121,13 @@ async def run(addresses: list[str], cfg: RecoveryConfig, follow_s: float, quiet:
     return rec
 
 
+def _version() -> str:
+    try:
+        return importlib.metadata.version("coloc-agent")
+    except importlib.metadata.PackageNotFoundError:
+        return ""
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="coloc-agent recover", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -135,8 +145,12 @@ def parser() -> argparse.ArgumentParser:
     out = p.add_mutually_exclusive_group()
     out.add_argument("--json", action="store_true", help="print the final cluster view as JSON")
     out.add_argument("--json-yunikorn", action="store_true",
-                     help="print the final view as YuniKorn scheduler-interface requests (JSON)")
+                     help="print the final view as YuniKorn si messages, one JSON object per line")
     p.add_argument("--rm-id", default="coloc", help="rmID for --json-yunikorn")
+    p.add_argument("--policy-group", default="queues",
+                   help="policyGroup for --json-yunikorn (default queues)")
+    p.add_argument("--queue", default="root.default",
+                   help="queue for --json-yunikorn applications without a queue tag (default root.default)")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
     return p
 
@@ -153,7 +167,11 @@ def main(argv: list[str]) -> int:
         return 2
     rec = asyncio.run(run(addresses, cfg, args.follow, args.quiet))
     if args.json_yunikorn:
-        print(json.dumps(si_requests(rec.cluster, args.rm_id), indent=1))
+        si = si_messages(rec.cluster, args.rm_id, version=_version(), policy_group=args.policy_group,
+                         queue=args.queue)
+        for note in si.notes:
+            print(f"coloc-agent recover: --json-yunikorn: {note}", file=sys.stderr)
+        print("\n".join(si.lines()))
     elif args.json:
         print(json.dumps(cluster_json(rec), indent=1))
     else:

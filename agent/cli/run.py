@@ -56,7 +56,8 @@ async def serve(config_path: str, dry_run: bool = False, ready: asyncio.Event | 
     ledger.start_persistence()
     if ledger.startup_problem:
         log.error("state file problem", extra={"fields": {"problem": ledger.startup_problem}})
-    metrics = (rt.metrics.start(rt.board, ledger_view=lambda: ledger.last_view)
+    metrics = (rt.metrics.start(rt.board, ledger_view=lambda: ledger.last_view,
+                                persistence_error=lambda: ledger.persistence_error)
                if cfg.metrics.enabled else None)
     try:
         api = await start_api_server(ledger, cfg.api, board=rt.board)
@@ -74,6 +75,7 @@ async def serve(config_path: str, dry_run: bool = False, ready: asyncio.Event | 
     log.info("agent started", extra={"fields": {"node": cfg.node.node_name, "root": cfg.cgroups.root,
                                                   "dry_run": cfg.eviction.dry_run}})
     sources = asyncio.create_task(rt.sources.run(stop))
+    network = asyncio.create_task(rt.network.run(stop)) if rt.network is not None else None
     try:
         if ready is not None:
             ready.set()
@@ -83,6 +85,10 @@ async def serve(config_path: str, dry_run: bool = False, ready: asyncio.Event | 
         with contextlib.suppress(Exception):
             await sources
         await rt.executor.drain(timeout_s=cfg.eviction.grace_period_s + 2)
+        rt.executor.release_be()
+        if network is not None:  # removes our egress tree (network.remove_on_exit) once `stop` is set
+            with contextlib.suppress(Exception):
+                await network
         await api.stop(2.0)
         if metrics is not None:
             metrics.stop()

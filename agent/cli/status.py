@@ -80,8 +80,13 @@ def render(st: pb.Status) -> str:
     if st.startup_problem:
         lines.append(f"startup     {st.startup_problem}")
     if st.tick:
-        lines.append(f"loop        tick {st.tick}, {st.tick_age_s:.1f}s ago")
+        lines.append(f"loop        tick {st.tick}, {st.tick_age_s:.1f}s ago"
+                     + (f", fast path {st.fast_path_mode}" if st.fast_path_mode else ""))
     lines += _source_lines(st)
+    egress = [a for a in st.recent_actions if a.kind == "set_be_egress_ceiling"]
+    if egress:  # BE egress control is on: its last ceiling (bits/s) and why
+        lines.append(f"egress      BE ceiling {int(egress[-1].target) / 1e6:.1f} Mbit/s "
+                     f"({egress[-1].outcome}: {egress[-1].reason})")
     if st.recent_actions:
         lines.append("last actions")
         lines += [f"  {_when(a.at_unix_ms)} {a.policy:12} {a.kind:14} {a.target:30} {a.outcome:8} {a.reason}"
@@ -100,7 +105,9 @@ async def fetch(address: str, recent: int, timeout: float) -> pb.Status:
 
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="coloc-agent status", description=__doc__)
-    p.add_argument("--socket", default=DEFAULT_SOCKET, help=f"agent address (default {DEFAULT_SOCKET})")
+    p.add_argument("--socket", default=DEFAULT_SOCKET,
+                   help=f"agent socket path (relative or absolute), unix:PATH or host:port "
+                        f"(default {DEFAULT_SOCKET})")
     p.add_argument("--json", action="store_true", help="print the status as JSON")
     p.add_argument("--recent", type=int, default=10, help="how many recent actions and notices (default 10)")
     p.add_argument("--timeout", type=float, default=5.0)

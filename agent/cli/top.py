@@ -275,7 +275,25 @@ def _budget(view: MetricsView) -> list[str]:
         f" / {_bytes(v('coloc_batch_requested_memory_bytes', scheduler='yarn'))}"
         f"  overcommit {_cores(v('coloc_batch_overcommit_cpu_cores'))}"
         f" / {_bytes(v('coloc_batch_overcommit_memory_bytes'))}",
+        *_egress(view),
     ]
+
+
+def _egress(view: MetricsView) -> list[str]:
+    """BE egress control, when it is on: the BE ceiling, the classes' rates, the link."""
+    v = view.value
+    link = v("coloc_network_link_bits_per_second")
+    if link is None:
+        return []
+
+    def mbit(x: float | None) -> str:
+        return "-" if x is None else f"{x / 1e6:.1f}"
+    shaping = "shaping" if v("coloc_network_shaping") else "NOT shaping (root qdisc not ours)"
+    return [f"egress     link {mbit(link)} Mbit/s"
+            f"  BE ceiling {mbit(v('coloc_network_be_ceiling_bits_per_second'))}"
+            f"  HP {mbit(v('coloc_network_hp_egress_bits_per_second'))}"
+            f"  BE {mbit(v('coloc_network_be_egress_bits_per_second'))}"
+            f"  changes {v('coloc_network_be_ceiling_changes_total') or 0:.0f}  {shaping}"]
 
 
 def _ledger(view: MetricsView, api: ApiStatus | str | None) -> list[str]:

@@ -8,11 +8,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-import yaml
-
 from agent.config.api import ApiConfig
-from agent.config.load import ConfigError, from_mapping, parse_bytes
+from agent.config.load import MAX_CONFIG_BYTES, ConfigError, from_mapping, parse_bytes, parse_yaml, short
 from agent.config.metrics import MetricsConfig
+from agent.config.network import NetworkConfig
 from agent.config.sources import (
     KubeApiConfig,
     KubeletConfig,
@@ -28,6 +27,8 @@ from qos.policies import PolicyConfig
 from qos.protection import ProtectionConfig
 
 __all__ = ["AgentConfig", "ConfigError", "load_config"]
+
+MAX_MEMORY = 16 << 50  # 16 PiB: above any node, far below int64 (the API's field)
 
 
 @dataclass(frozen=True)
@@ -46,8 +47,9 @@ class NodeConfig:
     def __post_init__(self) -> None:
         if self.cpus is not None and not 0 < self.cpus <= 4096:
             raise ConfigError(f"node.cpus: must be in (0, 4096], got {self.cpus}")
-        if self.memory is not None and self.memory_bytes is not None and self.memory_bytes <= 0:
-            raise ConfigError(f"node.memory: must be positive, got {self.memory!r}")
+        mem = self.memory_bytes
+        if mem is not None and not 0 < mem <= MAX_MEMORY:
+            raise ConfigError(f"node.memory: must be in (0, 16Pi], got {short(self.memory)}")
 
     @property
     def memory_bytes(self) -> int | None:
@@ -81,6 +83,15 @@ class CgroupConfig:
                 f"cgroups.yarn_hierarchy: must be one directory name, got {self.yarn_hierarchy!r}")
 
 
+def check_psi_trigger(spec: str) -> None:
+    """A PSI trigger as the kernel takes it: "some|full <stall us> <window us>", stall ≤ window ≤ 10 s."""
+    parts = spec.split()
+    ok = len(parts) == 3 and parts[0] in ("some", "full") and all(p.isdigit() for p in parts[1:])
+    if not ok or not 0 < int(parts[1]) <= int(parts[2]) <= 10_000_000:
+        raise ConfigError(f"loop.psi_trigger: must be \"some|full <stall us> <window us>\" with "
+                          f"0 < stall ≤ window ≤ 10000000, got {spec!r}")
+
+
 @dataclass(frozen=True)
 class LoopConfig:
     interval_s: float = 1.0
@@ -88,10 +99,27 @@ class LoopConfig:
     fast_poll_s: float = 0.05
     fast_hp_jump_milli_cpu: int = 200
     fast_psi_stall_ratio: float = 0.05
+    # The fast path is woken by the kernel (PSI triggers on the busiest HP cgroups' cpu.pressure) where it
+    # can be, and otherwise polls: `fast_poll_s` for `fast_hold_s` after a change, `calm_poll_s` when calm.
+    # 20 ms of stall in 500 ms (4 %): the kernel checks every window/10 = 50 ms while HP stalls, so an
+    # event comes ~50-100 ms after a stall starts, and at most 2 a second while it lasts. Windows under
+    # 2 s need CAP_SYS_RESOURCE; without it the kernel refuses them and the agent polls ("" = never try).
+    psi_trigger: str = "some 20000 500000"
+    psi_max_cgroups: int = 16
+    calm_poll_s: float = 0.5
+    fast_hold_s: float = 3.0
 
     def __post_init__(self) -> None:
         if not 0.05 <= self.interval_s <= 60:
             raise ConfigError(f"loop.interval_s: must be in [0.05, 60], got {self.interval_s}")
+        if self.psi_trigger:
+            check_psi_trigger(self.psi_trigger)
+        if not 1 <= self.psi_max_cgroups <= 1024:
+            raise ConfigError(f"loop.psi_max_cgroups: must be in [1, 1024], got {self.psi_max_cgroups}")
+        if not self.fast_poll_s <= self.calm_poll_s <= 60:  # above interval_s it is the tick that wakes
+            raise ConfigError(f"loop.calm_poll_s: must be in [fast_poll_s, 60], got {self.calm_poll_s}")
+        if not 0 <= self.fast_hold_s <= 600:
+            raise ConfigError(f"loop.fast_hold_s: must be in [0, 600], got {self.fast_hold_s}")
         if not 0.005 <= self.fast_poll_s <= self.interval_s:
             raise ConfigError(f"loop.fast_poll_s: must be in [0.005, interval_s], got {self.fast_poll_s}")
         if not 0 < self.fast_psi_stall_ratio <= 1:
@@ -117,8 +145,8 @@ class EvictionConfig:
         if not 0 <= self.recheck_cooldown_s <= 86_400:
             raise ConfigError(
                 f"eviction.recheck_cooldown_s: must be in [0, 86400], got {self.recheck_cooldown_s}")
-        if self.burst < 1:
-            raise ConfigError("eviction.burst: must be ≥ 1")
+        if not 1 <= self.burst <= 10_000:
+            raise ConfigError(f"eviction.burst: must be in [1, 10000], got {short(self.burst)}")
         if not 0 <= self.grace_period_s <= 600:
             raise ConfigError("eviction.grace_period_s: must be in [0, 600]")
 
@@ -130,13 +158,17 @@ class StateConfig:
     `await_scheduler_ack`: whether a new incarnation waits RECOVERING for a central scheduler's AckRecovery
     before it admits batch work. "auto" waits when a cluster source (kubelet or YARN) is configured and
     starts SCHEDULABLE in standalone mode; true/false force it (true: a scheduler drives a standalone node
-    over the API)."""
+    over the API).
+
+    `epoch_clock_skew_s`: no scheduler epoch above now (ms since the epoch) plus this many seconds is taken,
+    so one call cannot fence every real scheduler out (see `agent.state.ledger.LedgerConfig`)."""
 
     path: str = "/var/lib/coloc-agent/state.json"
     ring_size: int = 4096
     watch_queue_size: int = 1024
     pending_launch_ttl_s: float = 300.0
     await_scheduler_ack: bool | str = "auto"
+    epoch_clock_skew_s: float = 600.0
 
     def __post_init__(self) -> None:
         if not isinstance(self.await_scheduler_ack, bool) and self.await_scheduler_ack != "auto":
@@ -144,12 +176,16 @@ class StateConfig:
                               f"got {self.await_scheduler_ack!r}")
         if self.path and not os.path.isabs(self.path):
             raise ConfigError(f"state.path: must be absolute, got {self.path!r}")
-        if self.ring_size < 16:
-            raise ConfigError(f"state.ring_size: must be ≥ 16, got {self.ring_size}")
-        if self.watch_queue_size < 16:
-            raise ConfigError(f"state.watch_queue_size: must be ≥ 16, got {self.watch_queue_size}")
-        if self.pending_launch_ttl_s <= 0:
-            raise ConfigError("state.pending_launch_ttl_s: must be > 0")
+        if not 16 <= self.ring_size <= 1_000_000:
+            raise ConfigError(f"state.ring_size: must be in [16, 1000000], got {short(self.ring_size)}")
+        if not 16 <= self.watch_queue_size <= 100_000:
+            raise ConfigError(
+                f"state.watch_queue_size: must be in [16, 100000], got {short(self.watch_queue_size)}")
+        if not 0 < self.pending_launch_ttl_s <= 7 * 86_400:
+            raise ConfigError("state.pending_launch_ttl_s: must be in (0, 604800]")
+        if not 0 <= self.epoch_clock_skew_s <= 86_400:
+            raise ConfigError(
+                f"state.epoch_clock_skew_s: must be in [0, 86400], got {short(self.epoch_clock_skew_s)}")
 
     def awaits_ack(self, cluster_sources: bool) -> bool:
         """The resolved switch: "auto" waits exactly when a cluster source is configured."""
@@ -194,6 +230,7 @@ class AgentConfig:
     api: ApiConfig = field(default_factory=ApiConfig)
     batch: BatchConfig = field(default_factory=lambda: BatchConfig(origin="local"))
     protection: ProtectionConfig = field(default_factory=ProtectionConfig)
+    network: NetworkConfig = field(default_factory=NetworkConfig)
     sources: SourcesConfig = field(default_factory=lambda: SourcesConfig(
         kubelet=KubeletConfig(enabled=False), yarn=NodeManagerConfig(enabled=False),
         kube_api=KubeApiConfig(enabled=False), reporting=ReportingConfig(mode="off")))
@@ -204,7 +241,7 @@ class AgentConfig:
 
 
 _OFF = {"kubelet": {"enabled": False}, "yarn": {"enabled": False}, "kube_api": {"enabled": False},
-        "reporting": {"mode": "off"}}
+        "reporting": {"mode": "off"}, "nodemetric": {"enabled": False}, "nodeslo": {"enabled": False}}
 
 
 def with_source_defaults(data: object) -> object:
@@ -225,13 +262,14 @@ def with_source_defaults(data: object) -> object:
 def load_config(path: str | Path) -> AgentConfig:
     """Read and validate a YAML config file; raise ConfigError naming the file and the field."""
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        with Path(path).open("rb") as f:
+            raw = f.read(MAX_CONFIG_BYTES + 1)
     except OSError as err:
         raise ConfigError(f"{path}: cannot read config: {err.strerror}") from err
     try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as err:
-        raise ConfigError(f"{path}: not valid YAML: {err}") from err
+        data = parse_yaml(raw)
+    except ConfigError as err:
+        raise ConfigError(f"{path}: {err}") from None
     try:
         return from_mapping(AgentConfig, with_source_defaults(data))
     except ConfigError as err:

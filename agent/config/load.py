@@ -15,13 +15,81 @@ import typing
 from collections.abc import Mapping
 from typing import Any, TypeVar, Union, get_args, get_origin, get_type_hints
 
+import yaml
+
 from qos.quantity import QuantityError, to_int
 
 T = TypeVar("T")
 
+MAX_CONFIG_BYTES = 1 << 20  # a real config is a few KiB
+MAX_DEPTH = 32  # the deepest real config is 5 levels
+MAX_NODES = 100_000
+INT64_MAX = (1 << 63) - 1
+
 
 class ConfigError(ValueError):
     """A config value is wrong; the message starts with the dotted path of the field."""
+
+
+def _key(name: str) -> str:
+    """A field name as an error message shows it: plain names as they are, anything else quoted."""
+    return name if name.isidentifier() else short(name)
+
+
+def short(value: object, limit: int = 60) -> str:
+    """`repr(value)` cut to `limit` characters: an error message never renders a whole (hostile) value."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+class _LimitedLoader(yaml.SafeLoader):
+    """SafeLoader that refuses aliases and nesting deeper than MAX_DEPTH while composing, before any
+    value is built. Aliases are refused outright rather than counted: no agent config needs them, and a
+    count would still let a few aliases expand a large anchor many times over."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._depth = 0
+        self._nodes = 0
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        if self.check_event(yaml.AliasEvent):
+            mark = self.peek_event().start_mark  # type: ignore[no-untyped-call]
+            raise ConfigError(f"line {mark.line + 1}: YAML aliases (*name) are not allowed in the config")
+        self._depth += 1
+        self._nodes += 1
+        if self._depth > MAX_DEPTH:
+            mark = self.peek_event().start_mark  # type: ignore[no-untyped-call]
+            raise ConfigError(f"line {mark.line + 1}: nested deeper than {MAX_DEPTH} levels")
+        if self._nodes > MAX_NODES:
+            raise ConfigError(f"more than {MAX_NODES} YAML nodes")
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+
+def parse_yaml(raw: bytes) -> object:
+    """The document in `raw` (UTF-8 YAML), within MAX_CONFIG_BYTES, MAX_DEPTH and without aliases; any
+    problem is one ConfigError line."""
+    if len(raw) > MAX_CONFIG_BYTES:
+        raise ConfigError(f"larger than {MAX_CONFIG_BYTES} bytes; a config is a few KiB")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"not UTF-8 (invalid byte at offset {err.start})") from None
+    try:
+        loader = _LimitedLoader(text)  # the reader refuses non-printable characters already here
+    except yaml.YAMLError as err:
+        raise ConfigError(f"not valid YAML: {' '.join(str(err).split())[:300]}") from None
+    try:
+        return loader.get_single_data()
+    except yaml.YAMLError as err:
+        raise ConfigError(f"not valid YAML: {' '.join(str(err).split())[:300]}") from None
+    except RecursionError:
+        raise ConfigError(f"nested deeper than {MAX_DEPTH} levels") from None
+    finally:
+        loader.dispose()
 
 
 def parse_bytes(value: object, where: str) -> int:
@@ -30,15 +98,18 @@ def parse_bytes(value: object, where: str) -> int:
     Kubernetes reads otherwise or not at all: `m` (thousandths of a byte; meant `Mi`), `K` (`k` or `Ki`)."""
     text = value.strip() if isinstance(value, str) else ""
     if text.endswith("m"):
-        raise ConfigError(f"{where}: {value!r} is in thousandths of a byte (suffix m); did you mean Mi?")
+        raise ConfigError(f"{where}: {short(value)} is in thousandths of a byte (suffix m); did you mean Mi?")
     if text.endswith("K"):
-        raise ConfigError(f"{where}: {value!r}: K is not a Kubernetes suffix; write k (1000) or Ki (1024)")
+        raise ConfigError(
+            f"{where}: {short(value)}: K is not a Kubernetes suffix; write k (1000) or Ki (1024)")
+    if isinstance(value, str) and len(value) > 64:
+        raise ConfigError(f"{where}: expected a byte quantity like 2Gi, got {short(value)}")
     try:
         n = to_int(value)
     except QuantityError as err:
         raise ConfigError(f"{where}: expected a byte quantity like 2Gi or 1073741824 ({err})") from None
     if n < 0:
-        raise ConfigError(f"{where}: a byte quantity may not be negative, got {value!r}")
+        raise ConfigError(f"{where}: a byte quantity may not be negative, got {short(value)}")
     return n
 
 
@@ -56,7 +127,7 @@ def from_mapping(cls: type[T], data: object, where: str = "") -> T:
     if unknown:
         prefix = f"{where}." if where else ""
         raise ConfigError(
-            f"{prefix}{unknown[0]}: unknown field (known: {', '.join(sorted(fields))})"
+            f"{prefix}{_key(unknown[0])}: unknown field (known: {', '.join(sorted(fields))})"
         )
     kwargs: dict[str, Any] = {}
     for name, value in data.items():
@@ -95,7 +166,7 @@ def _convert(tp: Any, value: object, where: str) -> Any:
         return _sequence(tp, origin, value, where)
     if origin in (dict, Mapping) or tp is dict:
         if not isinstance(value, Mapping):
-            raise ConfigError(f"{where}: expected a mapping, got {value!r}")
+            raise ConfigError(f"{where}: expected a mapping, got {short(value)}")
         return dict(value)
     if tp is Any:
         return value
@@ -126,12 +197,12 @@ def _literal(tp: Any, value: object, where: str) -> Any:
     if value in get_args(tp):
         return value
     allowed = ", ".join(repr(a) for a in get_args(tp))
-    raise ConfigError(f"{where}: must be one of {allowed}, got {value!r}")
+    raise ConfigError(f"{where}: must be one of {allowed}, got {short(value)}")
 
 
 def _sequence(tp: Any, origin: Any, value: object, where: str) -> tuple[Any, ...] | list[Any]:
     if not isinstance(value, list | tuple):
-        raise ConfigError(f"{where}: expected a list, got {value!r}")
+        raise ConfigError(f"{where}: expected a list, got {short(value)}")
     targs = get_args(tp)
     item = targs[0] if targs else Any
     items = [_convert(item, v, f"{where}[{i}]") for i, v in enumerate(value)]
@@ -143,7 +214,7 @@ def _enum(tp: type[enum.Enum], value: object, where: str) -> enum.Enum:
         if value in (member.value, member.name):
             return member
     allowed = ", ".join(repr(m.value) for m in tp)
-    raise ConfigError(f"{where}: must be one of {allowed}, got {value!r}")
+    raise ConfigError(f"{where}: must be one of {allowed}, got {short(value)}")
 
 
 def _scalar(tp: Any, value: object, where: str) -> Any:
@@ -151,17 +222,21 @@ def _scalar(tp: Any, value: object, where: str) -> Any:
     if tp is bool:
         if isinstance(value, bool):
             return value
-        raise ConfigError(f"{where}: expected true or false, got {value!r}")
+        raise ConfigError(f"{where}: expected true or false, got {short(value)}")
     if tp is int:
         if isinstance(value, int) and not isinstance(value, bool):
+            if not -INT64_MAX <= value <= INT64_MAX:
+                raise ConfigError(f"{where}: out of range, got {short(value)}")
             return value
-        raise ConfigError(f"{where}: expected an integer, got {value!r}")
+        raise ConfigError(f"{where}: expected an integer, got {short(value)}")
     if tp is float:
-        if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
+        if isinstance(value, int | float) and not isinstance(value, bool) and abs(value) < 1e300:
+            if not math.isfinite(float(value)):
+                raise ConfigError(f"{where}: expected a finite number, got {short(value)}")
             return float(value)
-        raise ConfigError(f"{where}: expected a finite number, got {value!r}")
+        raise ConfigError(f"{where}: expected a finite number, got {short(value)}")
     if tp is str:
         if isinstance(value, str):
             return value
-        raise ConfigError(f"{where}: expected a string, got {value!r}")
+        raise ConfigError(f"{where}: expected a string, got {short(value)}")
     raise ConfigError(f"{where}: cannot load a value of type {tp!r}")

@@ -36,6 +36,8 @@ def _check_timing(where: str, timeout_s: float, resync_s: float, stale_after_s: 
         raise ConfigError(f"{where}.timeout_s: must be in [0.05, 60], got {timeout_s}")
     if not 0.1 <= resync_s <= 600:
         raise ConfigError(f"{where}.resync_s: must be in [0.1, 600], got {resync_s}")
+    if stale_after_s > 86_400:
+        raise ConfigError(f"{where}.stale_after_s: must be at most 86400, got {stale_after_s}")
     if stale_after_s < resync_s + timeout_s:
         raise ConfigError(
             f"{where}.stale_after_s: must be ≥ resync_s + timeout_s ({resync_s + timeout_s}), "
@@ -157,8 +159,14 @@ class ReportingConfig:
 
     mode: Literal["annotation", "off"] = "annotation"
     resync_s: float = 300.0
-    allocation_name: str = "hadoop-yarn"
+    # Not koord-yarn-operator's "hadoop-yarn": two writers must never share one entry.
+    allocation_name: str = "coloc-agent-yarn"
     priority_class: str = "koord-batch"
+    # "always" writes our entry; "unless-operator" writes it only while no koord-yarn-operator entry
+    # ("hadoop-yarn", `operator_entry`) is on the Node, and removes ours once one appears.
+    yarn: Literal["always", "unless-operator"] = "always"
+    operator_entry: str = "hadoop-yarn"
+    max_conflict_retries: int = 5
 
     def __post_init__(self) -> None:
         if self.mode not in ("annotation", "off"):
@@ -169,6 +177,71 @@ class ReportingConfig:
             raise ConfigError(f"sources.reporting.allocation_name: not a DNS label: {self.allocation_name!r}")
         if self.priority_class not in ("koord-prod", "koord-mid", "koord-batch", "koord-free"):
             raise ConfigError(f"sources.reporting.priority_class: unknown class {self.priority_class!r}")
+        if self.yarn not in ("always", "unless-operator"):
+            raise ConfigError(
+                f"sources.reporting.yarn: must be 'always' or 'unless-operator', got {self.yarn!r}")
+        if not re.fullmatch(r"[a-z0-9][a-z0-9.-]{0,62}", self.operator_entry):
+            raise ConfigError(f"sources.reporting.operator_entry: not a DNS label: {self.operator_entry!r}")
+        if self.operator_entry == self.allocation_name:
+            raise ConfigError(
+                f"sources.reporting.allocation_name: {self.allocation_name!r} is the yarn-operator's entry "
+                "(operator_entry); two writers on one entry undo each other")
+        if not 1 <= self.max_conflict_retries <= 20:
+            raise ConfigError(
+                f"sources.reporting.max_conflict_retries: must be in [1, 20], "
+                f"got {self.max_conflict_retries}")
+
+
+@dataclass(frozen=True)
+class NodeMetricConfig:
+    """Writing Koordinator's NodeMetric status (`slo.koordinator.sh/v1alpha1`) from the agent's samples.
+
+    The interval and windows come from the object's `spec.metricCollectPolicy`; `min_report_interval_s`
+    and `min_aggregate_s` are koordlet's clamps (30 s, 60 s). No write goes out while the agent's own
+    collection is stale or its last tick is older than `max_sample_age_s`: a fresh `updateTime` over old
+    usage would make koord-manager trust it."""
+
+    enabled: bool = False
+    min_report_interval_s: float = 30.0
+    min_aggregate_s: float = 60.0
+    max_sample_age_s: float = 30.0
+    host_application: str = "hadoop-yarn"
+    timeout_s: float = 5.0
+    max_conflict_retries: int = 5
+
+    def __post_init__(self) -> None:
+        p = "sources.nodemetric"
+        if not 0.1 <= self.min_report_interval_s <= 3600:
+            raise ConfigError(
+                f"{p}.min_report_interval_s: must be in [0.1, 3600], got {self.min_report_interval_s}")
+        if not 0.1 <= self.min_aggregate_s <= 86400:
+            raise ConfigError(f"{p}.min_aggregate_s: must be in [0.1, 86400], got {self.min_aggregate_s}")
+        if not 1 <= self.max_sample_age_s <= 3600:
+            raise ConfigError(f"{p}.max_sample_age_s: must be in [1, 3600], got {self.max_sample_age_s}")
+        if not re.fullmatch(r"[a-z0-9][a-z0-9.-]{0,62}", self.host_application):
+            raise ConfigError(f"{p}.host_application: not a DNS label: {self.host_application!r}")
+        if not 0.1 <= self.timeout_s <= 120:
+            raise ConfigError(f"{p}.timeout_s: must be in [0.1, 120], got {self.timeout_s}")
+        if not 1 <= self.max_conflict_retries <= 20:
+            raise ConfigError(
+                f"{p}.max_conflict_retries: must be in [1, 20], got {self.max_conflict_retries}")
+
+
+@dataclass(frozen=True)
+class NodeSloConfig:
+    """Reading the node's Koordinator NodeSLO by a periodic GET every `resync_s` (see docs/koordinator.md
+    for why not a watch). Its `resourceUsedThresholdWithBE` overrides the YAML policy settings it names;
+    the YAML stays the fallback for the rest, and for all of them while no NodeSLO is read."""
+
+    enabled: bool = False
+    resync_s: float = 10.0
+    timeout_s: float = 5.0
+
+    def __post_init__(self) -> None:
+        if not 0.1 <= self.resync_s <= 3600:
+            raise ConfigError(f"sources.nodeslo.resync_s: must be in [0.1, 3600], got {self.resync_s}")
+        if not 0.1 <= self.timeout_s <= 120:
+            raise ConfigError(f"sources.nodeslo.timeout_s: must be in [0.1, 120], got {self.timeout_s}")
 
 
 @dataclass(frozen=True)
@@ -177,8 +250,13 @@ class SourcesConfig:
     yarn: NodeManagerConfig = field(default_factory=NodeManagerConfig)
     kube_api: KubeApiConfig = field(default_factory=KubeApiConfig)
     reporting: ReportingConfig = field(default_factory=ReportingConfig)
+    nodemetric: NodeMetricConfig = field(default_factory=NodeMetricConfig)
+    nodeslo: NodeSloConfig = field(default_factory=NodeSloConfig)
 
     def __post_init__(self) -> None:
+        for name in ("nodemetric", "nodeslo"):
+            if getattr(self, name).enabled and not self.kube_api.enabled:
+                raise ConfigError(f"sources.{name}.enabled: needs sources.kube_api.enabled")
         if self.yarn.enabled and not self.yarn.url and not self.kubelet.enabled:
             raise ConfigError(
                 "sources.yarn.url: required when the kubelet source is off (nothing to discover from)")

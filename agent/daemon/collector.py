@@ -11,14 +11,14 @@ import dataclasses
 import logging
 import time
 from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from cgroups.errors import CgroupError, CgroupGone
 from cgroups.node import NodeCpuMeter, read_meminfo
 from cgroups.reader import CgroupReader, CgroupSample
-from qos.model import BeTierState, NodeSnapshot, Resources, Source, Usage, Workload
+from qos.model import BeTierState, NetworkSample, NodeSnapshot, Resources, Source, Usage, Workload
 
 log = logging.getLogger("coloc.collect")
 
@@ -50,8 +50,10 @@ class Collector:
 
     def __init__(self, reader: CgroupReader, tiers: TierPaths, capacity: Resources, cpus: tuple[int, ...],
                  scope: str, interval_s: float, proc_root: str = "/proc",
-                 be_reader: CgroupReader | None = None) -> None:
+                 be_reader: CgroupReader | None = None,
+                 network: Callable[[tuple[Workload, ...]], NetworkSample] | None = None) -> None:
         self._reader = reader
+        self._network = network  # the egress shaper's last reading, given this tick's workloads
         # BE cgroups are the many (hundreds of YARN containers); nobody reads their PSI, so a reader that
         # skips the pressure files saves two reads per cgroup (bench/collect.py: psi vs no_psi).
         self._be_reader = be_reader or reader
@@ -137,6 +139,7 @@ class Collector:
             hp_cpu_pressure_some_avg10=sampled.hp_psi,
             stale=stale,
             interval_s=self._interval_s,
+            network=self._network(tuple(sampled.workloads)) if self._network is not None else None,
         )
 
     def _sample_workloads(self, workloads: Iterable[Workload], terminating: frozenset[str],
@@ -226,6 +229,15 @@ class Collector:
         for gone in set(self._fast_stall) - set(rels):
             del self._fast_stall[gone]
         return worst
+
+    def pressure_file(self, rel: str) -> str | None:
+        """The cgroup2 `cpu.pressure` the reader samples for `rel` (on hybrid hosts, where the same root/rel
+        exists in the unified tree), for a PSI trigger; None where the kernel has none for it."""
+        try:
+            files = self._reader.files(rel)
+        except CgroupError:
+            return None
+        return next((f for f in files if f.endswith("/cpu.pressure")), None)
 
     def poll_tiers(self, window_s: float) -> tuple[float, float] | None:
         """Read the root and BE tier counters now; return (root, BE) milli-cores over the last `window_s`."""

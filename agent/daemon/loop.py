@@ -1,7 +1,10 @@
 """The tick loop: list workloads → snapshot → policy pipeline → execute → hooks and publish, every interval.
 
-Between ticks a fast path polls the HP tier (its CPU over the last ~100 ms, and PSI stall time where the
-kernel has it) and wakes the loop at once when HP load jumps, so suppression reacts well under a tick.
+Between ticks a fast path wakes the loop at once when HP work stalls or its load jumps, so suppression
+reacts well under a tick, at little cost to what it protects. Where the kernel allows, HP stalls arrive as
+PSI trigger events (`psi-trigger` mode, psi_wake.py) and the HP tier's CPU is read at the calm rate only;
+elsewhere (`adaptive-poll`) the tier counters and PSI files are polled, fast only for a few seconds after a
+change and slowly otherwise.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from agent.daemon.collector import Collector
+from agent.daemon.psi_wake import ADAPTIVE_POLL, OFF, PSI_TRIGGER, PsiWaker, probe
 from agent.executors.apply import ActionExecutor
 from agent.published import NOT_DONE, ActionRecord, Board, Counters, Published
 from qos.actions import Action, ActionKind
@@ -37,7 +41,10 @@ class LoopTiming:
     fast_poll_s: float
     fast_hp_jump_milli_cpu: int
     fast_psi_stall_ratio: float = 0.05
-    fast_psi_max_cgroups: int = 32
+    fast_psi_max_cgroups: int = 16
+    psi_trigger: str = ""  # "" = poll only
+    calm_poll_s: float = 0.5
+    fast_hold_s: float = 3.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +58,8 @@ class TickInputs:
     drain_view: Callable[[NodeSnapshot], DrainView | None] = lambda _snap: None
     sources_synced: Callable[[], bool] = lambda: True
     source_ages: Callable[[], dict[str, float]] = dict
+    usage_report_age: Callable[[], float | None] = lambda: None  # our last NodeMetric write (issue 13)
+    settings_sources: Callable[[], Mapping[str, str]] = dict  # policy setting -> "yaml" | "NodeSLO"
 
     def snapshot(self, snap: NodeSnapshot) -> NodeSnapshot:
         """The collected snapshot with the ledger's and the API server's parts filled in."""
@@ -59,7 +68,8 @@ class TickInputs:
         except Exception:
             log.exception("reading the drain view failed")
             drain = None
-        return dataclasses.replace(snap, origin_annotation=self.origin_annotation(), drain=drain)
+        return dataclasses.replace(snap, origin_annotation=self.origin_annotation(), drain=drain,
+                                   usage_report_age_s=self.usage_report_age())
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +104,12 @@ class TickLoop:
         self._last: NodeSnapshot | None = None
         self.wakeups = 0
         self.psi_wakeups = 0
+        self.mode = OFF if not timing.fast_path else ADAPTIVE_POLL
+        self.mode_reason = ""
+        self.waker: PsiWaker | None = None
+        self._last_change = 0.0  # monotonic time of the last HP jump, PSI event or budget cut
+        self._last_psi_wake = 0.0
+        self._last_granted: int | None = None
 
     @property
     def last_snapshot(self) -> NodeSnapshot | None:
@@ -120,6 +136,7 @@ class TickLoop:
                 log.exception("tick hook failed")
         self._last = snap
         pub = self._publication(snap, actions, started_wall, started_mono)
+        self._note_budget(pub.be_cpu_granted_milli)
         self._outputs.board.publish(pub)
         for observe in self._outputs.observers:
             try:
@@ -149,7 +166,9 @@ class TickLoop:
             pending_actions=tuple(actions),
             source_age_s=self._inputs.source_ages(),
             sources_synced=self._inputs.sources_synced(),
+            settings_sources=dict(self._inputs.settings_sources()),
             dry_run=ex.dry_run,
+            fast_path_mode=self.mode,
             counters=Counters(
                 ticks=self._tick,
                 tick_errors=self._tick_errors,
@@ -169,6 +188,13 @@ class TickLoop:
     def _eviction_failed(self, key: str) -> None:
         """A kill that did not happen is no pending release for the memory and CPU policies either."""
         self._state = self._pipeline.forget(self._state, {key})
+
+    def _note_budget(self, granted: int | None) -> None:
+        """A big move of BE's budget (a cut or a regrowth step) keeps the fast path fast for a while."""
+        prev, self._last_granted = self._last_granted, granted
+        jump = self._timing.fast_hp_jump_milli_cpu
+        if prev is not None and granted is not None and abs(granted - prev) > jump:
+            self._last_change = time.monotonic()
 
     async def run(self, stop: asyncio.Event) -> None:
         fast = asyncio.create_task(self._fast_path(stop)) if self._timing.fast_path else None
@@ -197,33 +223,81 @@ class TickLoop:
                 with contextlib.suppress(asyncio.CancelledError):
                     await fast
 
+    def _start_waker(self) -> None:
+        """Use PSI triggers when the kernel takes the configured one on the root's cgroup2 cpu.pressure."""
+        spec = self._timing.psi_trigger
+        root_file = self._collector.pressure_file("")
+        if not spec:
+            why = "loop.psi_trigger is empty"
+        elif root_file is None:
+            why = "no cgroup2 cpu.pressure for the cgroup root"
+        else:
+            why = probe(root_file, spec)
+        if why:
+            self.mode, self.mode_reason = ADAPTIVE_POLL, why
+            log.info("fast path polls: %s", why)
+            return
+        self.waker = PsiWaker(asyncio.get_running_loop(), spec, self._on_psi)
+        self.mode, self.mode_reason = PSI_TRIGGER, ""
+
+    def _on_psi(self) -> None:
+        """A PSI event: HP stalled. A sustained stall (HP already at full CPU, BE at its floor) must not
+        turn the loop into a fast one: at most one wake per quarter interval."""
+        now = time.monotonic()
+        self._last_change = now
+        if self._wake.is_set() or now - self._last_psi_wake < self._timing.interval_s / 4:
+            return
+        self._last_psi_wake = now
+        self.psi_wakeups += 1
+        self.wakeups += 1
+        self._wake.set()
+
+    def _sync_triggers(self, last: NodeSnapshot) -> None:
+        """Triggers follow the busiest HP cgroups, re-registered as HP workloads come and go."""
+        assert self.waker is not None
+        hp = sorted(last.hp_workloads, key=lambda w: -(w.usage.milli_cpu or 0.0))
+        paths = [self._collector.pressure_file(w.cgroup) for w in hp[: self._timing.fast_psi_max_cgroups]]
+        self.waker.sync([p for p in paths if p is not None])
+
+    def _poll_period(self) -> float:
+        t = self._timing
+        if time.monotonic() - self._last_change < t.fast_hold_s:
+            return t.fast_poll_s
+        return min(t.calm_poll_s, t.interval_s)
+
     async def _fast_path(self, stop: asyncio.Event) -> None:
-        """Wake the loop when HP work stalls for CPU (PSI, where the kernel has it) or HP CPU over the
-        last few polls exceeds what the last tick assumed. PSI is read for at most
-        `fast_psi_max_cgroups` HP cgroups (the busiest), to keep a 20 Hz poll cheap on a full node."""
-        poll = self._timing.fast_poll_s
-        window = max(2 * poll, 0.1)
-        last_psi_wake = 0.0
-        while not stop.is_set():
-            await asyncio.sleep(poll)
-            last = self._last
-            if last is None or self._wake.is_set():
-                continue
-            rates = self._collector.poll_tiers(window)
-            if rates is None or last.hp_usage.milli_cpu is None:
-                continue
-            hp_now = rates[0] - rates[1]
-            if hp_now - last.hp_usage.milli_cpu > self._timing.fast_hp_jump_milli_cpu:
-                self.wakeups += 1
-                self._wake.set()
-                continue
-            hp = sorted(last.hp_workloads, key=lambda w: -(w.usage.milli_cpu or 0.0))
-            stall = self._collector.poll_hp_stall([w.cgroup for w in hp[: self._timing.fast_psi_max_cgroups]])
-            # Sustained stall (HP already at full CPU, BE already at its floor) must not turn the loop into
-            # a 20 Hz one: at most one PSI wake per quarter interval.
-            calm = time.monotonic() - last_psi_wake >= self._timing.interval_s / 4
-            if stall is not None and stall > self._timing.fast_psi_stall_ratio and calm:
-                last_psi_wake = time.monotonic()
-                self.psi_wakeups += 1
-                self.wakeups += 1
-                self._wake.set()
+        """Wake the loop when HP CPU over the last poll period exceeds what the last tick assumed, or HP
+        stalls for CPU: a PSI event in `psi-trigger` mode, PSI files read at each poll otherwise (for at most
+        `fast_psi_max_cgroups` HP cgroups, the busiest)."""
+        self._start_waker()
+        synced = -1
+        try:
+            while not stop.is_set():
+                period = self._poll_period()
+                await asyncio.sleep(period)
+                last = self._last
+                if last is None or self._wake.is_set():
+                    continue
+                if self.waker is not None and synced != self._tick:
+                    synced = self._tick
+                    self._sync_triggers(last)
+                rates = self._collector.poll_tiers(max(period, 0.1))
+                if rates is None or last.hp_usage.milli_cpu is None:
+                    continue
+                if rates[0] - rates[1] - last.hp_usage.milli_cpu > self._timing.fast_hp_jump_milli_cpu:
+                    self._last_change = time.monotonic()
+                    self.wakeups += 1
+                    self._wake.set()
+                    continue
+                if self.waker is None:
+                    self._poll_stall(last)
+        finally:
+            if self.waker is not None:
+                self.waker.close()
+                self.waker = None
+
+    def _poll_stall(self, last: NodeSnapshot) -> None:
+        hp = sorted(last.hp_workloads, key=lambda w: -(w.usage.milli_cpu or 0.0))
+        stall = self._collector.poll_hp_stall([w.cgroup for w in hp[: self._timing.fast_psi_max_cgroups]])
+        if stall is not None and stall > self._timing.fast_psi_stall_ratio:
+            self._on_psi()

@@ -21,6 +21,7 @@ from agent.daemon.source_runner import WorkloadSources
 from agent.decommission.controller import DrainController
 from agent.decommission.events import DrainPodEvents
 from agent.executors.apply import ActionExecutor, Evictor
+from agent.executors.htb import EgressShaper, be_addresses
 from agent.executors.k8s_eviction import K8sEvictor
 from agent.executors.process_kill import LocalEvictor
 from agent.executors.yarn_kill import YarnKiller
@@ -28,8 +29,10 @@ from agent.metrics import MetricsHub
 from agent.published import ActionRecord, Board, Outcome
 from agent.reporting.cordon import DrainCordon
 from agent.reporting.node_annotations import NodeReporter
+from agent.reporting.nodemetric import NodeMetricReporter
 from agent.sources.kubeapi import make_api_client
 from agent.sources.kubelet import KubeletSource
+from agent.sources.nodeslo import NodeSloSource
 from agent.sources.standalone import StandaloneScanner
 from agent.sources.yarn import NodeManagerSource
 from agent.state import Ledger, LedgerConfig
@@ -39,8 +42,9 @@ from cgroups.layout import Layout
 from cgroups.reader import CgroupReader
 from cgroups.writer import CgroupWriter
 from qos.actions import ActionKind
-from qos.model import NodeSnapshot, Resources, Source
-from qos.registry import build_pipeline
+from qos.model import NetworkSample, NodeSnapshot, Resources, Source, Workload
+from qos.policies import PolicyConfig
+from qos.registry import build_pipeline, policies
 
 log = logging.getLogger("coloc.runtime")
 
@@ -68,6 +72,7 @@ class Runtime:
     ledger: Ledger
     drain: DrainController
     created_root: bool = False
+    network: EgressShaper | None = None  # BE egress control; its task is `network.run(stop)`
 
     def close(self) -> None:
         self.collector.close()
@@ -107,21 +112,36 @@ def setup_tiers(writer: CgroupWriter, reader: CgroupReader, cpus: tuple[int, ...
     return created
 
 
-def remove_tree(writer: CgroupWriter, reader: CgroupReader, rel: str) -> None:
-    """Kill what is left in `rel` and below, then remove the whole subtree, deepest first."""
-    try:
-        tree = reader.walk(rel)
-    except CgroupError:
-        return
+def _subtree(reader: CgroupReader, rel: str) -> list[str]:
+    """`rel` and every cgroup below it at any depth, parents before children (iterative: no depth cap)."""
+    out, todo = [], [rel]
+    while todo:
+        cur = todo.pop()
+        out.append(cur)
+        with contextlib.suppress(CgroupError, OSError):
+            todo.extend(reader.children(cur))
+    return out
+
+
+def remove_tree(writer: CgroupWriter, reader: CgroupReader, rel: str) -> int:
+    """Kill what is left in `rel` and below (through each cgroup's `cgroup.procs`), then remove the whole
+    subtree deepest first, going on past any directory that will not go; return how many would not."""
+    tree = _subtree(reader, rel)
     for sub in reversed(tree):
-        with contextlib.suppress(CgroupError):
+        with contextlib.suppress(CgroupError, OSError):
             if reader.pids(sub):
                 writer.kill_all(sub, 9)
                 deadline = time.monotonic() + 5
                 while reader.pids(sub) and time.monotonic() < deadline:
                     time.sleep(0.02)
-    with contextlib.suppress(CgroupError):
-        writer.rmdir(rel, recursive=True)
+    failed = 0
+    for sub in sorted(tree, key=lambda r: -r.count("/") - (r != "")):
+        try:
+            writer.rmdir(sub, recursive=True)
+        except (CgroupError, OSError) as err:
+            failed += 1
+            log.warning("cgroup not removed", extra={"fields": {"cgroup": sub, "error": str(err)}})
+    return failed
 
 
 def open_ledger(cfg: AgentConfig) -> Ledger:
@@ -129,7 +149,8 @@ def open_ledger(cfg: AgentConfig) -> Ledger:
     return Ledger.open(LedgerConfig(
         node_id=cfg.node.node_name, state_path=cfg.state.path or None, ring_size=cfg.state.ring_size,
         watch_queue_size=cfg.state.watch_queue_size, pending_launch_ttl_s=cfg.state.pending_launch_ttl_s,
-        await_scheduler_ack=cfg.state.awaits_ack(cfg.sources.kubelet.enabled or cfg.sources.yarn.enabled)))
+        await_scheduler_ack=cfg.state.awaits_ack(cfg.sources.kubelet.enabled or cfg.sources.yarn.enabled),
+        epoch_clock_skew_s=cfg.state.epoch_clock_skew_s))
 
 
 class LedgerFeed:
@@ -180,7 +201,13 @@ def make_sources(cfg: AgentConfig, layout: Layout, reader: CgroupReader, hierarc
     if api_client is not None and cfg.sources.reporting.mode != "off":
         reporter = NodeReporter(cfg.sources.reporting, api_client, cfg.node.node_name,  # type: ignore[arg-type]
                                 max_body_bytes=cfg.sources.kube_api.max_body_bytes)
-    return WorkloadSources(scanner, kubelet, yarn, reporter, cfg.sources.reporting.resync_s)
+    sources = WorkloadSources(scanner, kubelet, yarn, reporter, cfg.sources.reporting.resync_s)
+    if api_client is not None and cfg.sources.nodemetric.enabled:
+        sources.nodemetric = NodeMetricReporter(
+            cfg.sources.nodemetric, api_client, cfg.node.node_name,  # type: ignore[arg-type]
+            kubelet.pods if kubelet is not None else tuple,
+            max_body_bytes=cfg.sources.kube_api.max_body_bytes)
+    return sources
 
 
 def make_evictors(cfg: AgentConfig, layout: Layout, reader: CgroupReader, writer: CgroupWriter,
@@ -209,11 +236,14 @@ def build(cfg: AgentConfig, board: Board | None = None) -> Runtime:
     created = False
     if cfg.cgroups.setup_tiers:
         created = setup_tiers(writer, reader, cpus, layout)
-    collector = Collector(reader, TierPaths(root="", besteffort=be_tier), capacity, cpus,
-                          cfg.node.scope, cfg.loop.interval_s,
-                          be_reader=CgroupReader(hierarchy, root, psi=False))
     api_client = make_api_client(cfg.sources.kube_api) if cfg.sources.kube_api.enabled else None
     sources = make_sources(cfg, layout, reader, hierarchy, api_client)
+    shaper = (EgressShaper(cfg.network, cfg.loop.interval_s, hierarchy.unified)
+              if cfg.network.enabled else None)
+    collector = Collector(reader, TierPaths(root="", besteffort=be_tier), capacity, cpus,
+                          cfg.node.scope, cfg.loop.interval_s,
+                          be_reader=CgroupReader(hierarchy, root, psi=False),
+                          network=_egress_reader(shaper, sources))
     audit = AuditLog(cfg.audit.path)
     evictors = make_evictors(cfg, layout, reader, writer, api_client)
     executor = ActionExecutor(
@@ -221,18 +251,42 @@ def build(cfg: AgentConfig, board: Board | None = None) -> Runtime:
         dry_run=cfg.eviction.dry_run, rate_per_s=cfg.eviction.rate_per_minute / 60.0,
         burst=cfg.eviction.burst, recheck_cooldown_s=cfg.eviction.recheck_cooldown_s, audit=audit,
         now=time.monotonic())
+    executor.network = shaper
     board = board or Board()
     hub = MetricsHub(cfg.metrics)
     drain = DrainController(ledger, _has_processes(reader))
+    net_policy = cfg.network.policy if cfg.network.enabled else None
+    pipeline = build_pipeline(cfg.policies, cfg.batch, net_policy)
+    if api_client is not None and cfg.sources.nodeslo.enabled:
+        def use(settings: PolicyConfig) -> None:  # between ticks (same event loop): same names, same states
+            pipeline.policies = policies(settings, cfg.batch, net_policy)
+        sources.nodeslo = NodeSloSource(cfg.sources.nodeslo, api_client, cfg.node.node_name, cfg.policies,
+                                        capacity, use, max_body_bytes=cfg.sources.kube_api.max_body_bytes)
     inputs = TickInputs(collector, sources.list, origin_annotation=lambda: sources.origin_annotation,
-                        drain_view=drain.view, sources_synced=sources.synced, source_ages=sources.ages)
-    outputs = TickOutputs(board, _hooks(cfg, ledger, drain, evictors, api_client), observers=(hub.observe,),
+                        drain_view=drain.view, sources_synced=sources.synced, source_ages=sources.ages,
+                        usage_report_age=sources.usage_report_age, settings_sources=sources.settings_sources)
+    outputs = TickOutputs(board, _hooks(cfg, ledger, drain, evictors, api_client),
+                          observers=(hub.observe, sources.observe),
                           admissions_refused=lambda: ledger.refusals)
     timing = LoopTiming(cfg.loop.interval_s, cfg.loop.fast_path, cfg.loop.fast_poll_s,
-                        cfg.loop.fast_hp_jump_milli_cpu, cfg.loop.fast_psi_stall_ratio)
-    loop = TickLoop(inputs, build_pipeline(cfg.policies, cfg.batch), executor, outputs, timing)
+                        cfg.loop.fast_hp_jump_milli_cpu, cfg.loop.fast_psi_stall_ratio,
+                        cfg.loop.psi_max_cgroups, cfg.loop.psi_trigger, cfg.loop.calm_poll_s,
+                        cfg.loop.fast_hold_s)
+    loop = TickLoop(inputs, pipeline, executor, outputs, timing)
     return Runtime(cfg, hierarchy, reader, writer, collector, sources, executor, loop, board, audit,
-                   capacity, cpus, hub, ledger, drain, created)
+                   capacity, cpus, hub, ledger, drain, created, network=shaper)
+
+
+def _egress_reader(shaper: EgressShaper | None,
+                   sources: WorkloadSources) -> Callable[[tuple[Workload, ...]], NetworkSample] | None:
+    """The shaper's last reading, with the BE pods' addresses (from the kubelet) of this tick's workloads."""
+    if shaper is None:
+        return None
+
+    def read(workloads: tuple[Workload, ...]) -> NetworkSample:
+        pods = sources.kubelet.workloads().pods if sources.kubelet is not None else {}
+        return shaper.sample(be_addresses(workloads, pods))
+    return read
 
 
 def _hooks(cfg: AgentConfig, ledger: Ledger, drain: DrainController, evictors: dict[Source, Evictor],

@@ -13,8 +13,11 @@ import logging
 import math
 from collections.abc import Awaitable, Callable
 
+from agent.published import Published
 from agent.reporting.node_annotations import NodeReporter
+from agent.reporting.nodemetric import NodeMetricReporter
 from agent.sources.kubelet import KubeletSource
+from agent.sources.nodeslo import NodeSloSource, settings_sources
 from agent.sources.standalone import StandaloneScanner
 from agent.sources.yarn import NodeManagerSource
 from cgroups.errors import CgroupError
@@ -34,6 +37,21 @@ class WorkloadSources:
         self.reporter = reporter
         self._reporter_resync_s = reporter_resync_s
         self.origin_annotation: str | None = None
+        self.nodemetric: NodeMetricReporter | None = None  # Koordinator's NodeMetric, written from our ticks
+        self.nodeslo: NodeSloSource | None = None  # Koordinator's NodeSLO, read into the policy settings
+
+    def usage_report_age(self) -> float | None:
+        """Seconds since our last NodeMetric write; None when none was written (or it is off)."""
+        return self.nodemetric.age_s() if self.nodemetric is not None else None
+
+    def settings_sources(self) -> dict[str, str]:
+        """Where each NodeSLO-mapped policy setting comes from now."""
+        return dict(self.nodeslo.sources) if self.nodeslo is not None else settings_sources(None)
+
+    def observe(self, pub: Published) -> None:
+        """Each publication: a sample for the NodeMetric."""
+        if self.nodemetric is not None:
+            self.nodemetric.observe(pub)
 
     def list(self) -> tuple[list[Workload], dict[str, str]]:
         """This tick's workloads and, per source, why its data cannot be trusted (if it cannot)."""
@@ -75,6 +93,9 @@ class WorkloadSources:
             tasks.append(asyncio.create_task(self._every(stop, self.yarn.refresh, self.yarn.cfg.resync_s)))
         if self.reporter is not None:
             tasks.append(asyncio.create_task(self._every(stop, self._report, self._reporter_resync_s)))
+        for extra in (self.nodemetric, self.nodeslo):
+            if extra is not None:
+                tasks.append(asyncio.create_task(extra.run(stop)))
         if not tasks:
             return
         try:

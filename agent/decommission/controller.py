@@ -20,7 +20,7 @@ from agent.state.ledger import Ledger
 from agent.state.lifecycle import Trigger
 from agent.state.records import DrainPhase, DrainStatus, Lifecycle, Phase
 from qos.actions import ActionKind
-from qos.drain import DrainDecision, Verdict, deadline_for, drain_decision
+from qos.drain import Verdict, deadline_for, drain_decision
 from qos.model import DrainTerms, DrainView, NodeSnapshot, Resources, Source
 
 log = logging.getLogger("coloc.drain")
@@ -146,14 +146,8 @@ class DrainController:
         self._ledger = ledger
         self._has_processes = has_processes
         self._clock = clock or ledger.now
-        self._decision: DrainDecision | None = None
         self._apps_seen: set[str] = set()
         self._drain_started: float | None = None
-
-    @property
-    def last_decision(self) -> DrainDecision | None:
-        """The decision `on_tick` last acted on."""
-        return self._decision
 
     def view(self, snap: NodeSnapshot) -> DrainView | None:
         """The drain in progress as the snapshot should carry it; None when the node is not draining, or
@@ -178,7 +172,7 @@ class DrainController:
 
     def on_tick(self, snap: NodeSnapshot, origin: Resources | None, records: list[ActionRecord]) -> None:
         """Record the progress of the drain the snapshot carried, or end it."""
-        dec = self._decision = drain_decision(snap)
+        dec = drain_decision(snap)
         ledger = self._ledger
         if dec is None or ledger.node.lifecycle is not Lifecycle.DECOMMISSIONING:
             return

@@ -16,16 +16,29 @@ import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from agent.executors.be_knobs import BeKnobs
 from agent.executors.ratelimit import TokenBucket
 from agent.published import ActionRecord, Outcome
 from cgroups.errors import CgroupError
 from cgroups.writer import CgroupWriter
-from qos.actions import Action, ActionKind, Evict, Hold, SetBeCpuIdle, SetBeCpuQuota, SetBeCpuset
+from qos.actions import (
+    Action,
+    ActionKind,
+    Evict,
+    Hold,
+    SetBeCpuIdle,
+    SetBeCpuQuota,
+    SetBeCpuset,
+    SetBeEgressCeiling,
+    SetBeEgressSources,
+)
 from qos.membership import Membership
 from qos.model import NodeSnapshot, Source, Workload
+
+if TYPE_CHECKING:
+    from agent.executors.htb import EgressShaper
 
 log = logging.getLogger("coloc.executor")
 
@@ -81,6 +94,7 @@ class ActionExecutor:
         # Told when an eviction was refused with "try the next victim" (e.g. a PodDisruptionBudget).
         self.on_refused: Callable[[str], None] = lambda _key: None
         self.on_failed: Callable[[str], None] = lambda _key: None  # any eviction that did not happen
+        self.network: EgressShaper | None = None  # BE egress actions go here (set when network control is on)
 
     @property
     def cgroup_writes(self) -> int:
@@ -107,6 +121,9 @@ class ActionExecutor:
                 continue
             if isinstance(action, Evict):
                 records.append(self._evict(action, snapshot))
+            elif isinstance(action, SetBeEgressCeiling | SetBeEgressSources):
+                if self.network is not None:
+                    records.append(self.network.submit(action, self.dry_run, self._record))
             else:
                 rec = self._knob(action, members)
                 if rec is not None:
@@ -261,6 +278,17 @@ class ActionExecutor:
                      outcome.detail,
                      {"release_milli_cpu": action.release_milli_cpu,
                       "release_memory_bytes": action.release_memory_bytes})
+
+    def release_be(self) -> None:
+        """At shutdown, after `drain`: lift every BE suppression this executor applied."""
+        if self.dry_run:
+            return
+        try:
+            if self._be.release():
+                log.info("BE knobs released", extra={"fields": {"tier": self._be_tier}})
+        except CgroupError as err:
+            self.cgroup_write_errors += 1
+            log.warning("releasing BE knobs failed", extra={"fields": {"error": str(err)}})
 
     async def drain(self, timeout_s: float) -> None:
         """Wait for in-flight evictions (at shutdown)."""

@@ -120,6 +120,17 @@ class BeKnobs:
         self._capped = (self._capped - set(released)) | set(shares)
         return self._each(sorted(shares), lambda c: self._w.set_cpu_quota(c, shares[c], period)) or changed
 
+    def release(self) -> bool:
+        """At shutdown: the tier and its subtree back on every CPU, without quota and not idle (no agent is
+        left to lift a suppression); nothing is written when no knob was ever set."""
+        tier = tier_level(self.tier)
+        changed = self.set_quota(None, tier) if self.quota_known else False
+        if self.cpuset is not None and self.full:
+            changed = self.set_cpuset(self.full, tier) or changed
+        if self.idle is not None:
+            changed = self.set_idle(False, tier) or changed
+        return changed
+
     def follow(self, m: Membership) -> list[ActionKind]:
         """Move every knob with a wanted value onto `m` if the members changed; the kinds that changed."""
         if m == self.applied:

@@ -82,6 +82,7 @@ class ColocCollector(Collector):
         "node",
         "tiers",
         "be",
+        "network",
         "batch",
         "ledger",
         "sources",
@@ -119,6 +120,7 @@ class ColocCollector(Collector):
             "node": self._node,
             "tiers": self._tiers,
             "be": self._be,
+            "network": self._network,
             "batch": self._batch,
             "ledger": self._ledger,
             "sources": self._sources,
@@ -190,7 +192,12 @@ class ColocCollector(Collector):
             "Seconds since the latest published tick started (monotonic clock).",
         )
         age.add_metric([], max(0.0, self._clock() - p.tick_monotonic))
-        return [ticks, errors, interval, last, age]
+        mode = GaugeMetricFamily(
+            "coloc_fast_path_mode", "1 for the way the loop's fast path is woken now, 0 for the others.",
+            labels=["mode"])
+        for m in ("psi-trigger", "adaptive-poll", "off"):
+            mode.add_metric([m], 1 if p.fast_path_mode == m else 0)
+        return [ticks, errors, interval, last, age, mode]
 
     def _node(self, p: Published | None, _: LedgerFigures | None) -> Iterable[Metric]:
         snap = p.snapshot if p else None
@@ -338,6 +345,34 @@ class ColocCollector(Collector):
             high.add_metric([], tier.memory_high_bytes)
             out.append(high)
         return out
+
+    def _network(self, p: Published | None, _: LedgerFigures | None) -> Iterable[Metric]:
+        """BE egress control: the link, the BE class's ceiling, both classes' rates, ceiling changes."""
+        net = p.snapshot.network if p is not None and p.snapshot is not None else None
+        if net is None:
+            return []
+        out: list[Metric] = []
+        for name, text, value in (
+            ("coloc_network_link_bits_per_second", "Configured egress link capacity.", net.link_bps),
+            ("coloc_network_be_ceiling_bits_per_second", "Ceiling of the BE egress class (HTB ceil).",
+             net.be_ceil_bps),
+            ("coloc_network_be_rate_bits_per_second", "Guaranteed rate of the BE egress class (HTB rate).",
+             net.be_rate_bps),
+            ("coloc_network_hp_egress_bits_per_second", "HP egress rate over the last interval.", net.hp_bps),
+            ("coloc_network_be_egress_bits_per_second", "BE egress rate over the last interval.", net.be_bps),
+        ):
+            if value is not None:
+                g = GaugeMetricFamily(name, text)
+                g.add_metric([], float(value))
+                out.append(g)
+        owned = GaugeMetricFamily("coloc_network_shaping", "1 while the egress root qdisc is the agent's.")
+        owned.add_metric([], 1 if net.owned else 0)
+        sources = GaugeMetricFamily("coloc_network_be_sources", "Source addresses classified BE.")
+        sources.add_metric([], len(net.classified))
+        changes = CounterMetricFamily("coloc_network_be_ceiling_changes",
+                                      "BE egress ceiling changes applied since start.")
+        changes.add_metric([], net.ceiling_changes)
+        return [*out, owned, sources, changes]
 
     def _batch(self, p: Published | None, ledger: LedgerFigures | None) -> Iterable[Metric]:
         snap = p.snapshot if p else None

@@ -60,10 +60,12 @@ def liveness(published: Published | None, now: float, started: float, cfg: Healt
     return Verdict(True, {"status": "ok", **body})
 
 
-def readiness(published: Published | None, now: float) -> Verdict:
+def readiness(published: Published | None, now: float, persistence_error: str | None = None) -> Verdict:
     """Ready once every source has delivered (Published.sources_synced). A source that later goes stale
     keeps the agent ready (it still serves and holds its evictions) but is named under "stale", and
-    "sources" gives each one's age (on the monotonic clock `now`), staleness and reason."""
+    "sources" gives each one's age (on the monotonic clock `now`), staleness and reason. A state file
+    that cannot be written (`persistence_error`: disk full, read-only) makes it not ready: admissions
+    would be refused as unavailable."""
     if published is None:
         return Verdict(False, {"status": "not_ready", "reason": "no tick published yet"})
     states = source_states(published, now)
@@ -72,6 +74,10 @@ def readiness(published: Published | None, now: float) -> Verdict:
     stale = {s.name: s.reason for s in states if s.stale}
     if not published.sources_synced:
         return Verdict(False, {"status": "not_ready", "reason": "sources not synced yet", "stale": stale,
+                               "sources": sources})
+    if persistence_error:
+        reason = f"state file not writable: {persistence_error}"
+        return Verdict(False, {"status": "not_ready", "reason": reason,
                                "sources": sources})
     body: dict[str, object] = {"status": "ready", "tick": published.tick, "sources": sources}
     if stale:

@@ -17,7 +17,7 @@ from prometheus_client import CollectorRegistry, Histogram, ProcessCollector
 from agent.config.metrics import MetricsConfig
 from agent.metrics.collector import ColocCollector, LedgerView
 from agent.metrics.health import HealthConfig
-from agent.metrics.server import MetricsServer
+from agent.metrics.server import MetricsServer, ServerLimits
 from agent.metrics.tally import ActionTally
 from agent.published import Board, Published
 
@@ -50,6 +50,7 @@ class MetricsHub:
         self._observe_lock = threading.Lock()
         self._collector: ColocCollector | None = None
         self._board: Board | None = None
+        self._ledger_view: LedgerView | None = None
         ProcessCollector(registry=self.registry)
         self.tick_duration = Histogram(
             "coloc_tick_duration_seconds",
@@ -88,11 +89,13 @@ class MetricsHub:
             clock=self._clock,
         )
         self._board = board
+        self._ledger_view = ledger_view
         self.registry.register(self._collector)
         return self._collector
 
     def start(
-        self, board: Board, ledger_view: LedgerView | None = None, health: HealthConfig | None = None
+        self, board: Board, ledger_view: LedgerView | None = None, health: HealthConfig | None = None,
+        persistence_error: Callable[[], str | None] | None = None,
     ) -> MetricsServer:
         """Attach to `board` and serve on `config.bind:config.port` from a daemon thread."""
         if self._collector is None:
@@ -104,4 +107,26 @@ class MetricsHub:
             startup_grace_s=self.config.startup_grace_s,
             clock=self._clock,
         )
-        return MetricsServer.start(self.registry, board, self.config.bind, self.config.port, health)
+        limits = ServerLimits(max_connections=self.config.max_connections,
+                              read_timeout_s=self.config.read_timeout_s,
+                              write_timeout_s=self.config.write_timeout_s)
+        view = self._ledger_view
+
+        def inputs() -> tuple[object, ...]:
+            return (board.get(), _safe(view))
+
+        server = MetricsServer.start(self.registry, board, self.config.bind_address, self.config.port, health,
+                                     limits, inputs)
+        if persistence_error is not None:
+            server.persistence_error = persistence_error
+        return server
+
+
+def _safe(view: LedgerView | None) -> object:
+    """The ledger view as a cache key; a failing view is the collector's to report, not the cache's."""
+    if view is None:
+        return None
+    try:
+        return view()
+    except Exception:
+        return object()

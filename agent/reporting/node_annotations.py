@@ -1,18 +1,26 @@
 """YARN's allocations reported in the Node annotation `node.koordinator.sh/thirdPartyAllocations`, and the
 batch origin read from `node.koordinator.sh/originExtendedAllocatable`.
 
-The Node is patched with a JSON merge patch (only the one annotation) when the value changed or
-`resync_s` passed since the last successful patch, never more. Blocking client calls run in a thread.
+The annotation is shared: koord-manager sums every `koord-batch` entry, and koord-yarn-operator rewrites
+the whole value with its own `hadoop-yarn` entry. So each report is a read-modify-write that touches only
+our entry (`allocation_name`): GET the Node, replace or append our entry, keep every other entry as it
+was, and send a JSON merge patch carrying the `resourceVersion` read; on 409 (someone wrote in between)
+read again and retry. Every report re-asserts the entry (the operator may have dropped it from its stale
+cache); the Node is written only when our entry differs or `resync_s` passed since the last write.
+With `yarn: unless-operator`, our entry is removed and nothing more is written while an operator entry is
+there. Blocking client calls run in a thread.
 """
 
 from __future__ import annotations
 
 import asyncio
 import enum
+import json
 import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import urllib3
 from kubernetes import client
@@ -21,7 +29,13 @@ from urllib3.exceptions import HTTPError
 
 from agent.config.sources import KubeApiConfig, ReportingConfig
 from agent.sources.kubeapi import ApiBodyError, read_capped, read_capped_json
-from qos.batch import ORIGIN_ANNOTATION, THIRD_PARTY_ANNOTATION, third_party_allocations_json
+from qos.batch import (
+    ORIGIN_ANNOTATION,
+    THIRD_PARTY_ANNOTATION,
+    BatchAnnotationError,
+    parse_third_party_allocations,
+    third_party_allocations_json,
+)
 from qos.model import Resources
 
 log = logging.getLogger("coloc.reporting")
@@ -34,6 +48,11 @@ class ReportOutcome(enum.Enum):
     UNCHANGED = "unchanged"
     OFF = "off"
     FAILED = "failed"
+    DEFERRED = "deferred"  # a yarn-operator reports YARN on this node (mode unless-operator)
+
+
+class _Conflict(Exception):
+    """The Node changed between our read and our write (HTTP 409)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,22 +98,81 @@ class NodeReporter:
         self._last_value: str | None = None
         self._last_at = -float("inf")
 
-    @property
-    def last_reported(self) -> str | None:
-        return self._last_value
-
     def due(self, value: str) -> bool:
         return value != self._last_value or self._clock() - self._last_at >= self.cfg.resync_s
+
+    def _entry(self, yarn: Resources) -> dict[str, object]:
+        """Our entry, as upstream's `SetThirdPartyAllocation` writes one."""
+        one = json.loads(third_party_allocations_json(yarn, self.cfg.allocation_name,
+                                                      self.cfg.priority_class))
+        return dict(one["allocations"][0])
+
+    def merged(self, current: str | None, yarn: Resources) -> tuple[str | None, bool]:
+        """The annotation value with our entry set (None: remove the annotation) and whether a yarn-operator
+        entry is there. Raises BatchAnnotationError for a value we cannot parse: we do not overwrite what we
+        cannot read (it would erase other allocators' entries)."""
+        entries: list[object] = []
+        if current is not None:
+            parse_third_party_allocations(current)  # validates every entry, names what is wrong
+            entries = list(json.loads(current)["allocations"])
+        names = [e.get("name") for e in entries if isinstance(e, dict)]
+        operator = self.cfg.operator_entry in names
+        mine = self.cfg.allocation_name
+        if operator and self.cfg.yarn == "unless-operator":
+            kept = [e for e in entries if not (isinstance(e, dict) and e.get("name") == mine)]
+        elif mine in names:
+            kept = [self._entry(yarn) if isinstance(e, dict) and e.get("name") == mine else e
+                    for e in entries]
+        else:
+            kept = [*entries, self._entry(yarn)]
+        if not kept:
+            return None, operator
+        return json.dumps({"allocations": kept}, separators=(",", ":")), operator
 
     def report(self, yarn_allocated: Resources) -> ReportOutcome:
         """Blocking; never raises for API or network errors (the next call retries)."""
         if self.cfg.mode == "off":
             return ReportOutcome.OFF
-        value = third_party_allocations_json(
-            yarn_allocated, self.cfg.allocation_name, self.cfg.priority_class)
-        if not self.due(value):
-            return ReportOutcome.UNCHANGED
-        body = {"metadata": {"annotations": {THIRD_PARTY_ANNOTATION: value}}}
+        for _ in range(self.cfg.max_conflict_retries):
+            try:
+                return self._report_once(yarn_allocated)
+            except _Conflict:
+                log.info("node %s changed while %s was written: reading it again", self._node,
+                         THIRD_PARTY_ANNOTATION)
+        log.warning("node %s: %s not written: %d conflicts in a row", self._node, THIRD_PARTY_ANNOTATION,
+                    self.cfg.max_conflict_retries)
+        return ReportOutcome.FAILED
+
+    def _report_once(self, yarn: Resources) -> ReportOutcome:
+        got = self._get()
+        if got is None:
+            return ReportOutcome.FAILED
+        ann, version = got
+        current = ann.get(THIRD_PARTY_ANNOTATION)
+        try:
+            value, operator = self.merged(current, yarn)
+        except BatchAnnotationError as err:
+            log.warning("node %s: not writing %s: the value there cannot be read, and rewriting it would "
+                        "drop the other allocators' entries: %s", self._node, THIRD_PARTY_ANNOTATION, err)
+            return ReportOutcome.FAILED
+        deferred = operator and self.cfg.yarn == "unless-operator"
+        if value == current and (deferred or not self.due(value or "")):
+            return ReportOutcome.DEFERRED if deferred else ReportOutcome.UNCHANGED
+        body = {"metadata": {"resourceVersion": version, "annotations": {THIRD_PARTY_ANNOTATION: value}}}
+        if not self._patch(body):
+            return ReportOutcome.FAILED
+        if deferred:
+            log.info("node %s: a yarn-operator reports YARN (%s): our entry %s removed", self._node,
+                     self.cfg.operator_entry, self.cfg.allocation_name)
+            return ReportOutcome.DEFERRED
+        if value != self._last_value:
+            log.info("node %s: %s = %s", self._node, THIRD_PARTY_ANNOTATION, value)
+        self._last_value = value
+        self._last_at = self._clock()
+        return ReportOutcome.PATCHED
+
+    def _patch(self, body: dict[str, Any]) -> bool:
+        """Send the merge patch; False (logged) when it failed; _Conflict on 409."""
         try:  # the answer is the whole Node: not deserialized, only read (capped) to free the connection
             resp = self._api.patch_node(self._node, body, _content_type=MERGE_PATCH,
                                         _request_timeout=self._timeout, _preload_content=False)
@@ -102,21 +180,18 @@ class NodeReporter:
         except ApiBodyError as err:
             log.warning("node %s patched, answer dropped: %s", self._node, err)
         except ApiException as err:
+            if err.status == 409:
+                raise _Conflict from err
             log.warning("could not patch node %s annotation %s: HTTP %s %s",
                         self._node, THIRD_PARTY_ANNOTATION, err.status, err.reason)
-            return ReportOutcome.FAILED
+            return False
         except (HTTPError, OSError) as err:
             log.warning("could not patch node %s: API server unreachable: %s", self._node, err)
-            return ReportOutcome.FAILED
-        if value != self._last_value:
-            log.info("node %s: %s = %s", self._node, THIRD_PARTY_ANNOTATION, value)
-        self._last_value = value
-        self._last_at = self._clock()
-        return ReportOutcome.PATCHED
+            return False
+        return True
 
-    def read(self) -> NodeAnnotations | None:
-        """Blocking GET of the Node, read up to `max_body_bytes`; None (logged) when the API server does not
-        answer, or answers a body over the cap or not a Node."""
+    def _get(self) -> tuple[dict[str, str], str] | None:
+        """The Node's annotations and resourceVersion; None (logged) when it cannot be read."""
         where = f"GET node {self._node}"
         try:
             resp = self._api.read_node(self._node, _request_timeout=self._timeout, _preload_content=False)
@@ -131,6 +206,20 @@ class NodeReporter:
         except (HTTPError, OSError) as err:
             log.warning("could not read node %s: API server unreachable: %s", self._node, err)
             return None
+        meta = node.get("metadata")
+        version = meta.get("resourceVersion") if isinstance(meta, Mapping) else None
+        if not isinstance(version, str) or not version:
+            log.warning("could not read node %s: no metadata.resourceVersion", self._node)
+            return None
+        return ann, version
+
+    def read(self) -> NodeAnnotations | None:
+        """Blocking GET of the Node, read up to `max_body_bytes`; None (logged) when the API server does not
+        answer, or answers a body over the cap or not a Node."""
+        got = self._get()
+        if got is None:
+            return None
+        ann, _ = got
         return NodeAnnotations(ann.get(ORIGIN_ANNOTATION), ann.get(THIRD_PARTY_ANNOTATION))
 
     async def areport(self, yarn_allocated: Resources) -> ReportOutcome:

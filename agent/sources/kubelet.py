@@ -35,6 +35,11 @@ log = logging.getLogger("coloc.sources.kubelet")
 
 KOORD_QOS_LABEL = "koordinator.sh/qosClass"
 KOORD_QOS = ("LSE", "LSR", "LS", "BE", "SYSTEM")
+KOORD_PRIORITY_LABEL = "koordinator.sh/priority-class"
+KOORD_PRIORITY_CLASSES = ("koord-prod", "koord-mid", "koord-batch", "koord-free")
+_KOORD_PRIORITY_RANGES = (("koord-prod", 9000, 9999), ("koord-mid", 7000, 7999),
+                          ("koord-batch", 5000, 5999), ("koord-free", 3000, 3999))
+_QOS_FROM_K8S = {"Guaranteed": "LSR", "Burstable": "LS", "BestEffort": "BE"}
 _K8S_QOS = {"Guaranteed": Tier.GUARANTEED, "Burstable": Tier.BURSTABLE, "BestEffort": Tier.BESTEFFORT}
 _DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
@@ -247,11 +252,37 @@ def _koord_qos(labels: Mapping[str, str], where: str) -> str | None:
     return koord
 
 
+def koord_qos_class(koord_qos: str | None, k8s_qos: str) -> str:
+    """Koordinator's QoS of a pod: its `koordinator.sh/qosClass` label, else from the Kubernetes class."""
+    return koord_qos if koord_qos is not None else _QOS_FROM_K8S.get(k8s_qos, "")
+
+
+def koord_priority_class(labels: Mapping[str, str], priority: int, qos: str) -> str:
+    """Koordinator's priority class (apis/extension/priority.go): the `koordinator.sh/priority-class`
+    label when present (an unknown value gives "", never the spec.priority range), else the range of
+    spec.priority; "" then falls back to the QoS (SYSTEM/LSE/LSR/LS → koord-prod, BE → koord-batch)."""
+    if KOORD_PRIORITY_LABEL in labels:
+        label = labels[KOORD_PRIORITY_LABEL]
+        found = label if label in KOORD_PRIORITY_CLASSES else ""
+    else:
+        found = next((name for name, low, high in _KOORD_PRIORITY_RANGES if low <= priority <= high), "")
+    if found:
+        return found
+    if qos in ("SYSTEM", "LSE", "LSR", "LS"):
+        return "koord-prod"
+    return "koord-batch" if qos == "BE" else ""
+
+
 def _is_be(koord: str | None, tier: Tier, protected_by: str | None, uid: str, where: str,
-           conflicts: ConflictNotes | None) -> bool:
-    """BE by the Koordinator label if there is one, else by the QoS tier; never when protected."""
+           conflicts: ConflictNotes | None, labels: Mapping[str, str] | None = None) -> bool:
+    """BE by the Koordinator QoS label if there is one, else a `koordinator.sh/priority-class` label of
+    koord-batch or koord-free makes it batch, else by the QoS tier; never when protected."""
     if protected_by is None:
-        return koord == "BE" if koord is not None else tier is Tier.BESTEFFORT
+        if koord is not None:
+            return koord == "BE"
+        if labels and labels.get(KOORD_PRIORITY_LABEL) in ("koord-batch", "koord-free"):
+            return True
+        return tier is Tier.BESTEFFORT
     if koord == "BE" and (_CONFLICTS if conflicts is None else conflicts).first_time(uid):
         log.warning("kubelet: pod %s is labelled %s=BE but is protected (%s): kept out of BE; "
                     "fix the label or the protection settings", where, KOORD_QOS_LABEL, protected_by)
@@ -324,7 +355,7 @@ def parse_pod(item: object, layout: Layout, protection: ProtectionConfig = DEFAU
     facts = PodFacts(namespace=namespace, priority=priority, priority_class=priority_class,
                      annotations=_annotations(meta, where), owner_kinds=_owner_kinds(meta, where))
     protected_by = protection_reason(facts, protection)
-    be = _is_be(koord, tier, protected_by, uid, where, conflicts)
+    be = _is_be(koord, tier, protected_by, uid, where, conflicts, labels)
     started_at, terminating = _times(meta, status, where)
     ips = _pod_ips(status, where)
     cids = _container_ids(status, where)

@@ -159,7 +159,10 @@ def parse_apps(doc: object) -> tuple[dict[str, str], list[str]]:
             state = _text(raw.get("state"), "state", 64)
             if state not in APP_STATES:
                 raise NmPayloadError(f"unknown application state {state!r}")
-            for cid in raw.get("containerids") or []:
+            cids = raw.get("containerids") or []
+            if not isinstance(cids, list):
+                raise NmPayloadError(f"containerids: expected a list, got {type(cids).__name__}")
+            for cid in cids:
                 parse_container_id(cid)
         except (NmPayloadError, IdError) as err:
             rejected.append(f"apps.app[{i}]: {err}")

@@ -7,16 +7,17 @@ bounded queue each. What cannot be re-derived from the sources is persisted (`ag
 
 from __future__ import annotations
 
+import importlib.metadata
 import logging
 import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from agent.state import lifecycle
-from agent.state.errors import RevisionAhead, StaleEpoch, StateFileError
+from agent.state.errors import InvalidRequest, RevisionAhead, StaleEpoch, StateFileError
 from agent.state.lifecycle import Trigger
 from agent.state.persist import IncarnationRecord, PersistedState, StateStore, encode
 from agent.state.records import (
@@ -49,6 +50,14 @@ BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
 _SOURCE_NAMES = {s.value: s for s in Source}
 
 
+def package_version() -> str:
+    """This agent's version from its installed package metadata ("" when run from a bare checkout)."""
+    try:
+        return importlib.metadata.version("coloc-agent")
+    except importlib.metadata.PackageNotFoundError:
+        return ""
+
+
 @dataclass(frozen=True, slots=True)
 class LedgerConfig:
     """`state_path` None keeps nothing on disk (only for tools and tests that want a throwaway ledger).
@@ -62,8 +71,12 @@ class LedgerConfig:
     pending_launch_ttl_s: float = 300.0
     incarnation_history: int = 16
     request_id_history: int = 256
-    agent_version: str = ""
+    agent_version: str = field(default_factory=package_version)
     await_scheduler_ack: bool = True
+    # Epochs are bounded by the wall clock: no epoch above now (in ms, as `coloc-agent recover` uses) plus
+    # this skew is taken, however many calls try. A per-call step would bound one call only; this bounds
+    # the rise itself, and a counter epoch (1, 2, ...) is far below any clock and unaffected.
+    epoch_clock_skew_s: float = 600.0
 
     def __post_init__(self) -> None:
         if not self.node_id or len(self.node_id) > 253:
@@ -74,6 +87,9 @@ class LedgerConfig:
             raise ValueError(f"watch_queue_size: must be ≥ 16, got {self.watch_queue_size}")
         if self.pending_launch_ttl_s <= 0:
             raise ValueError(f"pending_launch_ttl_s: must be > 0, got {self.pending_launch_ttl_s}")
+        if not 0 <= self.epoch_clock_skew_s <= 86_400:
+            raise ValueError(f"epoch_clock_skew_s: must be in [0, 86400], got {self.epoch_clock_skew_s}")
+
 
 
 def read_boot_id(path: str = BOOT_ID_PATH) -> str:
@@ -256,11 +272,22 @@ class Ledger:
     # ---- scheduler calls -----------------------------------------------------------------------------
 
     def check_epoch(self, epoch: int) -> None:
-        """Fence: a lower epoch than already seen raises StaleEpoch; a higher one is recorded."""
+        """Fence: a lower epoch than already seen raises StaleEpoch; a higher one up to the clock bound (else
+        InvalidRequest) is written to the epoch file, then recorded."""
         self._fence(epoch)
-        if epoch > self._node.highest_epoch:
-            self._set_node(replace(self._node, highest_epoch=epoch), self._clock())
-            self._mark_dirty()
+        highest = self._node.highest_epoch
+        if epoch <= highest:
+            return
+        skew = self.cfg.epoch_clock_skew_s
+        limit = int((self._clock() + skew) * 1000)
+        if epoch > limit:
+            raise InvalidRequest("fence.scheduler_epoch",
+                                 f"{epoch} is in the future: epochs may be at most the current time in ms "
+                                 f"+ {skew:g} s ({limit})")
+        if self._store is not None:
+            self._store.write_epoch(self.cfg.node_id, epoch)
+        self._set_node(replace(self._node, highest_epoch=epoch), self._clock())
+        self._mark_dirty()
 
     def _fence(self, epoch: int) -> None:
         check_epoch(epoch)
@@ -389,6 +416,12 @@ class Ledger:
     def unsaved_changes(self) -> bool:
         durable = self._writer.durable if self._writer else self._saved
         return self._store is not None and self._dirty > durable
+
+    @property
+    def persistence_error(self) -> str | None:
+        """Why the latest background write of the state file failed; None while writes succeed."""
+        err = self._writer.last_error if self._writer is not None else None
+        return None if err is None else str(err)
 
     def save(self) -> None:
         """Write the state now, synchronously (start-up, shutdown, tools)."""

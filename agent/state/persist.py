@@ -15,7 +15,7 @@ import logging
 import os
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +27,7 @@ log = logging.getLogger("coloc.state")
 
 FORMAT = "coloc-agent-state"
 VERSION = 1
+EPOCH_FORMAT = "coloc-agent-epoch"
 MAX_STATE_BYTES = 64 << 20
 
 
@@ -240,6 +241,9 @@ class StateStore:
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
+        # The highest scheduler epoch also lives in a second small file, so a damaged state file does not
+        # take fencing with it (a stale scheduler would otherwise be obeyed again).
+        self.epoch_path = self.path.with_name(f"{self.path.name}.epoch")
         self._seq = 0
 
     def _tmp_prefix(self) -> str:
@@ -256,7 +260,45 @@ class StateStore:
             raise StateFileError(f"state directory {self.path.parent}: {err.strerror}") from err
 
     def load(self, node_id: str) -> LoadResult:
-        """Read the state; a corrupt or foreign file is reported and renamed aside, never raised."""
+        """Read the state; a corrupt or foreign file is reported and renamed aside, never raised. The
+        highest epoch is the larger of the state file's and the epoch file's."""
+        result = self._load(node_id)
+        kept = self.read_epoch(node_id)
+        if result.state is not None:
+            if kept > result.state.highest_epoch:
+                return LoadResult(replace(result.state, highest_epoch=kept), result.problem, result.set_aside)
+            return result
+        if kept == 0:
+            return result
+        problem = result.problem and f"{result.problem}; highest scheduler epoch {kept} kept from " \
+                                     f"{self.epoch_path.name}"
+        return LoadResult(PersistedState(node_id=node_id, highest_epoch=kept), problem, result.set_aside)
+
+    def read_epoch(self, node_id: str) -> int:
+        """The epoch file's epoch; 0 when it is missing, damaged or another node's (reported, not raised)."""
+        try:
+            with open(self.epoch_path, "rb") as f:
+                data = f.read(4096)
+            d = json.loads(data)
+            epoch = d["highest_epoch"]
+            ok = (d.get("format") == EPOCH_FORMAT and d.get("node_id") == node_id and type(epoch) is int
+                  and epoch >= 0)
+        except FileNotFoundError:
+            return 0
+        except (OSError, ValueError, KeyError, TypeError) as err:
+            log.error("epoch file %s is unusable (%s); the state file's epoch is used", self.epoch_path, err)
+            return 0
+        if not ok:
+            log.error("epoch file %s is not this node's epoch file; ignored", self.epoch_path)
+            return 0
+        return int(epoch)
+
+    def write_epoch(self, node_id: str, epoch: int) -> None:
+        """Record the highest epoch durably (before the call that raised it is answered)."""
+        body = {"format": EPOCH_FORMAT, "node_id": node_id, "highest_epoch": epoch}
+        self._replace(self.epoch_path, json.dumps(body, sort_keys=True).encode() + b"\n")
+
+    def _load(self, node_id: str) -> LoadResult:
         self.prepare()
         try:
             with open(self.path, "rb") as f:
@@ -306,8 +348,11 @@ class StateStore:
         self.write_bytes(encode(state))
 
     def write_bytes(self, data: bytes) -> None:
+        self._replace(self.path, data)
+
+    def _replace(self, path: Path, data: bytes) -> None:
         self._seq += 1
-        tmp = self.path.with_name(f"{self._tmp_prefix()}{os.getpid()}-{self._seq}")
+        tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{self._seq}")
         try:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
             try:
@@ -317,9 +362,9 @@ class StateStore:
                 os.fsync(fd)
             finally:
                 os.close(fd)
-            os.replace(tmp, self.path)
+            os.replace(tmp, path)
             self._fsync_dir()
         except OSError as err:
             with contextlib.suppress(OSError):
                 tmp.unlink()
-            raise StateFileError(f"state file {self.path}: cannot write: {err.strerror}") from err
+            raise StateFileError(f"state file {path}: cannot write: {err.strerror}") from err

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 from collections import deque
+from collections.abc import Callable
 
 from agent.state.errors import RevisionGone, WatcherDropped
 from agent.state.records import Event
@@ -58,6 +59,9 @@ class Subscription:
         self.maxsize = maxsize
         self.dropped: str | None = None
         self.closed = False
+        # Called once when the watcher is cut off: its reader may be stuck in a write that never completes
+        # (a client that stopped reading), so it cannot be relied on to notice by itself.
+        self.on_drop: Callable[[], None] | None = None
 
     def offer(self, event: Event) -> bool:
         """Queue a live event; False (and `dropped` set) when the watcher is too far behind."""
@@ -66,6 +70,8 @@ class Subscription:
         except asyncio.QueueFull:
             self.dropped = (f"watcher fell {self.maxsize} events behind at revision {event.revision} and was "
                             "dropped; resume from the last revision you applied")
+            if self.on_drop is not None:
+                self.on_drop()
             return False
         return True
 

@@ -205,18 +205,24 @@ async def test_recovery_of_24_agents(real_root: RealRoot) -> None:
                 cwd=REPO,
             )
             assert out.returncode == 3, out.stderr  # running, with the two dead nodes lost
-            si = json.loads(out.stdout)
-            reqs = si["requests"]
-            assert [next(iter(r)) for r in reqs] == [
+            si = [json.loads(line) for line in out.stdout.splitlines()]
+            assert [next(iter(r)) for r in si] == [
+                "RegisterResourceManagerRequest",
                 "NodeRequest",
                 "ApplicationRequest",
                 "AllocationRequest",
                 "NodeRequest",
             ]
-            assert len(reqs[0]["NodeRequest"]["nodes"]) == len(live)
-            allocs = reqs[2]["AllocationRequest"]["allocations"]
-            assert {a["allocationKey"] for a in allocs} == set().union(*truths.values())
+            assert len(si[1]["NodeRequest"]["nodes"]) == len(live)
+            allocs = si[3]["AllocationRequest"]["allocations"]
+            # Bare container cgroups carry no requests: left out (named on stderr), as yunikorn-core
+            # rejects an allocation without resources; the admitted ones remain.
+            skipped = {
+                line.split(": ")[2] for line in out.stderr.splitlines() if ": skipped on node " in line
+            }
+            assert {a["allocationKey"] for a in allocs} | skipped == set().union(*truths.values())
+            assert {a["allocationKey"] for a in allocs} >= set().union(*pending.values())
             assert all(a["nodeID"].startswith("node-") for a in allocs)
-            assert {n["action"] for n in reqs[3]["NodeRequest"]["nodes"]} == {"DRAIN_TO_SCHEDULABLE"}
+            assert {n["action"] for n in si[4]["NodeRequest"]["nodes"]} == {"DRAIN_TO_SCHEDULABLE"}
         finally:
             stop_all(agents)

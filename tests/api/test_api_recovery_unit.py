@@ -17,7 +17,7 @@ from agent.api.server import start_api_server
 from agent.cli.recover import cluster_json, main, read_agents
 from agent.config.api import ApiConfig
 from agent.recovery import Cluster, NodeState, ProtocolError, Recovery, RecoveryConfig, SchedulerState
-from agent.recovery.yunikorn import si_requests
+from agent.recovery.yunikorn import si_messages
 from agent.state import Event, EventType, Ledger, LedgerConfig, LedgerView, Lifecycle
 from agent.state.records import Allocation, Application, Identity, NodeRecord, Phase
 from qos.model import NodeSnapshot, Resources, Source, Tier, Usage, Workload
@@ -137,17 +137,18 @@ async def test_recovery_state_machine_lost_and_late_node() -> None:
             assert rec.cluster.conflicts == []
             out = cluster_json(rec)
             assert out["scheduler_state"] == "Running" and out["totals"]["lost"] == 0
-            si = si_requests(rec.cluster, "rm")
-            kinds = [next(iter(r)) for r in si["requests"]]
-            assert kinds == ["NodeRequest", "ApplicationRequest", "AllocationRequest", "NodeRequest"]
-            assert {n["action"] for n in si["requests"][0]["NodeRequest"]["nodes"]} == {"CREATE_DRAIN"}
-            assert {n["action"] for n in si["requests"][3]["NodeRequest"]["nodes"]} == {
+            si = si_messages(rec.cluster, "rm").messages
+            kinds = [next(iter(r)) for r in si]
+            assert kinds == ["RegisterResourceManagerRequest", "NodeRequest", "ApplicationRequest",
+                             "AllocationRequest", "NodeRequest"]
+            assert {n["action"] for n in si[1]["NodeRequest"]["nodes"]} == {"CREATE_DRAIN"}
+            assert {n["action"] for n in si[4]["NodeRequest"]["nodes"]} == {
                 "DRAIN_TO_SCHEDULABLE"
             }
-            allocs = si["requests"][2]["AllocationRequest"]["allocations"]
+            allocs = si[3]["AllocationRequest"]["allocations"]
             assert len(allocs) == 19 and all(a["nodeID"] for a in allocs)
             assert len({a["allocationKey"] for a in allocs}) == 19
-            apps = {a["applicationID"] for a in si["requests"][1]["ApplicationRequest"]["new"]}
+            apps = {a["applicationID"] for a in si[2]["ApplicationRequest"]["new"]}
             assert {a["applicationID"] for a in allocs} <= apps
         finally:
             await rec.stop()

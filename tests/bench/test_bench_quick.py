@@ -24,6 +24,7 @@ BENCHES = {
     "recovery.py": ("real_3_nodes_recovery_s", "replayed_20_nodes_recovery_s"),
     "payload.py": ("tick_cadence_ratio_50mb",),
     "interference.py": ("hp_throughput_ratio_with_agent_cpuset", "hp_throughput_ratio_no_agent"),
+    "network.py": ("hp_share_of_link", "be_share_when_hp_idle", "ceiling_change_s"),
 }
 
 pytestmark = [pytest.mark.cgroups, pytest.mark.slow, pytest.mark.xdist_group("bench")]

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import functools
+import json
+import shlex
 import shutil
 import subprocess
 from pathlib import Path
@@ -45,3 +47,52 @@ def agent_container(overlay: str) -> dict[str, Any]:
 def config_text(overlay: str) -> str:
     text: str = one(overlay, "ConfigMap")["data"]["config.yaml"]
     return text
+
+
+def pod_spec(overlay: str) -> dict[str, Any]:
+    spec: dict[str, Any] = one(overlay, "DaemonSet")["spec"]["template"]["spec"]
+    return spec
+
+
+def _dockerfile_instructions() -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) of the Dockerfile's final stage; continuations joined, comments dropped."""
+    joined: list[str] = []
+    pending = ""
+    for raw in (REPO / "Dockerfile").read_text().splitlines():
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        if line.endswith("\\"):
+            pending += line[:-1] + " "
+            continue
+        joined.append(pending + line)
+        pending = ""
+    stages = [i for i, ln in enumerate(joined) if ln.split(None, 1)[0].upper() == "FROM"]
+    assert stages, "Dockerfile has no FROM"
+    final = joined[stages[-1]:]
+    return [(ln.split(None, 1)[0].upper(), ln.split(None, 1)[1] if " " in ln else "") for ln in final]
+
+
+def image_exec_form() -> tuple[list[str], list[str]]:
+    """The final stage's ENTRYPOINT and CMD (exec form, JSON arrays; the last of each wins, as in Docker)."""
+    found: dict[str, list[str]] = {}
+    for inst, args in _dockerfile_instructions():
+        if inst in ("ENTRYPOINT", "CMD"):
+            value = json.loads(args)
+            assert isinstance(value, list) and all(isinstance(v, str) for v in value), (
+                f"{inst} must be in exec form (a JSON array of strings), got {args!r}")
+            found[inst] = value
+    assert "ENTRYPOINT" in found and "CMD" in found, f"the final stage lacks ENTRYPOINT or CMD: {found}"
+    return found["ENTRYPOINT"], found["CMD"]
+
+
+def image_env(base_path: str) -> dict[str, str]:
+    """The final stage's ENV (`KEY=value` form), `$PATH` expanded from `base_path` (the base image's PATH)."""
+    env: dict[str, str] = {"PATH": base_path}
+    for inst, args in _dockerfile_instructions():
+        if inst == "ENV":
+            for item in shlex.split(args):
+                key, sep, value = item.partition("=")
+                assert sep, f"ENV must use KEY=value, got {item!r}"
+                env[key] = value.replace("$PATH", env.get("PATH", "")).replace("${PATH}", env.get("PATH", ""))
+    return env

@@ -48,6 +48,12 @@ def test_the_validator_catches_a_broken_daemonset(breakage: str) -> None:
         kv.validate(ds, NEWEST, strict=True)
 
 
+
+@pytest.fixture(autouse=True)
+def _host_ip(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the downward API gives the pod (`metrics.bind: env:HOST_IP`)."""
+    monkeypatch.setenv("HOST_IP", "10.0.0.7")
+
 @pytest.mark.parametrize("overlay", OVERLAYS)
 def test_each_overlay_config_loads_with_the_agents_own_loader(overlay: str, tmp_path: Path) -> None:
     path = tmp_path / "config.yaml"
@@ -55,7 +61,10 @@ def test_each_overlay_config_loads_with_the_agents_own_loader(overlay: str, tmp_
     cfg = load_config(path)
     c = agent_container(overlay)
     assert {p["name"]: p["containerPort"] for p in c["ports"]}["metrics"] == cfg.metrics.port
-    assert cfg.metrics.bind == "0.0.0.0"  # hostNetwork: Prometheus scrapes the node IP
+    # hostNetwork: Prometheus scrapes the node IP, and only the node IP is bound (downward API status.hostIP)
+    assert cfg.metrics.bind == "env:HOST_IP"
+    env = {e["name"]: e["valueFrom"]["fieldRef"]["fieldPath"] for e in c["env"]}
+    assert env["HOST_IP"] == "status.hostIP"
     assert cfg.cgroups.root == "kubepods" and not cfg.cgroups.setup_tiers
     if overlay == "standalone":
         assert not (cfg.sources.kubelet.enabled or cfg.sources.kube_api.enabled)

@@ -11,7 +11,7 @@ from deploy_render import DEPLOY, REPO, needs_kubectl, one
 
 AGENT = REPO / "agent"
 API_CLASSES = {"CoreV1Api": ""}  # client class → API group
-VERBS = {"read": "get", "list": "list", "patch": "patch", "create": "create", "delete": "delete",
+VERBS = {"read": "get", "get": "get", "list": "list", "patch": "patch", "create": "create", "delete": "delete",
          "replace": "update", "watch": "watch"}
 # How the kubelet authorizes its own API (kubelet server auth: path prefix → nodes subresource).
 KUBELET_SUBRESOURCES = {"/stats": "nodes/stats", "/metrics": "nodes/metrics", "/logs": "nodes/log",
@@ -26,6 +26,12 @@ def api_grant(cls: str, method: str) -> Grant:
     kind, _, sub = rest.partition("_")
     resource = f"{kind}s" + (f"/{sub}" if sub else "")
     return API_CLASSES[cls], resource, VERBS[verb]
+
+
+def custom_grant(group: str, plural: str, method: str) -> Grant:
+    """CustomObjectsApi.replace_cluster_custom_object_status → (group, "<plural>/status", "update")."""
+    verb = VERBS[method.partition("_")[0]]
+    return group, plural + ("/status" if method.endswith("_status") else ""), verb
 
 
 def kubelet_grant(path: str) -> Grant:
@@ -44,6 +50,12 @@ def calls_in_code() -> dict[Grant, set[str]]:
         text = py.read_text()
         rel = py.relative_to(REPO).as_posix()
         classes = set(re.findall(r"client\.(\w+Api)\(", text))
+        if "CustomObjectsApi" in classes:  # group and plural are the module's GROUP, PLURAL constants
+            classes.discard("CustomObjectsApi")
+            consts = re.search(r'GROUP, VERSION, PLURAL = "([^"]+)", "[^"]+", "([^"]+)"', text)
+            assert consts, f"{rel}: CustomObjectsApi without GROUP, VERSION, PLURAL constants"
+            for method in re.findall(r"self\._api\.(\w+)\(", text):
+                needed.setdefault(custom_grant(consts.group(1), consts.group(2), method), set()).add(rel)
         for cls in classes:
             assert cls in API_CLASSES, f"{rel}: {cls}: add its API group to this test and a rule"
             for method in re.findall(r"self\._api\.(\w+)\(", text):

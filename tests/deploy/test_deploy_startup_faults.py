@@ -65,3 +65,20 @@ def test_read_only_state_directory_is_refused_before_any_cgroup(real_root: RealR
     if proc.returncode != 2 and "mount:" in proc.stderr:
         pytest.skip(f"cannot make a private mount namespace here: {proc.stderr.strip()}")
     check_refused(proc, str(state_dir), real_root)
+
+
+@pytest.mark.cgroups
+@pytest.mark.skipif(shutil.which("unshare") is None, reason="unshare is not installed")
+def test_full_state_disk_is_refused_before_any_cgroup(real_root: RealRoot, tmp_path: Path) -> None:
+    """A full disk: a 64 KiB tmpfs (private mount namespace) filled to the last byte before start."""
+    state_dir = tmp_path / "state"
+    state_dir.mkdir()
+    cfg = config(tmp_path, f"{real_root.name}/agent", str(state_dir / "state.json"))
+    script = (f'mount -t tmpfs -o size=64k none "{state_dir}" && '
+              f'(dd if=/dev/zero of="{state_dir}/fill" bs=4k 2>/dev/null; true) && '
+              f'exec "{SCRIPT}" run --config "{cfg}"')
+    proc = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", script],
+                          capture_output=True, text=True, timeout=60, check=False)
+    if proc.returncode != 2 and "mount:" in proc.stderr:
+        pytest.skip(f"cannot make a private mount namespace here: {proc.stderr.strip()}")
+    check_refused(proc, str(state_dir), real_root)

@@ -7,7 +7,14 @@
 - `POST /api/v1/namespaces/{ns}/events`: a core/v1 Event in that namespace, involvedObject in the same
   namespace, type Normal|Warning, a reason, RFC 3339 timestamps; 201 echoes it.
 - `GET /api/v1/nodes/{name}` and `PATCH` with merge-patch, strategic-merge-patch or json-patch content
-  types (415 for anything else, 400 for a body that does not fit its content type).
+  types (415 for anything else, 400 for a body that does not fit its content type). Every write bumps
+  `metadata.resourceVersion`; a patch that carries a different `metadata.resourceVersion` is 409, as the
+  real server's optimistic concurrency answers. `interleave` holds merge patches another writer applies
+  just before the next PATCH is handled (a concurrent koord-yarn-operator).
+- Koordinator's cluster-scoped `slo.koordinator.sh/v1alpha1` `nodemetrics` and `nodeslos` (`koord`, keyed
+  by (plural, name)): GET (404 when absent), and `PUT .../{name}/status` for nodemetrics, which replaces
+  only `status`, needs the stored `resourceVersion` (409 otherwise) and validates the object against the
+  vendored CRD's OpenAPI schema (422 Invalid otherwise), as the status subresource does.
 Error bodies are `Status` objects as the API server writes them.
 """
 
@@ -24,6 +31,8 @@ from fakes.httpserver import Answer, FakeHttpServer, Recorded
 _EVICT = re.compile(r"^/api/v1/namespaces/([^/]+)/pods/([^/]+)/eviction$")
 _EVENTS = re.compile(r"^/api/v1/namespaces/([^/]+)/events$")
 _NODE = re.compile(r"^/api/v1/nodes/([^/]+)$")
+_KOORD = re.compile(r"^/apis/slo\.koordinator\.sh/v1alpha1/(nodemetrics|nodeslos)/([^/]+?)(/status)?$")
+CRDS = Path(__file__).resolve().parent.parent / "vendor" / "koordinator"
 _RFC3339 = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(Z|[+-]\d\d:\d\d)$")
 PATCH_TYPES = (
     "application/json-patch+json",
@@ -79,6 +88,16 @@ class FakeApiServer(FakeHttpServer):
         self.evicted: list[tuple[str, str, str]] = []  # (ns, name, uid)
         self.events: list[dict[str, Any]] = []
         self.patches: list[tuple[str, Any]] = []  # (content type, body)
+        self.interleave: list[dict[str, Any]] = []  # merge patches "another writer" applies first
+        self.conflicts = 0
+        self.koord: dict[tuple[str, str], dict[str, Any]] = {}  # (plural, name) -> object
+        self.status_puts: list[dict[str, Any]] = []
+        self._rv = 1000
+
+    def bump(self, obj: dict[str, Any]) -> None:
+        """A write: a new resourceVersion, as etcd's revision moves."""
+        self._rv += 1
+        obj.setdefault("metadata", {})["resourceVersion"] = str(self._rv)
 
     def route(self, rec: Recorded) -> Answer:
         path = rec.path.split("?", 1)[0]
@@ -92,6 +111,8 @@ class FakeApiServer(FakeHttpServer):
                     404, "NotFound", f'nodes "{m.group(1)}" not found', {"name": m.group(1), "kind": "nodes"}
                 )
             return Answer.of_json(200, self.node) if rec.method == "GET" else self._patch(rec)
+        if m := _KOORD.match(path):
+            return self._koord(rec, m.group(1), m.group(2), bool(m.group(3)))
         return status(404, "NotFound", "the server could not find the requested resource")
 
     @staticmethod
@@ -229,10 +250,98 @@ class FakeApiServer(FakeHttpServer):
             return status(422, "Invalid", "test server: json-patch not applied")
         if not isinstance(body, dict):
             return status(400, "BadRequest", "patch body must be an object")
+        while self.interleave:
+            self.node = merge_patch(self.node, self.interleave.pop(0))
+            self.bump(self.node)
+        want = (body.get("metadata") or {}).get("resourceVersion")
+        if want is not None and want != self.node["metadata"].get("resourceVersion"):
+            self.conflicts += 1
+            name = self.node["metadata"]["name"]
+            return status(409, "Conflict", f'Operation cannot be fulfilled on nodes "{name}": the object has '
+                          "been modified; please apply your changes to the latest version and try again",
+                          {"name": name, "kind": "nodes"})
         self.patches.append((ctype, body))
         self.node = merge_patch(self.node, body)
+        self.bump(self.node)
         return Answer.of_json(200, self.node)
+
+    # -- Koordinator custom resources ------------------------------------------------------------------
+
+    def _koord(self, rec: Recorded, plural: str, name: str, sub: bool) -> Answer:
+        obj = self.koord.get((plural, name))
+        if rec.method == "GET" and not sub:
+            if obj is None:
+                return status(404, "NotFound", f'{plural}.slo.koordinator.sh "{name}" not found',
+                              {"name": name, "group": "slo.koordinator.sh", "kind": plural})
+            return Answer.of_json(200, obj)
+        if rec.method != "PUT" or not sub or plural != "nodemetrics":
+            return status(405, "MethodNotAllowed", f"the server does not allow this method on {plural}")
+        body, err = self._json_body(rec)
+        if err:
+            return err
+        if obj is None:
+            return status(404, "NotFound", f'nodemetrics.slo.koordinator.sh "{name}" not found')
+        meta = body.get("metadata") or {} if isinstance(body, dict) else {}
+        if not isinstance(body, dict) or meta.get("name") != name or body.get("kind") != "NodeMetric":
+            return status(400, "BadRequest", "expected the NodeMetric named in the URL")
+        if meta.get("resourceVersion") != obj["metadata"].get("resourceVersion"):
+            self.conflicts += 1
+            return status(409, "Conflict", f'Operation cannot be fulfilled on nodemetrics.slo.koordinator.sh '
+                          f'"{name}": the object has been modified; please apply your changes to the latest '
+                          "version and try again", {"name": name, "kind": "nodemetrics"})
+        problems = schema_errors("nodemetrics", {**obj, "status": body.get("status")})
+        if problems:
+            return status(422, "Invalid", f'NodeMetric.slo.koordinator.sh "{name}" is invalid: '
+                          + "; ".join(problems[:5]))
+        new = copy.deepcopy(obj)
+        new["status"] = body.get("status")
+        self.bump(new)
+        self.koord[(plural, name)] = new
+        self.status_puts.append(copy.deepcopy(body["status"]))
+        return Answer.of_json(200, new)
 
     @property
     def annotations(self) -> dict[str, str]:
         return dict(self.node["metadata"].get("annotations") or {})
+
+
+def crd_schema(plural: str) -> dict[str, Any]:
+    """The `v1alpha1` OpenAPI v3 schema of a vendored Koordinator CRD (`nodemetrics` or `nodeslos`)."""
+    import yaml
+
+    crd = yaml.safe_load((CRDS / f"slo.koordinator.sh_{plural}.yaml").read_text())
+    (version,) = [v for v in crd["spec"]["versions"] if v["name"] == "v1alpha1"]
+    return dict(version["schema"]["openAPIV3Schema"])
+
+
+def unknown_keys(doc: Any, schema: dict[str, Any], at: str = "") -> list[str]:
+    """Keys the schema does not name (the CRD has no additionalProperties: false, so jsonschema alone
+    would let a misspelt field through; the real API server would prune it silently)."""
+    if schema.get("x-kubernetes-preserve-unknown-fields"):
+        return []
+    out: list[str] = []
+    if isinstance(doc, dict):
+        props = schema.get("properties")
+        extra = schema.get("additionalProperties")
+        for k, v in doc.items():
+            if props is not None:
+                if k not in props:
+                    out.append(f"{at}.{k}")
+                else:
+                    out += unknown_keys(v, props[k], f"{at}.{k}")
+            elif isinstance(extra, dict):
+                out += unknown_keys(v, extra, f"{at}.{k}")
+    elif isinstance(doc, list) and isinstance(schema.get("items"), dict):
+        for i, v in enumerate(doc):
+            out += unknown_keys(v, schema["items"], f"{at}[{i}]")
+    return out
+
+
+def schema_errors(plural: str, obj: Any) -> list[str]:
+    """What the API server would refuse in `obj` (schema errors), and the fields it would prune."""
+    import jsonschema
+
+    schema = crd_schema(plural)
+    v = jsonschema.Draft7Validator(schema, format_checker=jsonschema.FormatChecker())
+    errors = [f"{'.'.join(str(p) for p in e.absolute_path)}: {e.message}" for e in v.iter_errors(obj)]
+    return errors + [f"{k}: unknown field" for k in unknown_keys(obj, schema)]

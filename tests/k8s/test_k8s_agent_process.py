@@ -95,7 +95,7 @@ def test_agent_process_arbitrates_k8s_and_yarn_against_the_node_origin(real_root
             assert len(real_root.pids(f"besteffort/hadoop-yarn/{C2}")) == 1, "exactly enough is released"
             assert _wait(lambda: THIRD_PARTY_ANNOTATION in api.annotations, 15)
             reported = parse_third_party_allocations(api.annotations[THIRD_PARTY_ANNOTATION])
-            assert reported["hadoop-yarn"].milli_cpu in (5000, 3000)
+            assert reported["coloc-agent-yarn"].milli_cpu in (5000, 3000)
 
             # What the kubelet and the NodeManager report once the releases went through: no more.
             kubelet.body = json.dumps(_podlist(["batch-a", "batch-b"])).encode()

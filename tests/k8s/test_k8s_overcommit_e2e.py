@@ -170,7 +170,7 @@ async def test_k8s_6_plus_yarn_5_against_origin_8(
         snap = _snapshot(kube.workloads(), yarn.workloads(), at=time.time())
         assert await reporter.areport(yarn_requested(snap.workloads)) is ReportOutcome.PATCHED
         assert (
-            parse_third_party_allocations(api.annotations[THIRD_PARTY_ANNOTATION])["hadoop-yarn"].milli_cpu
+            parse_third_party_allocations(api.annotations[THIRD_PARTY_ANNOTATION])["coloc-agent-yarn"].milli_cpu
             == 5000
         )
 
@@ -210,6 +210,6 @@ async def test_k8s_6_plus_yarn_5_against_origin_8(
         assert admit_batch(fits, Resources(0, GIB), after.stale).accepted
         assert await reporter.areport(yarn_requested(after.workloads)) is ReportOutcome.PATCHED
         assert (
-            parse_third_party_allocations(api.annotations[THIRD_PARTY_ANNOTATION])["hadoop-yarn"].milli_cpu
+            parse_third_party_allocations(api.annotations[THIRD_PARTY_ANNOTATION])["coloc-agent-yarn"].milli_cpu
             == 3000
         )

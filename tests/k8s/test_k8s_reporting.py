@@ -57,13 +57,13 @@ def test_patch_is_a_merge_patch_of_the_one_annotation(api: FakeApiServer, clock:
     assert json.loads(value) == {
         "allocations": [
             {
-                "name": "hadoop-yarn",
+                "name": "coloc-agent-yarn",
                 "priority": "koord-batch",
                 "resources": {"kubernetes.io/batch-cpu": "5000", "kubernetes.io/batch-memory": str(5 * GIB)},
             }
         ]
     }
-    assert parse_third_party_allocations(value) == {"hadoop-yarn": Resources(5000, 5 * GIB)}
+    assert parse_third_party_allocations(value) == {"coloc-agent-yarn": Resources(5000, 5 * GIB)}
     assert ORIGIN_ANNOTATION in api.annotations  # the rest of the node is untouched
 
 

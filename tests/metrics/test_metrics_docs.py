@@ -12,14 +12,16 @@ from prometheus_client import generate_latest
 
 from agent.metrics import LedgerFigures, MetricsConfig, MetricsHub
 from agent.published import Board
-from qos.model import Resources
+from qos.model import NetworkSample, Resources
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "metrics.md"
 
 
 def test_docs_list_every_exported_family_and_nothing_else() -> None:
     snap = small_node()
-    snap = dataclasses.replace(snap, be_tier=dataclasses.replace(snap.be_tier, quota_milli_cpu=1500))
+    snap = dataclasses.replace(snap, be_tier=dataclasses.replace(snap.be_tier, quota_milli_cpu=1500),
+                               network=NetworkSample(link_bps=10**8, hp_bps=1e7, be_bps=1e6, be_ceil_bps=4 * 10**7,
+                                                     be_rate_bps=10**7, owned=True))  # egress shaping on
     board = Board()
     board.publish(publication(snapshot=snap))
     ledger = LedgerFigures(

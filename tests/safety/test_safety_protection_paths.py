@@ -76,8 +76,9 @@ async def test_batch_overcommit_releases_only_batch_pods() -> None:
     origin = json.dumps({"resources": {"kubernetes.io/batch-cpu": "0", "kubernetes.io/batch-memory": "0"}})
     view = ledger_view(Resources(0, 0), snap.workloads)
     assert view.k8s_requested == Resources(3500, 6 * GIB), "only the batch pods' requests count"
-    snap = dataclasses.replace(snap, origin_annotation=origin)
-    actions, _ = decide_batch(snap, BatchConfig(), BatchState())
+    # A zero origin counts only with a fresh usage report, once confirmed (issue 13): both given here.
+    snap = dataclasses.replace(snap, origin_annotation=origin, usage_report_age_s=1.0)
+    actions, _ = decide_batch(snap, BatchConfig(origin_confirm_s=0), BatchState())
     evicted = _evicted(actions)
     assert names(src, evicted) == {"spark-exec-7", "spark-exec-8"}  # etl asks nothing: releases nothing
 

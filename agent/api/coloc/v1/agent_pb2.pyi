@@ -964,6 +964,7 @@ class Status(_message.Message):
     WAITING_S_FIELD_NUMBER: _builtins.int
     AWAITS_SCHEDULER_ACK_FIELD_NUMBER: _builtins.int
     SOURCES_FIELD_NUMBER: _builtins.int
+    FAST_PATH_MODE_FIELD_NUMBER: _builtins.int
     revision: _builtins.int
     applications: _builtins.int
     watchers: _builtins.int
@@ -980,6 +981,8 @@ class Status(_message.Message):
     waiting_s: _builtins.float
     awaits_scheduler_ack: _builtins.bool
     """False: no central scheduler is configured (standalone); the node starts SCHEDULABLE, never RECOVERING."""
+    fast_path_mode: _builtins.str
+    """How the loop's fast path is woken: "psi-trigger" (kernel PSI events), "adaptive-poll" or "off"."""
     @_builtins.property
     def identity(self) -> Global___Identity: ...
     @_builtins.property
@@ -1018,10 +1021,11 @@ class Status(_message.Message):
         waiting_s: _builtins.float = ...,
         awaits_scheduler_ack: _builtins.bool = ...,
         sources: _abc.Iterable[Global___SourceStatus] | None = ...,
+        fast_path_mode: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["batch_allocated", b"batch_allocated", "identity", b"identity", "node", b"node"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["allocations", b"allocations", "applications", b"applications", "awaits_scheduler_ack", b"awaits_scheduler_ack", "batch_allocated", b"batch_allocated", "dropped_watchers", b"dropped_watchers", "identity", b"identity", "node", b"node", "recent_actions", b"recent_actions", "recent_notices", b"recent_notices", "revision", b"revision", "sources", b"sources", "startup_problem", b"startup_problem", "state_unsaved", b"state_unsaved", "tick", b"tick", "tick_age_s", b"tick_age_s", "waiting_for", b"waiting_for", "waiting_s", b"waiting_s", "waiting_since_unix_ms", b"waiting_since_unix_ms", "watchers", b"watchers"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["allocations", b"allocations", "applications", b"applications", "awaits_scheduler_ack", b"awaits_scheduler_ack", "batch_allocated", b"batch_allocated", "dropped_watchers", b"dropped_watchers", "fast_path_mode", b"fast_path_mode", "identity", b"identity", "node", b"node", "recent_actions", b"recent_actions", "recent_notices", b"recent_notices", "revision", b"revision", "sources", b"sources", "startup_problem", b"startup_problem", "state_unsaved", b"state_unsaved", "tick", b"tick", "tick_age_s", b"tick_age_s", "waiting_for", b"waiting_for", "waiting_s", b"waiting_s", "waiting_since_unix_ms", b"waiting_since_unix_ms", "watchers", b"watchers"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

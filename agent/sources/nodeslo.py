@@ -1,0 +1,187 @@
+"""The node's Koordinator NodeSLO (`slo.koordinator.sh/v1alpha1`, named after the node), read by a periodic
+GET, mapped onto the policy settings; the YAML config is the fallback for every setting it does not give.
+
+`spec.resourceUsedThresholdWithBE` (koordinator v1.8.0 `ResourceThresholdStrategy`) → settings:
+`cpuSuppressThresholdPercent` → suppression.threshold_percent; `cpuSuppressPolicy` → suppression.policy;
+`cpuSuppressMinPercent` → suppression.min_milli_cpu (of the node's capacity); `memoryEvictThresholdPercent`
+/ `memoryEvictLowerPercent` → memory_eviction.threshold_percent / lower_percent;
+`cpuEvictBESatisfactionUpperPercent` and `…LowerPercent` (both, or neither: koordlet runs nothing with one)
+→ cpu_eviction.satisfaction_upper/lower_percent; `cpuEvictBEUsageThresholdPercent` →
+cpu_eviction.be_usage_threshold_percent; `cpuEvictTimeWindowSeconds` → cpu_eviction.window_s.
+`enable: false` (koord-manager's default) means Koordinator's BE QoS is off: the YAML stays in force.
+A NodeSLO the settings refuse is logged and changes nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+from urllib3.exceptions import HTTPError
+
+from agent.config.sources import NodeSloConfig
+from agent.sources.kubeapi import ApiBodyError, read_capped_json
+from qos.model import Resources
+from qos.policies import PolicyConfig
+
+log = logging.getLogger("coloc.sources.nodeslo")
+
+GROUP, VERSION, PLURAL = "slo.koordinator.sh", "v1alpha1", "nodeslos"
+YAML, NODESLO = "yaml", "NodeSLO"
+# (NodeSLO field, policy section, setting)
+FIELDS = (
+    ("cpuSuppressThresholdPercent", "suppression", "threshold_percent"),
+    ("cpuSuppressPolicy", "suppression", "policy"),
+    ("cpuSuppressMinPercent", "suppression", "min_milli_cpu"),
+    ("memoryEvictThresholdPercent", "memory_eviction", "threshold_percent"),
+    ("memoryEvictLowerPercent", "memory_eviction", "lower_percent"),
+    ("cpuEvictBESatisfactionUpperPercent", "cpu_eviction", "satisfaction_upper_percent"),
+    ("cpuEvictBESatisfactionLowerPercent", "cpu_eviction", "satisfaction_lower_percent"),
+    ("cpuEvictBEUsageThresholdPercent", "cpu_eviction", "be_usage_threshold_percent"),
+    ("cpuEvictTimeWindowSeconds", "cpu_eviction", "window_s"),
+)
+FETCH_FAILED = object()
+_SATISFACTION = ("cpuEvictBESatisfactionUpperPercent", "cpuEvictBESatisfactionLowerPercent")
+
+
+class NodeSloError(ValueError):
+    """The NodeSLO cannot be applied; the message names the field."""
+
+
+def _number(value: object, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise NodeSloError(f"{where}: expected a number, got {value!r}")
+    return float(value)
+
+
+def _setting(field: str, value: object, capacity: Resources) -> object:
+    where = f"NodeSLO spec.resourceUsedThresholdWithBE.{field}"
+    if field == "cpuSuppressPolicy":
+        if value not in ("cpuset", "cfsQuota"):
+            raise NodeSloError(f"{where}: must be cpuset or cfsQuota, got {value!r}")
+        return value
+    number = _number(value, where)
+    if field == "cpuSuppressMinPercent":
+        return int(capacity.milli_cpu * number / 100)
+    return number
+
+
+def settings_sources(base: PolicyConfig | None = None) -> dict[str, str]:
+    """Every mapped setting, from the YAML."""
+    del base
+    return {f"{section}.{name}": YAML for _, section, name in FIELDS}
+
+
+def apply_nodeslo(
+    base: PolicyConfig, doc: object, capacity: Resources
+) -> tuple[PolicyConfig, dict[str, str]]:
+    """The settings in force and where each came from. Raises NodeSloError naming what is wrong."""
+    sources = settings_sources(base)
+    spec = doc.get("spec") if isinstance(doc, Mapping) else None
+    strategy = spec.get("resourceUsedThresholdWithBE") if isinstance(spec, Mapping) else None
+    if strategy is None:
+        return base, sources
+    if not isinstance(strategy, Mapping):
+        raise NodeSloError("NodeSLO spec.resourceUsedThresholdWithBE: expected an object")
+    if strategy.get("enable") is not True:
+        return base, sources
+    given = {k: v for k, v in strategy.items() if v is not None}
+    if (_SATISFACTION[0] in given) != (_SATISFACTION[1] in given):
+        given = {k: v for k, v in given.items() if k not in _SATISFACTION}  # koordlet: "not config"
+    changes: dict[str, dict[str, Any]] = {}
+    for field, section, name in FIELDS:
+        if field in given:
+            changes.setdefault(section, {})[name] = _setting(field, given[field], capacity)
+            sources[f"{section}.{name}"] = NODESLO
+    try:
+        sections = {s: dataclasses.replace(getattr(base, s), **kw) for s, kw in changes.items()}
+        return dataclasses.replace(base, **sections), sources
+    except (ValueError, TypeError) as err:
+        raise NodeSloError(f"NodeSLO refused: {err}") from err
+
+
+class NodeSloSource:
+    """GETs `nodeslos/<node>` every `resync_s`; calls `on_change` with the settings when they change."""
+
+    def __init__(
+        self,
+        cfg: NodeSloConfig,
+        api_client: client.ApiClient,
+        node_name: str,
+        base: PolicyConfig,
+        capacity: Resources,
+        on_change: Callable[[PolicyConfig], None],
+        *,
+        max_body_bytes: int = 1 << 20,
+    ) -> None:
+        self.cfg = cfg
+        self._api = client.CustomObjectsApi(api_client)
+        self._node = node_name
+        self._base = base
+        self._capacity = capacity
+        self._on_change = on_change
+        self._max_body = max_body_bytes
+        self.current = base
+        self.sources = settings_sources(base)
+
+    def fetch(self) -> object | None:
+        """Blocking GET; None when there is no NodeSLO (404), FETCH_FAILED when it cannot be read (logged:
+        the settings in force are kept)."""
+        try:
+            resp = self._api.get_cluster_custom_object(
+                GROUP,
+                VERSION,
+                PLURAL,
+                self._node,
+                _request_timeout=self.cfg.timeout_s,
+                _preload_content=False,
+            )
+            return read_capped_json(resp, self._max_body, f"GET nodeslo {self._node}")  # type: ignore[arg-type]
+        except ApiException as err:
+            if err.status == 404:
+                return None
+            log.warning("could not read NodeSLO %s: HTTP %s %s", self._node, err.status, err.reason)
+        except ApiBodyError as err:
+            log.warning("could not read NodeSLO %s: %s", self._node, err)
+        except (HTTPError, OSError) as err:
+            log.warning("could not read NodeSLO %s: API server unreachable: %s", self._node, err)
+        return FETCH_FAILED
+
+    def update(self, doc: object | None) -> bool:
+        """Apply a NodeSLO (None: none there, the YAML is in force); whether the settings changed."""
+        try:
+            new, sources = (
+                apply_nodeslo(self._base, doc, self._capacity)
+                if doc is not None
+                else (self._base, settings_sources(self._base))
+            )
+        except NodeSloError as err:
+            log.error("%s; the settings in force are kept", err)
+            return False
+        if new == self.current and sources == self.sources:
+            return False
+        self.current, self.sources = new, sources
+        log.info(
+            "policy settings from %s",
+            ", ".join(f"{k}={v}" for k, v in sorted(sources.items()) if v == NODESLO)
+            or "the YAML config only",
+        )
+        self._on_change(new)
+        return True
+
+    async def run(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            try:
+                doc = await asyncio.to_thread(self.fetch)
+                if doc is not FETCH_FAILED:
+                    self.update(doc)
+            except Exception:
+                log.exception("NodeSLO refresh failed")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), self.cfg.resync_s)

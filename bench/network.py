@@ -1,0 +1,258 @@
+"""BE egress control with real packets: HP and BE TCP flows through the agent's HTB tree, closed loop.
+
+Two namespaces joined by a veth pair (made here, removed at the end, also on Ctrl-C); iperf3 servers in the
+peer namespace. The link capacity is the HTB link class (`--link-mbit`, default 100: a loaded 2-core machine
+does not push 400 Mbit/s through iperf3 reliably). The loop is the agent's own pieces: `EgressShaper.run`
+reads the class counters every 0.1 s, each tick (`--interval`) builds the `NetworkSample`, the registered
+`NetworkPolicy` decides and `EgressShaper.submit` applies. Phases, in one run:
+
+1. HP and BE both saturating (`--phase` s): HP's share of the link and BE's, from the class byte counters
+   over the phase's second half.
+2. HP stops, BE goes on: BE's share once settled, and how long after HP stopped the ceiling reached the high
+   share (`ceiling_change_s`, from the tick that applied it) and BE's rate reached 90 % of it.
+3. Latency: HP ping p99 (10 ms × 300) on the idle link, under a BE flood with the agent (BE classified), and
+   under the same flood with BE's filter removed (BE in HP's class: what the link does without the agent).
+
+Prints one JSON line; writes bench/out/network_rates.png (both rates and the ceiling over time).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from agent.config.network import NetworkConfig
+from agent.demo.plots import plot_timeseries
+from agent.executors.htb import EgressShaper
+from agent.published import ActionRecord, Outcome
+from qos.actions import SetBeEgressCeiling, SetBeEgressSources
+from qos.model import NodeSnapshot, Resources, Usage
+from qos.network import NetworkPolicy, NetworkPolicyConfig
+
+HP4, BE4, FAR4 = "198.18.0.1", "198.18.0.2", "198.18.0.100"
+OUT = Path(__file__).resolve().parent / "out"
+MBIT = 1_000_000
+
+
+def sh(*cmd: str, check: bool = True) -> str:
+    r = subprocess.run(list(cmd), capture_output=True, text=True, timeout=60, check=False)
+    if check and r.returncode:
+        raise RuntimeError(f"{' '.join(cmd)}: {r.stderr.strip()}")
+    return r.stdout
+
+
+class Topology:
+    """node ns (egress `dev`: HP 198.18.0.1, BE 198.18.0.2) — veth — peer ns (198.18.0.100)."""
+
+    def __init__(self) -> None:
+        sfx = str(os.getpid())
+        self.node, self.peer, self.dev = f"c14bn-{sfx}", f"c14bp-{sfx}", "c14b0"
+
+    def up(self) -> None:
+        sh("ip", "netns", "add", self.node)
+        sh("ip", "netns", "add", self.peer)
+        sh("ip", "link", "add", self.dev, "netns", self.node, "type", "veth", "peer", "name", "p0", "netns",
+           self.peer)
+        for ns in (self.node, self.peer):
+            sh("ip", "-n", ns, "link", "set", "lo", "up")
+        for a in (HP4, BE4):
+            sh("ip", "-n", self.node, "addr", "add", f"{a}/24", "dev", self.dev)
+        sh("ip", "-n", self.peer, "addr", "add", f"{FAR4}/24", "dev", "p0")
+        sh("ip", "-n", self.node, "link", "set", self.dev, "up")
+        sh("ip", "-n", self.peer, "link", "set", "p0", "up")
+        sh("ip", "netns", "exec", self.node, "ping", "-c", "2", "-i", "0.2", "-I", HP4, FAR4, check=False)
+
+    def down(self) -> None:
+        for ns in (self.node, self.peer):
+            for pid in sh("ip", "netns", "pids", ns, check=False).split():
+                with contextlib.suppress(ProcessLookupError, ValueError):
+                    os.kill(int(pid), 9)
+            sh("ip", "netns", "del", ns, check=False)
+
+
+async def iperf(t: Topology, src: str, port: int, secs: float, delay: float = 0.0) -> float:
+    """One bounded TCP flow; the receiver's goodput (bits/s), 0 when it failed."""
+    await asyncio.sleep(delay)
+    srv = await asyncio.create_subprocess_exec(
+        "timeout", str(secs + 15), "ip", "netns", "exec", t.peer, "iperf3", "-s", "-1", "-p", str(port),
+        "-B", FAR4, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    await asyncio.sleep(0.3)
+    cli = await asyncio.create_subprocess_exec(
+        "timeout", str(secs + 10), "ip", "netns", "exec", t.node, "iperf3", "-c", FAR4, "-p", str(port),
+        "-B", src, "-t", str(secs), "-J", stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    out, _ = await cli.communicate()
+    await srv.wait()
+    try:
+        return float(json.loads(out)["end"]["sum_received"]["bits_per_second"])
+    except (ValueError, KeyError, TypeError):
+        return 0.0
+
+
+async def ping_p99(t: Topology, count: int, delay: float = 0.0) -> float:
+    await asyncio.sleep(delay)
+    p = await asyncio.create_subprocess_exec(
+        "timeout", str(count * 0.01 + 20), "ip", "netns", "exec", t.node, "ping", "-n", "-i", "0.01", "-c",
+        str(count), "-s", "64", "-I", HP4, FAR4, stdout=subprocess.PIPE)
+    out, _ = await p.communicate()
+    rtts = sorted(float(x) for x in re.findall(r"time=([\d.]+) ms", out.decode()))
+    if not rtts:
+        return float("nan")
+    return rtts[min(len(rtts) - 1, round(0.99 * (len(rtts) - 1)))]
+
+
+def snapshot(sample: Any, interval: float) -> NodeSnapshot:
+    return NodeSnapshot(taken_at=time.time(), capacity=Resources(), cpus=(), node_usage=Usage(),
+                        hp_usage=Usage(), be_usage=Usage(), system_usage=Usage(), workloads=(),
+                        interval_s=interval, network=sample)
+
+
+class Loop:
+    """The agent's tick for the network policy alone: sample → decide → submit, every `interval`."""
+
+    def __init__(self, shaper: EgressShaper, policy: NetworkPolicy, interval: float, t0: float) -> None:
+        self.shaper, self.policy, self.interval, self.t0 = shaper, policy, interval, t0
+        self.state = policy.initial_state()
+        self.applied: list[tuple[float, int]] = []  # (t, ceiling) of each ceiling change
+
+    async def run(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            snap = snapshot(self.shaper.sample(frozenset({BE4})), self.interval)
+            actions, self.state = self.policy.decide(snap, self.state)
+            for a in actions:
+                if isinstance(a, SetBeEgressCeiling):
+                    self.applied.append((time.monotonic() - self.t0, a.ceil_bps))
+                if isinstance(a, SetBeEgressCeiling | SetBeEgressSources):
+                    self.shaper.submit(a, False, _record)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), self.interval)
+
+
+def _record(policy: str, kind: str, target: str, outcome: Outcome, reason: str,
+            numbers: Any = None) -> ActionRecord:
+    return ActionRecord(time.time(), policy, kind, target, outcome, reason, dict(numbers or {}))
+
+
+def windowed(shaper: EgressShaper, t0: float, window: float = 0.3) -> list[tuple[float, float, float]]:
+    """(t, hp_bps, be_bps) over trailing windows, from the shaper's readings."""
+    rows = [r for r in shaper._hist if r.root.kind == "ours"]
+    out, j = [], 0
+    for r in rows:
+        while rows[j].at < r.at - window:
+            j += 1
+        base = rows[j]
+        if r.at > base.at:
+            dt = r.at - base.at
+            hp, be = 8 * (r.hp_bytes - base.hp_bytes) / dt, 8 * (r.be_bytes - base.be_bytes) / dt
+            out.append((r.at - t0, hp, be))
+    return out
+
+
+def mean_between(rows: list[tuple[float, float, float]], a: float, b: float) -> tuple[float, float]:
+    sel = [(hp, be) for t, hp, be in rows if a <= t <= b]
+    if not sel:
+        return float("nan"), float("nan")
+    return statistics.fmean(h for h, _ in sel), statistics.fmean(b_ for _, b_ in sel)
+
+
+async def case(t: Topology, link_mbit: float, phase: float, interval: float) -> dict[str, Any]:
+    cfg = NetworkConfig(enabled=True, device=t.dev, netns=t.node, link_mbit=link_mbit, leaf="fq_codel",
+                        poll_s=0.1, policy=NetworkPolicyConfig(hold_s=interval))
+    link = cfg.link_bps
+    shaper = EgressShaper(cfg, window_s=interval)
+    stop = asyncio.Event()
+    runner = asyncio.create_task(shaper.run(stop))
+    try:
+        while not shaper.owned:
+            await asyncio.sleep(0.05)
+            if runner.done():
+                raise RuntimeError(f"egress shaper stopped: {shaper.last_error}")
+        await shaper.set_sources(frozenset({BE4}))
+        t0 = time.monotonic()
+        loop = Loop(shaper, NetworkPolicy(cfg.policy), interval, t0)
+        ticks_stop = asyncio.Event()
+        ticking = asyncio.create_task(loop.run(ticks_stop))
+        be = asyncio.create_task(iperf(t, BE4, 5202, 2 * phase + 1))
+        hp = asyncio.create_task(iperf(t, HP4, 5201, phase, delay=0.5))
+        hp_gp = await hp
+        hp_end = time.monotonic() - t0
+        be_gp = await be
+        end = time.monotonic() - t0
+        rows = windowed(shaper, t0)
+        hp_both, be_both = mean_between(rows, hp_end - phase / 2, hp_end - 0.3)
+        _, be_alone = mean_between(rows, end - phase / 2, end - 0.5)
+        high = link * cfg.policy.high_share_percent / 100
+        change = next((ts for ts, c in loop.applied if ts > hp_end and c >= high * 0.99), None)
+        reach = next((ts for ts, _, b in rows if ts > hp_end and b >= 0.9 * high), None)
+        # latency: idle, BE flood with the agent, BE flood without the BE filter (one class, as without agent)
+        idle = await ping_p99(t, 300)
+        with_agent = (await asyncio.gather(iperf(t, BE4, 5203, 5), ping_p99(t, 300, delay=1.5)))[1]
+        ticks_stop.set()  # the loop would put the BE filter back
+        await ticking
+        await shaper.set_sources(frozenset())
+        without = (await asyncio.gather(iperf(t, BE4, 5204, 5), ping_p99(t, 300, delay=1.5)))[1]
+        series = {"HP Mbit/s": [(ts, h / MBIT) for ts, h, _ in rows],
+                  "BE Mbit/s": [(ts, b / MBIT) for ts, _, b in rows],
+                  "BE ceiling Mbit/s": [(ts, c / MBIT) for ts, c in loop.applied]}
+        return {
+            "link_mbit": link_mbit,
+            "hp_share_of_link": round(hp_both / link, 3),
+            "be_share_both_saturating": round(be_both / link, 3),
+            "be_share_when_hp_idle": round(be_alone / link, 3),
+            "ceiling_change_s": round(change - hp_end, 3) if change is not None else float("nan"),
+            "be_reaches_90pct_of_high_s": round(reach - hp_end, 3) if reach is not None else float("nan"),
+            "hp_goodput_mbit": round(hp_gp / MBIT, 1), "be_goodput_mbit": round(be_gp / MBIT, 1),
+            "hp_ping_p99_ms_idle": idle, "hp_ping_p99_ms_be_flood_with_agent": with_agent,
+            "hp_ping_p99_ms_be_flood_without_agent": without,
+            "leaf": shaper.leaf.split(" (")[0], "interval_s": interval,
+            "_series": series,
+        }
+    finally:
+        stop.set()
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(runner, 15)
+
+
+def main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--quick", action="store_true", help="3 s phases, 0.5 s ticks")
+    p.add_argument("--link-mbit", type=float, default=100.0)
+    p.add_argument("--phase", type=float, default=6.0, help="seconds per phase")
+    p.add_argument("--interval", type=float, default=1.0, help="the loop's tick")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.phase, args.interval = 3.0, 0.5
+    if os.geteuid() != 0:
+        print("bench/network.py needs root (network namespaces, tc)", file=sys.stderr)
+        return 2
+    load0 = os.getloadavg()[0]
+    t = Topology()
+    t.down()
+    try:
+        t.up()
+        result = asyncio.run(case(t, args.link_mbit, args.phase, args.interval))
+    finally:
+        t.down()
+    series = result.pop("_series")
+    with contextlib.suppress(ValueError):
+        result["plot"] = str(plot_timeseries(OUT / "network_rates.png",
+                                             f"BE egress control, link {args.link_mbit:g} Mbit/s", series,
+                                             "Mbit/s"))
+    result["loadavg"] = [round(load0, 2), round(os.getloadavg()[0], 2)]
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

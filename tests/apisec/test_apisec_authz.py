@@ -1,0 +1,149 @@
+"""Issue 15: who may call the node API. Reads for the socket's group, mutations for configured callers.
+
+A real server on a real unix socket; the callers are real processes that drop to another uid/gid before
+connecting (peer_client.py), so the agent sees their credentials through SO_PEERCRED. TLS uses
+certificates made here with the openssl CLI.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import subprocess
+import sys
+from pathlib import Path
+
+import grpc
+import pytest
+from apiseckit import serving
+
+from agent.api.coloc.v1 import agent_pb2 as pb
+from agent.api.coloc.v1 import agent_pb2_grpc as pb_grpc
+from agent.config.api import ApiConfig
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+NOBODY = 65534
+MUTATIONS = ("Admit", "Drain", "AckRecovery", "Recommission")
+READ_ONLY = {"GetStatus": "OK", "Drain": "PERMISSION_DENIED"}
+
+pytestmark = pytest.mark.skipif(not hasattr(__import__("os"), "getuid") or __import__("os").getuid() != 0,
+                                reason="needs root to run callers as other users")
+
+
+async def as_user(socket_path: str, uid: int, gid: int) -> dict[str, str]:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, str(HERE / "peer_client.py"), socket_path, str(uid), str(gid), cwd=REPO,
+        env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"},
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    out, err = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode == 0, err.decode()[-2000:]
+    result: dict[str, str] = json.loads(out.decode().strip().splitlines()[-1])
+    return result
+
+
+async def test_a_non_root_peer_may_read_but_not_admit_or_drain(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="coloc.api.audit")
+    async with serving(socket_group=str(NOBODY), socket_mode=0o660) as s:
+        codes = await as_user(s.socket, NOBODY, NOBODY)
+        assert codes["GetSnapshot"] == "OK" and codes["GetStatus"] == "OK", codes
+        for m in MUTATIONS:
+            assert codes[m] == "PERMISSION_DENIED", codes
+        assert s.ledger.node.highest_epoch == 0  # nothing changed, not even the fence
+        assert s.ledger.node.lifecycle.value == "RECOVERING"
+        assert s.server.policy.denied == len(MUTATIONS)
+        denied = [r.getMessage() for r in caplog.records if r.getMessage().startswith("denied Admit")]
+        assert denied and f"uid={NOBODY} gid={NOBODY} pid=" in denied[0] and "'peer-test'" in denied[0]
+
+
+async def test_root_and_configured_gids_may_mutate_and_are_audited(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="coloc.api.audit")
+    async with serving(socket_group=str(NOBODY), socket_mode=0o660, mutate_gids=(NOBODY,)) as s:
+        codes = await as_user(s.socket, NOBODY, NOBODY)
+        assert all(codes[m] != "PERMISSION_DENIED" for m in MUTATIONS), codes
+        assert s.ledger.node.highest_epoch == 7  # the fence of the allowed calls was taken
+        allowed = [r.getMessage() for r in caplog.records if r.getMessage().startswith("Admit by")]
+        assert allowed and f"uid={NOBODY}" in allowed[0]
+
+
+async def test_a_peer_outside_the_socket_group_cannot_even_read() -> None:
+    async with serving(socket_group=str(NOBODY), socket_mode=0o660) as s:
+        codes = await as_user(s.socket, NOBODY - 1, NOBODY - 1)
+        assert codes["GetSnapshot"] == "UNAVAILABLE", codes  # connect(2) refused by the file's mode
+
+
+def test_tcp_without_tls_off_loopback_is_refused_at_start_up(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match=r"api.tcp_address: 0.0.0.0:7443 is not a loopback"):
+        ApiConfig(tcp_address="0.0.0.0:7443")
+    cfg = tmp_path / "agent.yaml"
+    cfg.write_text("node:\n  name: sec-node\napi:\n  socket_path: null\n  tcp_address: '0.0.0.0:0'\n")
+    run = subprocess.run([sys.executable, "-m", "agent.cli", "run", "--config", str(cfg)], cwd=REPO,
+                         capture_output=True, text=True, timeout=60, check=False)
+    assert run.returncode == 2, run.stderr[-2000:]
+    assert "api.tcp_address" in run.stderr and "TLS" in run.stderr
+    assert "Traceback" not in run.stderr
+
+
+def _openssl(*args: str) -> None:
+    subprocess.run(["openssl", *args], check=True, capture_output=True, timeout=60)
+
+
+def make_pki(d: Path) -> None:
+    """A CA, a server certificate for 127.0.0.1, client certificates `scheduler-1` and `intruder`, and a
+    client certificate from another CA."""
+    for ca in ("ca", "other-ca"):
+        _openssl("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+                 "-days", "2", "-subj", f"/CN={ca}", "-keyout", str(d / f"{ca}.key"),
+                 "-out", str(d / f"{ca}.pem"))
+    for name, ca, ext in (("server", "ca", "subjectAltName=IP:127.0.0.1,DNS:localhost"),
+                          ("scheduler-1", "ca", None), ("intruder", "ca", None),
+                          ("stranger", "other-ca", None)):
+        _openssl("req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+                 "-subj", f"/CN={name}",
+                 "-keyout", str(d / f"{name}.key"), "-out", str(d / f"{name}.csr"))
+        extra = []
+        if ext:
+            (d / f"{name}.ext").write_text(ext + "\n")
+            extra = ["-extfile", str(d / f"{name}.ext")]
+        _openssl("x509", "-req", "-in", str(d / f"{name}.csr"), "-CA", str(d / f"{ca}.pem"), "-CAkey",
+                 str(d / f"{ca}.key"), "-CAcreateserial", "-days", "2", "-out", str(d / f"{name}.pem"),
+                 *extra)
+
+
+async def _call(address: str, d: Path, client: str | None) -> dict[str, str]:
+    creds = grpc.ssl_channel_credentials(
+        (d / "ca.pem").read_bytes(),
+        (d / f"{client}.key").read_bytes() if client else None,
+        (d / f"{client}.pem").read_bytes() if client else None)
+    out: dict[str, str] = {}
+    async with grpc.aio.secure_channel(address, creds) as ch:
+        stub = pb_grpc.NodeAgentStub(ch)
+        fence = pb.Fence(scheduler_id="tls-test", scheduler_epoch=9)
+        for name, call in (("GetStatus", stub.GetStatus(pb.GetStatusRequest(), timeout=5)),
+                           ("Drain", stub.Drain(pb.DrainRequest(fence=fence, mode=pb.DRAIN_MODE_GRACEFUL,
+                                                                timeout_seconds=-1), timeout=5))):
+            try:
+                await call
+                out[name] = "OK"
+            except grpc.aio.AioRpcError as err:
+                out[name] = err.code().name
+    return out
+
+
+async def test_tls_with_a_client_certificate_may_mutate(tmp_path: Path) -> None:
+    make_pki(tmp_path)
+    tls = {"tcp_address": "127.0.0.1:0", "socket_path": None, "tls_cert_file": str(tmp_path / "server.pem"),
+           "tls_key_file": str(tmp_path / "server.key"), "tls_client_ca_file": str(tmp_path / "ca.pem"),
+           "tls_client_names": ("scheduler-1",)}
+    async with serving(**tls) as s:
+        address = s.server.address
+        assert (await _call(address, tmp_path, "intruder")) == READ_ONLY
+        assert (await _call(address, tmp_path, "stranger"))["GetStatus"] == "UNAVAILABLE"  # CA not trusted
+        assert (await _call(address, tmp_path, None))["GetStatus"] == "UNAVAILABLE"  # no certificate at all
+        assert s.ledger.node.highest_epoch == 0
+        assert (await _call(address, tmp_path, "scheduler-1")) == {"GetStatus": "OK", "Drain": "OK"}
+        assert s.ledger.node.highest_epoch == 9
+    server_only = {k: v for k, v in tls.items() if k not in ("tls_client_ca_file", "tls_client_names")}
+    async with serving(**server_only) as s:  # TLS without a client CA: reads only
+        assert (await _call(s.server.address, tmp_path, None)) == READ_ONLY

@@ -1,0 +1,196 @@
+"""The whole agent process (`coloc-agent run`) beside koord-manager with no koordlet: local fake servers
+stand in for the kubelet, the API server and the NodeManager (they cannot run here) and serve their
+documented formats; real processes in real cgroups stand in for the YARN containers. The Node's origin
+annotation says 0 (koord-manager's degraded value): nothing may be evicted. Once koord-manager creates the
+NodeMetric, the agent writes its status (schema-valid); a NodeSLO changes the suppression threshold."""
+
+from __future__ import annotations
+
+import copy
+import json
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import yaml
+from fakes.apiserver import FakeApiServer, schema_errors
+from fakes.kubelet import FakeKubelet
+from fakes.nodemanager import FakeNodeManager
+from realcg import RealRoot
+
+from qos.batch import ORIGIN_ANNOTATION, THIRD_PARTY_ANNOTATION
+
+pytestmark = [pytest.mark.cgroups, pytest.mark.slow]
+
+FIX = Path(__file__).resolve().parent.parent / "fixtures"
+TS = 1700000000000
+GIB = 1 << 30
+C1, C2 = (f"container_e17_{TS}_0001_01_00000{i}" for i in (1, 2))
+ZERO = json.dumps({"resources": {"kubernetes.io/batch-cpu": "0", "kubernetes.io/batch-memory": "0"}})
+
+
+def _wait(pred: Callable[[], bool], timeout: float) -> bool:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if pred():
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def _podlist() -> dict[str, object]:
+    mixed = json.loads((FIX / "kubelet" / "podlist-mixed.json").read_text())
+    template = next(p for p in mixed["items"] if p["metadata"]["name"] == "spark-exec-1")
+    items = []
+    for n in (1, 2):
+        p = copy.deepcopy(template)
+        p["metadata"].update(name=f"batch-{n}", uid=f"0a1b2c3d-0000-4000-8000-0000000000c{n}")
+        res = p["spec"]["containers"][0]["resources"]
+        res["requests"] = res["limits"] = {
+            "kubernetes.io/batch-cpu": "2000",
+            "kubernetes.io/batch-memory": "1Gi",
+        }
+        items.append(p)
+    return {"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": items}
+
+
+def _containers() -> dict[str, object]:
+    out = []
+    for cid in (C1, C2):
+        out.append(
+            {
+                "id": cid,
+                "appId": f"application_{TS}_0001",
+                "state": "RUNNING",
+                "exitCode": -1000,
+                "diagnostics": "",
+                "user": "hadoop",
+                "totalMemoryNeededMB": 1024,
+                "totalVCoresNeeded": 1,
+                "containerLogsLink": "",
+                "nodeId": "node-a:45454",
+            }
+        )
+    return {"containers": {"container": out}}
+
+
+def test_collapsed_origin_evicts_nothing_then_nodemetric_and_nodeslo(
+    real_root: RealRoot, tmp_path: Path
+) -> None:
+    for c in (C1, C2):
+        real_root.spawn(real_root.mkcg(f"besteffort/hadoop-yarn/{c}"), ["sleep", "300"])
+    node = json.loads((FIX / "apiserver" / "node.json").read_text())
+    node["metadata"]["annotations"][ORIGIN_ANNOTATION] = ZERO
+    for k in ("kubernetes.io/batch-cpu", "kubernetes.io/batch-memory"):  # koord-manager deleted them
+        del node["status"]["allocatable"][k], node["status"]["capacity"][k]
+    (tmp_path / "node.json").write_text(json.dumps(node))
+    (tmp_path / "pods.json").write_text(json.dumps(_podlist()))
+    nm_dir = tmp_path / "nm"
+    nm_dir.mkdir()
+    for name in ("info.json", "apps.json"):
+        (nm_dir / name).write_bytes((FIX / "nodemanager" / "3.x" / name).read_bytes())
+    (nm_dir / "containers.json").write_text(json.dumps(_containers()))
+    known = {("batch", f"batch-{n}"): f"0a1b2c3d-0000-4000-8000-0000000000c{n}" for n in (1, 2)}
+
+    with (
+        FakeKubelet(tmp_path / "pods.json") as kubelet,
+        FakeNodeManager(nm_dir) as nm,
+        FakeApiServer(tmp_path / "node.json", known) as api,
+    ):
+        kubeconfig = tmp_path / "kubeconfig"
+        kubeconfig.write_text(
+            yaml.safe_dump(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Config",
+                    "current-context": "t",
+                    "clusters": [{"name": "t", "cluster": {"server": api.url}}],
+                    "users": [{"name": "t", "user": {"token": "x"}}],
+                    "contexts": [{"name": "t", "context": {"cluster": "t", "user": "t"}}],
+                }
+            )
+        )
+        cfg = {
+            "node": {"name": "node-a", "cpus": 2, "memory": "4Gi", "scope": "cgroup-root"},
+            "cgroups": {"root": real_root.name, "driver": "cgroupfs"},
+            "loop": {"interval_s": 0.5},
+            "eviction": {"grace_period_s": 1, "rate_per_minute": 600},
+            "batch": {"origin": "annotation", "evict": True},
+            "state": {"path": str(tmp_path / "state.json")},
+            "api": {"socket_path": str(tmp_path / "agent.sock")},
+            "metrics": {"enabled": False},
+            "log": {"format": "json"},
+            "sources": {
+                "kubelet": {"url": kubelet.url, "token_file": "", "timeout_s": 1, "resync_s": 1},
+                "yarn": {"url": nm.url, "timeout_s": 1, "resync_s": 1},
+                "kube_api": {"kubeconfig": str(kubeconfig)},
+                "reporting": {"mode": "annotation", "resync_s": 10},
+                "nodemetric": {"min_report_interval_s": 1, "min_aggregate_s": 1},
+                "nodeslo": {"resync_s": 1},
+            },
+        }
+        (tmp_path / "agent.yaml").write_text(yaml.safe_dump(cfg))
+        logf = (tmp_path / "agent.log").open("w")
+        agent = subprocess.Popen(
+            [sys.executable, "-m", "agent.cli", "run", "--config", str(tmp_path / "agent.yaml")],
+            stdout=logf,
+            stderr=logf,
+        )
+        log = (tmp_path / "agent.log").read_text
+        try:
+            # YARN's allocations written back: the NodeManager answered and the origin was read
+            assert _wait(lambda: THIRD_PARTY_ANNOTATION in api.annotations, 20), log()[-3000:]
+            time.sleep(4)
+            assert api.evicted == [], "a collapsed origin is no reason to evict"
+            for c in (C1, C2):
+                assert len(real_root.pids(f"besteffort/hadoop-yarn/{c}")) == 1, "YARN containers untouched"
+
+            # koord-manager creates the NodeMetric: the agent fills its status at the report interval.
+            api.koord[("nodemetrics", "node-a")] = {
+                "apiVersion": "slo.koordinator.sh/v1alpha1",
+                "kind": "NodeMetric",
+                "metadata": {"name": "node-a", "resourceVersion": "5"},
+                "spec": {
+                    "metricCollectPolicy": {
+                        "aggregateDurationSeconds": 2,
+                        "reportIntervalSeconds": 1,
+                        "nodeAggregatePolicy": {"durations": ["2s"]},
+                    }
+                },
+            }
+            assert _wait(lambda: len(api.status_puts) >= 2, 20), log()[-3000:]
+            stored = api.koord[("nodemetrics", "node-a")]
+            assert schema_errors("nodemetrics", stored) == []
+            # the pods have no cgroup here, so no usage: koordlet leaves such pods out too (koord-manager
+            # then counts their requests)
+            assert {p["name"] for p in stored["status"]["podsMetric"]} <= {"batch-1", "batch-2"}
+            assert stored["status"]["hostApplicationMetric"][0]["name"] == "hadoop-yarn"
+            assert api.evicted == [], "a zero origin is confirmed for 120 s before it counts"
+
+            # NodeSLO: the suppression threshold follows it within one resync (1 s).
+            api.koord[("nodeslos", "node-a")] = {
+                "apiVersion": "slo.koordinator.sh/v1alpha1",
+                "kind": "NodeSLO",
+                "metadata": {"name": "node-a", "resourceVersion": "9"},
+                "spec": {
+                    "resourceUsedThresholdWithBE": {
+                        "enable": True,
+                        "cpuSuppressThresholdPercent": 30,
+                        "cpuSuppressPolicy": "cpuset",
+                    }
+                },
+            }
+            assert schema_errors("nodeslos", api.koord[("nodeslos", "node-a")]) == []
+            assert _wait(lambda: "suppression.threshold_percent=NodeSLO" in log(), 5), log()[-3000:]
+        finally:
+            agent.send_signal(signal.SIGTERM)
+            try:
+                agent.wait(15)
+            except subprocess.TimeoutExpired:
+                agent.kill()
+                agent.wait()
+            logf.close()

@@ -1,0 +1,258 @@
+"""The HTB executor (`agent.executors.htb`) against a real veth in namespaces the test makes: BE filters
+added and removed as BE pods come and go (checked by dumping the kernel's filters with the tc CLI, and with
+real packets), a foreign root qdisc left alone, ownership lost when another component replaces our root,
+clean removal, and YARN classified by cgroup (a cgroup_skb BPF program on a real cgroup2 directory)."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import time
+from typing import Any
+
+import pytest
+from net14kit import BE4, BE6, FAR4, FAR6, HP4, HP6, Topo, topology
+from realcg import RealRoot
+
+from agent.config.network import NetworkConfig
+from agent.executors.htb import EgressShaper, be_addresses
+from agent.published import ActionRecord, Outcome
+from agent.sources.result import PodInfo
+from qos.actions import SetBeEgressCeiling, SetBeEgressSources
+from qos.model import Resources, Source, Tier, Workload
+
+pytestmark = [pytest.mark.xdist_group("net")]
+MBIT = 1_000_000
+
+
+def config(t: Topo, **kw: Any) -> NetworkConfig:
+    base: dict[str, Any] = {"enabled": True, "device": t.dev, "netns": t.node, "link_mbit": 100.0,
+                            "leaf": "none", "remove_on_exit": True}
+    return NetworkConfig(**{**base, **kw})
+
+
+def recorder(into: list[ActionRecord]) -> Any:
+    def record(policy: str, kind: str, target: str, outcome: Outcome, reason: str,
+               numbers: Any = None) -> ActionRecord:
+        rec = ActionRecord(time.time(), policy, kind, target, outcome, reason, dict(numbers or {}))
+        into.append(rec)
+        return rec
+    return record
+
+
+async def wait_tasks(shaper: EgressShaper) -> None:
+    await shaper.drain()
+
+
+def test_filters_follow_be_pods_v4_and_v6() -> None:
+    async def go(t: Topo) -> None:
+        shaper = EgressShaper(config(t), window_s=1.0)
+        await shaper.open()
+        try:
+            first = await shaper.reconcile()
+            assert first.root.kind == "ours" and shaper.owned
+            assert "htb c01c:" in t.root_qdisc()
+            records: list[ActionRecord] = []
+            rec = shaper.submit(SetBeEgressSources(frozenset({BE4, BE6, "198.18.0.77"}), "pods came"), False,
+                                recorder(records))
+            assert rec.outcome == Outcome.STARTED
+            await wait_tasks(shaper)
+            assert t.filter_sources() == {BE4, BE6, "198.18.0.77"}
+            assert (await shaper.reconcile()).classified == {BE4, BE6, "198.18.0.77"}
+            shaper.submit(SetBeEgressSources(frozenset({BE4, BE6}), "pod .77 went"), False, recorder(records))
+            await wait_tasks(shaper)
+            assert t.filter_sources() == {BE4, BE6}  # only .77's filter went (no flush of its siblings)
+            # real packets: BE sources land in c01c:20, HP sources in the default c01c:10
+            for src, dst, cls in ((BE4, FAR4, "c01c:20"), (HP4, FAR4, "c01c:10"), (BE6, FAR6, "c01c:20"),
+                                  (HP6, FAR6, "c01c:10")):
+                before = t.class_packets()
+                assert len(t.ping(src, dst, count=20)) >= 19
+                after = t.class_packets()
+                other = "c01c:10" if cls == "c01c:20" else "c01c:20"
+                assert after[cls] - before[cls] >= 20, (src, before, after)
+                # a few non-IP or host packets (ARP, ND, MLD) may pass meanwhile, never the 20 pings
+                assert after[other] - before[other] <= 5, (src, before, after)
+            shaper.submit(SetBeEgressSources(frozenset(), "no BE pod left"), False, recorder(records))
+            await wait_tasks(shaper)
+            assert t.filter_sources() == set()
+        finally:
+            assert await shaper.remove()
+            await shaper.close()
+        assert "htb" not in t.root_qdisc()
+
+    with topology() as t:
+        asyncio.run(go(t))
+
+
+def test_ceiling_changes_in_place_and_counters_survive() -> None:
+    async def go(t: Topo) -> None:
+        shaper = EgressShaper(config(t), window_s=1.0)
+        await shaper.open()
+        try:
+            await shaper.reconcile()
+            t.ping(HP4, FAR4, count=10)
+            before = await shaper.reconcile()
+            shaper.submit(SetBeEgressCeiling(40 * MBIT, 10 * MBIT, "HP idle"), False, recorder([]))
+            await wait_tasks(shaper)
+            after = await shaper.reconcile()
+            assert after.be_ceil_bps == 40 * MBIT and after.be_rate_bps == 10 * MBIT
+            assert after.hp_bytes >= before.hp_bytes > 0  # change-class kept the byte counters
+            assert shaper.ceiling_changes == 1
+            sample = shaper.sample(frozenset())
+            assert sample.owned and sample.be_ceil_bps == 40 * MBIT and sample.hp_bps is not None
+            assert "rate 10Mbit ceil 40Mbit" in t.tc("class", "show", "dev", t.dev, "classid", "c01c:20")
+        finally:
+            await shaper.remove()
+            await shaper.close()
+
+    with topology() as t:
+        asyncio.run(go(t))
+
+
+def test_foreign_root_is_reported_and_never_clobbered() -> None:
+    async def go(t: Topo) -> None:
+        t.tc("qdisc", "add", "dev", t.dev, "root", "handle", "5:", "tbf", "rate", "1gbit", "burst", "64k",
+             "latency", "50ms")
+        shaper = EgressShaper(config(t), window_s=1.0)
+        await shaper.open()
+        try:
+            reading = await shaper.reconcile()
+            assert reading.root.kind == "foreign" and not shaper.owned
+            assert "tbf 5:" in t.root_qdisc()
+            sample = shaper.sample(frozenset({BE4}))
+            assert not sample.owned and "tbf" in sample.root
+            shaper.submit(SetBeEgressSources(frozenset({BE4}), "x"), False, recorder([]))
+            await wait_tasks(shaper)
+            assert not await shaper.remove()
+            assert "tbf 5:" in t.root_qdisc()  # neither shaped nor deleted
+        finally:
+            await shaper.close()
+        # own_device: replaced atomically, and removal afterwards restores the kernel default
+        owner = EgressShaper(config(t, own_device=True), window_s=1.0)
+        await owner.open()
+        try:
+            assert (await owner.reconcile()).root.kind == "ours"
+            assert "htb c01c:" in t.root_qdisc()
+        finally:
+            assert await owner.remove()
+            await owner.close()
+        assert "tbf" not in t.root_qdisc() and "htb" not in t.root_qdisc()
+
+    with topology() as t:
+        asyncio.run(go(t))
+
+
+def test_our_root_replaced_behind_our_back_loses_ownership() -> None:
+    async def go(t: Topo) -> None:
+        shaper = EgressShaper(config(t), window_s=1.0)
+        await shaper.open()
+        try:
+            await shaper.reconcile()
+            assert shaper.owned
+            t.tc("qdisc", "replace", "dev", t.dev, "root", "handle", "9:", "pfifo")
+            reading = await shaper.reconcile()
+            assert reading.root.kind == "foreign" and not shaper.owned
+            assert not await shaper.remove()
+            assert "pfifo 9:" in t.root_qdisc()
+        finally:
+            await shaper.close()
+
+    with topology() as t:
+        asyncio.run(go(t))
+
+
+def test_run_builds_then_removes_on_stop_and_a_missing_class_is_re_added() -> None:
+    async def go(t: Topo) -> None:
+        shaper = EgressShaper(config(t, poll_s=0.05), window_s=0.2)
+        stop = asyncio.Event()
+        task = asyncio.create_task(shaper.run(stop))
+        for _ in range(100):
+            await asyncio.sleep(0.02)
+            if shaper.owned:
+                break
+        assert shaper.owned and "htb c01c:" in t.root_qdisc()
+        t.tc("class", "del", "dev", t.dev, "classid", "c01c:20")
+        await asyncio.sleep(0.3)
+        assert "c01c:20" in t.tc("class", "show", "dev", t.dev)
+        stop.set()
+        await asyncio.wait_for(task, 10)
+        assert "htb" not in t.root_qdisc()
+
+    with topology() as t:
+        asyncio.run(go(t))
+
+
+def test_missing_device_is_a_clear_error() -> None:
+    async def go(t: Topo) -> None:
+        shaper = EgressShaper(config(t, device="nosuch0"), window_s=1.0)
+        with pytest.raises(LookupError, match=r"network\.device: no interface 'nosuch0'"):
+            await shaper.open()
+
+    with topology() as t:
+        asyncio.run(go(t))
+
+
+def test_be_addresses_skip_host_network_and_hp_pods() -> None:
+    def pod(key: str, ips: tuple[str, ...], host: bool = False) -> PodInfo:
+        return PodInfo(uid=key, namespace="ns", name=key, phase="Running", qos_class="BestEffort",
+                       koord_qos=None, priority_class="", host_network=host, pod_ips=ips, container_ids=(),
+                       labels={}, batch_requests=Resources(), limits=Resources())
+
+    def wl(key: str, be: bool) -> Workload:
+        return Workload(key=key, name=key, source=Source.K8S, tier=Tier.BESTEFFORT, be=be, priority=0,
+                        cgroup=key)
+
+    pods = {"k8s/a": pod("a", ("10.0.0.2", "fd00::2")), "k8s/b": pod("b", ("192.168.1.5",), host=True),
+            "k8s/c": pod("c", ("10.0.0.3",))}
+    got = be_addresses((wl("k8s/a", True), wl("k8s/b", True), wl("k8s/c", False)), pods)
+    assert got == {"10.0.0.2", "fd00::2"}
+
+
+SENDER = r"""
+import socket, sys
+fam = socket.AF_INET6 if ":" in sys.argv[1] else socket.AF_INET
+s = socket.socket(fam, socket.SOCK_DGRAM)
+s.bind((sys.argv[2], 0))
+for _ in range(200):
+    s.sendto(b"x" * 1000, (sys.argv[1], 9))
+"""
+
+
+@pytest.mark.cgroups
+def test_yarn_classified_by_cgroup_with_a_cgroup_skb_program(real_root: RealRoot) -> None:
+    """A process in the (real, cgroup2) YARN directory sends from the HP/host address: its packets go to BE;
+    the same sender outside it stays HP. Needs the cgroup2 mount (the `unified` one on this hybrid host)."""
+    if real_root.hierarchy.unified is None:
+        pytest.skip("no cgroup2 mount")
+    real_root.mkcg("hadoop-yarn/container_1")
+
+    async def go(t: Topo) -> None:
+        shaper = EgressShaper(config(t, yarn_cgroup2=f"{real_root.name}/hadoop-yarn"), window_s=1.0,
+                              cgroup2_mount=real_root.hierarchy.unified)
+        await shaper.open()
+        try:
+            await shaper.reconcile()
+            assert shaper._yarn is not None, shaper._warned
+            for dst, src in ((FAR4, HP4), (FAR6, HP6)):
+                before = t.class_packets()
+                proc = real_root.spawn("hadoop-yarn/container_1",
+                                       ["nsenter", f"--net=/run/netns/{t.node}", sys.executable, "-c",
+                                        SENDER, dst, src])
+                assert proc.wait(timeout=30) == 0
+                await asyncio.sleep(0.3)
+                mid = t.class_packets()
+                subprocess.run(["ip", "netns", "exec", t.node, sys.executable, "-c", SENDER, dst, src],
+                               check=True, timeout=30)
+                await asyncio.sleep(0.3)
+                after = t.class_packets()
+                assert mid["c01c:20"] - before["c01c:20"] >= 195, (dst, before, mid)
+                assert after["c01c:10"] - mid["c01c:10"] >= 195, (dst, mid, after)
+                assert after["c01c:20"] - mid["c01c:20"] <= 2, (dst, mid, after)
+        finally:
+            await shaper.remove()
+            await shaper.close()
+        assert shaper._yarn is None
+
+    with topology() as t:
+        asyncio.run(go(t))
