@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import random
 import resource
 import shutil
@@ -111,7 +110,8 @@ async def _snapshotter(address: str, start: float, end: float, period: float, ou
 async def _watcher(address: str, end: float, out: dict[str, Any]) -> None:
     async with grpc.aio.insecure_channel(address, options=CHANNEL) as ch:
         snap = await _snapshot_call(ch)(pb.GetSnapshotRequest(), timeout=30)
-        watch = ch.unary_stream("/coloc.v1.NodeAgent/Watch", request_serializer=pb.WatchRequest.SerializeToString,
+        watch = ch.unary_stream("/coloc.v1.NodeAgent/Watch",
+                                request_serializer=pb.WatchRequest.SerializeToString,
                                 response_deserializer=pb.WatchResponse.FromString)
         stream = watch(pb.WatchRequest(incarnation=snap.identity.incarnation, from_revision=snap.revision))
         out["watch_open"] += 1
@@ -191,7 +191,7 @@ def scrape(port: int, end: float, period: float, lat: list[float], errors: list[
         time.sleep(period * random.uniform(0.5, 1.5))
 
 
-# ---- the agent ----------------------------------------------------------------------------------------------
+# ---- the agent ---------------------------------------------------------------------------------------
 
 
 def write_config(d: Path, root: str, port: int, args: argparse.Namespace) -> Path:
@@ -221,6 +221,10 @@ def request(i: int) -> AdmitRequest:
 
 async def fill(sock: str, n: int) -> None:
     async with AgentClient(sock) as c:
+        for _ in range(100):  # the batch budget is known after the agent's first ticks
+            if (await c.snapshot_message()).node.batch_allocatable.milli_cpu >= n:
+                break
+            await asyncio.sleep(0.1)
         for lo in range(0, n, 50):
             results = await asyncio.gather(*(c.admit(request(i), 1) for i in range(lo, min(lo + 50, n))))
             refused = [r for r in results if not r.accepted]
@@ -235,7 +239,7 @@ async def wait_serving(sock: str, proc: subprocess.Popen[bytes], log: Path) -> N
                 async with AgentClient(sock) as c:
                     await c.status(timeout=1)
                 return
-            except Exception:  # noqa: BLE001 - not serving yet
+            except Exception:  # not serving yet
                 pass
         await asyncio.sleep(0.1)
     raise AssertionError(f"agent not serving:\n{log.read_text()[-2000:]}")
@@ -264,7 +268,8 @@ async def gate_cost(sock: str, calls: int) -> dict[str, float]:
     return out
 
 
-async def admitter(sock: str, first: int, rate: float, end: float, lat: list[float], errors: list[str]) -> int:
+async def admitter(sock: str, first: int, rate: float, end: float, lat: list[float],
+                   errors: list[str]) -> int:
     i = first
     async with AgentClient(sock) as c:
         while time.time() < end:
@@ -274,7 +279,7 @@ async def admitter(sock: str, first: int, rate: float, end: float, lat: list[flo
                 lat.append((time.perf_counter() - t) * 1e3)
                 if not r.accepted:
                     errors.append(f"Admit refused: {r.refusal} {r.message}"[:120])
-            except Exception as err:  # noqa: BLE001 - counted, the load goes on
+            except Exception as err:  # counted; the load goes on
                 errors.append(f"Admit {type(err).__name__}: {err}"[:120])
             i += 1
             await asyncio.sleep(1 / rate)
@@ -284,7 +289,8 @@ async def admitter(sock: str, first: int, rate: float, end: float, lat: list[flo
 # ---- the run --------------------------------------------------------------------------------------------
 
 
-def start_workers(args: argparse.Namespace, sock: str, start: float, end: float) -> list[subprocess.Popen[str]]:
+def start_workers(args: argparse.Namespace, sock: str, start: float,
+                  end: float) -> list[subprocess.Popen[str]]:
     snap_total, watch_total = args.clients // 2, args.clients - args.clients // 2
     procs = []
     for w in range(args.workers):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from agent.api.coloc.v1 import agent_pb2 as pb
 from agent.state.errors import InvalidRequest
 from agent.state.records import (
@@ -20,6 +22,7 @@ from agent.state.records import (
     Tags,
 )
 from qos.model import Resources, Source
+from qos.policies import PolicyConfig
 
 PROTOCOL = "coloc.v1"
 
@@ -175,3 +178,21 @@ def allocation_spec_pb(r: AdmitRequest) -> pb.AllocationSpec:
                              resources=resources_pb(r.resources), priority=r.priority,
                              request_id=r.request_id, name=r.name, namespace=r.namespace,
                              tags=tags_pb(r.tags))
+
+
+def setting_value(value: object) -> str:
+    """A setting as written in the config: 65.0 -> "65", 0.5 -> "0.5", "cpuset" -> "cpuset"."""
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
+def settings_pb(policies: PolicyConfig, sources: Mapping[str, str]) -> list[pb.SettingSource]:
+    """Each `section.name` of `sources` with its value in `policies` and its source, by name."""
+    out = []
+    for name in sorted(sources):
+        section, _, field = name.partition(".")
+        value = getattr(getattr(policies, section, None), field, None)
+        out.append(pb.SettingSource(name=name, source=sources[name],
+                                    value="" if value is None else setting_value(value)))
+    return out

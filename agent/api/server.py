@@ -27,7 +27,7 @@ from grpc_health.v1.health import aio as health_aio  # type: ignore[attr-defined
 from agent.api.authz import AccessPolicy
 from agent.api.peergate import PeerGate
 from agent.api.reflect import enable_reflection
-from agent.api.service import SERVICE, NodeAgentService
+from agent.api.service import SERVICE, NodeAgentService, PolicySettings
 from agent.config.api import ApiConfig
 from agent.published import Board
 from agent.state.ledger import Ledger
@@ -153,7 +153,8 @@ async def _serve_unix(api: ApiServer, cfg: ApiConfig, socket_path: str) -> str:
     return f"unix:{path}"
 
 
-async def start_api_server(ledger: Ledger, cfg: ApiConfig, *, board: Board | None = None) -> ApiServer:
+async def start_api_server(ledger: Ledger, cfg: ApiConfig, *, board: Board | None = None,
+                           settings: PolicySettings | None = None) -> ApiServer:
     """Serve the ledger. Raises ApiStartError naming the setting that prevents it."""
     options = [
         ("grpc.max_receive_message_length", cfg.max_message_bytes),
@@ -168,7 +169,7 @@ async def start_api_server(ledger: Ledger, cfg: ApiConfig, *, board: Board | Non
     service = NodeAgentService(ledger, max_streams=cfg.max_streams,
                                bookmark_interval_s=cfg.bookmark_interval_s,
                                max_events_per_message=cfg.max_events_per_message,
-                               max_message_bytes=cfg.max_message_bytes, board=board)
+                               max_message_bytes=cfg.max_message_bytes, board=board, settings=settings)
     server.add_generic_rpc_handlers((service.handler(),))
     health = health_aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health, server)

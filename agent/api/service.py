@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any, NoReturn
 
 import grpc
@@ -19,7 +19,7 @@ from agent.api import convert
 from agent.api.coloc.v1 import agent_pb2 as pb
 from agent.api.wire import Encoder
 from agent.decommission.controller import DrainReply, request_drain, request_recommission
-from agent.published import Board, source_states
+from agent.published import Board, Published, source_states
 from agent.state import lifecycle
 from agent.state.errors import (
     InvalidRequest,
@@ -35,8 +35,12 @@ from agent.state.ledger import Ledger
 from agent.state.records import Allocation, Application, Event, EventType, LedgerView, NodeRecord
 from agent.state.ring import Subscription
 from agent.state.validate import check_epoch
+from qos.policies import PolicyConfig
 
 log = logging.getLogger("coloc.api")
+
+PolicySettings = Callable[[], tuple[PolicyConfig, Mapping[str, str]]]
+"""The policy settings in force now and, per NodeSLO-mapped setting, where it came from (NodeSLO | yaml)."""
 
 SERVICE = "coloc.v1.NodeAgent"
 
@@ -109,13 +113,15 @@ def _refusing_malformed(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 class NodeAgentService:
     def __init__(self, ledger: Ledger, *, max_streams: int, bookmark_interval_s: float,
-                 max_events_per_message: int, max_message_bytes: int, board: Board | None = None) -> None:
+                 max_events_per_message: int, max_message_bytes: int, board: Board | None = None,
+                 settings: PolicySettings | None = None) -> None:
         self._ledger = ledger
         self._max_streams = max_streams
         self._bookmark_s = bookmark_interval_s
         self._max_events = max_events_per_message
         self._max_chunk_bytes = max(64 << 10, max_message_bytes // 2)
         self._board = board
+        self._settings = settings
         self._enc = Encoder(event_cache=max(8192, 2 * ledger.cfg.ring_size))
         self._watchers: set[Subscription] = set()
 
@@ -288,7 +294,17 @@ class NodeAgentService:
                 out.recent_actions.append(pb.ActionRecord(at_unix_ms=convert.ms(r.at), policy=r.policy,
                                                           kind=r.kind, target=r.target, outcome=r.outcome,
                                                           reason=r.reason))
+        out.settings.extend(self._setting_rows(pub))
         return out
+
+    def _setting_rows(self, pub: Published | None) -> list[pb.SettingSource]:
+        """Each NodeSLO-mapped policy setting, its value and source in force now; without the runtime's
+        settings, only the sources the last tick published."""
+        if self._settings is not None:
+            return convert.settings_pb(*self._settings())
+        if pub is None:
+            return []
+        return [pb.SettingSource(name=k, source=v) for k, v in sorted(pub.settings_sources.items())]
 
     # ---- mutations ------------------------------------------------------------------------------------
 

@@ -9,13 +9,15 @@ import logging
 import resource
 import signal
 import sys
+from collections.abc import Mapping
 
 from agent.api.server import ApiStartError, start_api_server
 from agent.config.agent import ConfigError, load_config
 from agent.daemon.logs import setup_logging
-from agent.daemon.runtime import build
+from agent.daemon.runtime import Runtime, build
 from agent.state import StateFileError
 from cgroups.errors import CgroupError
+from qos.policies import PolicyConfig
 
 log = logging.getLogger("coloc.run")
 
@@ -27,6 +29,13 @@ def raise_fd_limit() -> None:
     if soft != resource.RLIM_INFINITY and soft < want:
         with contextlib.suppress(ValueError, OSError):
             resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+
+
+def policy_settings(rt: Runtime) -> tuple[PolicyConfig, Mapping[str, str]]:
+    """The policy settings in force (the NodeSLO source's, which the pipeline runs; else the YAML) and where
+    each NodeSLO-mapped one came from: what `status` shows."""
+    slo = rt.sources.nodeslo
+    return (slo.current, slo.sources) if slo is not None else (rt.cfg.policies, rt.sources.settings_sources())
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -60,7 +69,7 @@ async def serve(config_path: str, dry_run: bool = False, ready: asyncio.Event | 
                                 persistence_error=lambda: ledger.persistence_error)
                if cfg.metrics.enabled else None)
     try:
-        api = await start_api_server(ledger, cfg.api, board=rt.board)
+        api = await start_api_server(ledger, cfg.api, board=rt.board, settings=lambda: policy_settings(rt))
     except ApiStartError as err:
         if metrics is not None:
             metrics.stop()

@@ -54,6 +54,13 @@ def _source_lines(st: pb.Status) -> list[str]:
     return lines
 
 
+def _settings_lines(st: pb.Status) -> list[str]:
+    """Each policy setting Koordinator's NodeSLO can set: its value in force and where it came from."""
+    if not st.settings:
+        return []
+    return ["settings", *(f"  {s.name:40} {s.value or '-':10} {s.source}" for s in st.settings)]
+
+
 def render(st: pb.Status) -> str:
     node, ident = st.node, st.identity
     lifecycle = pb.Lifecycle.Name(node.lifecycle).removeprefix("LIFECYCLE_")
@@ -83,6 +90,7 @@ def render(st: pb.Status) -> str:
         lines.append(f"loop        tick {st.tick}, {st.tick_age_s:.1f}s ago"
                      + (f", fast path {st.fast_path_mode}" if st.fast_path_mode else ""))
     lines += _source_lines(st)
+    lines += _settings_lines(st)
     egress = [a for a in st.recent_actions if a.kind == "set_be_egress_ceiling"]
     if egress:  # BE egress control is on: its last ceiling (bits/s) and why
         lines.append(f"egress      BE ceiling {int(egress[-1].target) / 1e6:.1f} Mbit/s "

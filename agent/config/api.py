@@ -90,7 +90,7 @@ def is_loopback(address: str) -> bool:
 
 
 def _check_callers(uids: tuple[int, ...], gids: tuple[int, ...], names: tuple[str, ...]) -> None:
-    """Who may mutate: bounded lists (an allow-list is a handful of ids), certificate names as X.509 allows."""
+    """Who may mutate: bounded lists (an allow-list is a few ids), certificate names as X.509 allows."""
     for field_name, items in (("mutate_uids", uids), ("mutate_gids", gids), ("tls_client_names", names)):
         if len(items) > _MAX_CALLERS:
             raise ValueError(f"api.{field_name}: at most {_MAX_CALLERS} entries, got {len(items)}")

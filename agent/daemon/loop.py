@@ -3,8 +3,8 @@
 Between ticks a fast path wakes the loop at once when HP work stalls or its load jumps, so suppression
 reacts well under a tick, at little cost to what it protects. Where the kernel allows, HP stalls arrive as
 PSI trigger events (`psi-trigger` mode, psi_wake.py) and the HP tier's CPU is read at the calm rate only;
-elsewhere (`adaptive-poll`) the tier counters and PSI files are polled, fast only for a few seconds after a
-change and slowly otherwise.
+elsewhere (`adaptive-poll`) the tier counters and PSI files are polled: fast for a few seconds after a change
+and while BE is busy enough to collide with an HP jump, slowly otherwise.
 """
 
 from __future__ import annotations
@@ -260,8 +260,16 @@ class TickLoop:
         self.waker.sync([p for p in paths if p is not None])
 
     def _poll_period(self) -> float:
+        """Fast for `fast_hold_s` after a change; without PSI events also while BE uses more CPU than an HP
+        jump's worth (an HP jump would then collide with it and only a poll can see it); calm otherwise."""
         t = self._timing
         if time.monotonic() - self._last_change < t.fast_hold_s:
+            return t.fast_poll_s
+        last = self._last
+        be_cpu = last.be_usage.milli_cpu if last is not None else None
+        if be_cpu is None:  # no rates yet (start): the first readings decide
+            return t.fast_poll_s
+        if self.waker is None and be_cpu > t.fast_hp_jump_milli_cpu:
             return t.fast_poll_s
         return min(t.calm_poll_s, t.interval_s)
 

@@ -9,9 +9,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import psutil
-from kubernetes import client
+
+if TYPE_CHECKING:
+    from kubernetes import client
 
 from agent.config.agent import AgentConfig
 from agent.daemon.audit import AuditLog

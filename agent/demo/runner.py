@@ -5,8 +5,9 @@ its throughput), real BE work (CPU burners, YARN-style containers, later a memor
 
 1. HP alone; 2. HP beside BE, no agent; 3. HP beside BE with the agent (HP load comes and goes, so the BE
 budget shrinks and grows back); 4. the memory hog pushes the private node's working set over the threshold
-and the agent evicts exactly enough, lowest priority first. It prints a live view and a summary, and removes
-everything it made, also on Ctrl-C.
+and the agent evicts exactly enough, lowest priority first. A wake-up probe in the HP cgroup (every 2 ms,
+how late each wake-up was) gives HP's wake-up p99 per second and per phase: the tail, beside throughput.
+It prints a live view and a summary, and removes everything it made, also on Ctrl-C.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import contextlib
 import json
 import os
 import signal
+import struct
 import subprocess
 import sys
 import tempfile
@@ -43,6 +45,25 @@ class Demo:
     counters: list[Path] = field(default_factory=list)
     samples: list[dict[str, float]] = field(default_factory=list)
     t0: float = field(default_factory=time.monotonic)
+    p99_ms: dict[str, float | None] = field(default_factory=dict)  # phase -> HP wake-up p99
+
+    @property
+    def probe_file(self) -> Path:
+        return self.tmp / "probe.bin"
+
+    def probe_offset(self) -> int:
+        size = self.probe_file.stat().st_size if self.probe_file.exists() else 0
+        return size - size % 4
+
+    def probe_p99_ms(self, start: int, end: int) -> float | None:
+        """p99 of how late the probe's wake-ups were (ms) between two offsets of its file."""
+        if end <= start:
+            return None
+        with self.probe_file.open("rb") as f:
+            f.seek(start)
+            data = f.read(end - start)
+        late = sorted(struct.unpack(f"<{len(data) // 4}i", data[: len(data) // 4 * 4]))
+        return round(late[min(len(late) - 1, int(0.99 * len(late)))] / 1e3, 3) if late else None
 
     def start(self, name: str, rel: str, argv: list[str]) -> None:
         self.procs[name] = spawn_in_cgroup(self.rt.hierarchy, self.rt.cfg.cgroups.root, rel, argv,
@@ -82,14 +103,19 @@ def _fmt_cpus(cpus: tuple[int, ...]) -> str:
 
 
 async def measure(demo: Demo, seconds: float, phase: str, live: bool) -> float:
-    """HP work units per second over `seconds`, printing one live line per second."""
+    """HP work units per second over `seconds`, printing one live line per second; the phase's HP wake-up
+    p99 goes to `demo.p99_ms`."""
     start_count, start = demo.hp_count(), time.monotonic()
     last_count, last = start_count, start
+    phase_off = last_off = demo.probe_offset()
     while time.monotonic() - start < seconds:
         await asyncio.sleep(1.0)
         now, count = time.monotonic(), demo.hp_count()
         rate = (count - last_count) / (now - last)
         last_count, last = count, now
+        off = demo.probe_offset()
+        p99 = demo.probe_p99_ms(last_off, off)
+        last_off = off
         pub = demo.rt.board.get()
         snap = pub.snapshot if pub else None
         be_cpu = snap.be_usage.milli_cpu if snap and snap.be_usage.milli_cpu is not None else 0.0
@@ -100,13 +126,16 @@ async def measure(demo: Demo, seconds: float, phase: str, live: bool) -> float:
                "be_budget_milli_cpu": budget,
                "be_cpus": _fmt_cpus(snap.be_tier.cpuset) if snap else "-",
                "be_milli_cpu": round(be_cpu), "mem_pct": round(100 * mem / cap, 1) if mem else 0.0,
-               "evictions": sum(pub.counters.evictions.values()) if pub else 0}
+               "evictions": sum(pub.counters.evictions.values()) if pub else 0,
+               "hp_p99_ms": p99 if p99 is not None else -1.0}
         demo.samples.append({k: v for k, v in row.items() if isinstance(v, int | float)})
         if live:
             grant = f"{budget:>5}m" if budget >= 0 else "    -"
             print(f"{row['t']:6.1f}s  {phase:<22} HP {row['hp_units_per_s']:>7}/s  BE budget {grant}"
                   f" cpus {row['be_cpus']:<4} used {row['be_milli_cpu']:>5}m  mem {row['mem_pct']:>5}%"
-                  f"  evictions {row['evictions']}", flush=True)
+                  f"  evictions {row['evictions']}  HP wake-up p99 {p99 if p99 is not None else '-'} ms",
+                  flush=True)
+    demo.p99_ms[phase] = demo.probe_p99_ms(phase_off, demo.probe_offset())
     return (demo.hp_count() - start_count) / (time.monotonic() - start)
 
 
@@ -119,14 +148,19 @@ def write_plot(demo: Demo, path: Path) -> str:
     hp = [(s["t"], s["hp_units_per_s"]) for s in demo.samples]
     be = [(s["t"], s["be_milli_cpu"]) for s in demo.samples]
     budget = [(s["t"], s["be_budget_milli_cpu"]) for s in demo.samples if s["be_budget_milli_cpu"] >= 0]
+    tail = [(s["t"], s["hp_p99_ms"]) for s in demo.samples if s["hp_p99_ms"] >= 0]
+    phases = ", ".join(f"{k}: {v} ms" for k, v in demo.p99_ms.items() if k in _TAIL_PHASES and v is not None)
     try:
         plot_timeseries(path, "coloc-agent demo: HP throughput (work units/s)", {"HP": hp}, "units/s")
         cpu_path = path.with_name(path.stem + "-be-cpu" + path.suffix)
         plot_timeseries(cpu_path, "coloc-agent demo: BE CPU (milli-cores)",
                         {"BE used": be, "BE budget (agent)": budget}, "milli-CPU")
+        tail_path = path.with_name(path.stem + "-hp-p99" + path.suffix)
+        plot_timeseries(tail_path, f"coloc-agent demo: HP wake-up p99 per second (phases: {phases})",
+                        {"HP wake-up p99": tail}, "ms")
     except Exception as err:  # a plot is a nicety; never fail the demo for it
         return f"no plot: {err}"
-    return f"{path}, {cpu_path}"
+    return f"{path}, {cpu_path}, {tail_path}"
 
 
 async def run_demo(scale: float, memory: str, live: bool, out: Path | None,
@@ -145,6 +179,7 @@ async def run_demo(scale: float, memory: str, live: bool, out: Path | None,
             rt.writer.set_cpuset(f"{BE_TIER}/{rel}", rt.cpus)
         demo.start_hp("hp-base", 1)
         demo.start_hp("hp-burst", 1)
+        demo.start("hp-probe", HP, workload_argv("probe", 2, demo.probe_file))
         print(f"coloc-agent demo: private node {root}: {len(rt.cpus)} CPUs, {memory} memory")
         alone = await measure(demo, 6 * scale, "1 HP alone", live)
         for name, rel in (("be-low", "batch-low"), ("be-mid", "batch-mid"),
@@ -213,7 +248,13 @@ async def time_to_cut(demo: Demo, budget_before: int | None, limit_s: float) -> 
 def summarize(alone: float, contended: float, with_agent: float, records: list[ActionRecord],
               cut_s: float | None, demo: Demo) -> dict[str, object]:
     evicted = [r.target for r in records if r.kind == "evict" and r.outcome in ("started", "done")]
+    alone_p99, no_agent_p99, agent_p99 = (demo.p99_ms.get(k) for k in _TAIL_PHASES)
     return {
+        "hp_wakeup_p99_ms_alone": alone_p99,
+        "hp_wakeup_p99_ms_no_agent": no_agent_p99,
+        "hp_wakeup_p99_ms_with_agent": agent_p99,
+        "p99_with_agent_vs_no_agent": _ratio(agent_p99, no_agent_p99),
+        "p99_with_agent_vs_alone": _ratio(agent_p99, alone_p99),
         "hp_alone_units_per_s": round(alone),
         "hp_contended_no_agent_units_per_s": round(contended),
         "hp_contended_with_agent_units_per_s": round(with_agent),
@@ -223,6 +264,13 @@ def summarize(alone: float, contended: float, with_agent: float, records: list[A
         "none: BE was already at its floor (on a 2-CPU node the cpuset policy keeps BE on 1 CPU)",
         "evicted": sorted(set(evicted)),
     }
+
+
+_TAIL_PHASES = ("1 HP alone", "2 BE, no agent", "3 BE + agent")
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return round(a / b, 2) if a is not None and b else None
 
 
 def main(argv: list[str]) -> int:

@@ -19,9 +19,11 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
-from kubernetes import client
-from kubernetes.client.exceptions import ApiException
+if TYPE_CHECKING:
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
 from agent.config.sources import KubeApiConfig
@@ -85,6 +87,7 @@ class K8sEvictor:
 
     def __init__(self, cfg: KubeApiConfig, api_client: client.ApiClient, node_name: str = "", *,
                  clock: Callable[[], float] = time.monotonic) -> None:
+        from kubernetes import client  # lazy: docs/dependencies.md
         self.cfg = cfg
         self._api = client.CoreV1Api(api_client)
         self._node = node_name
@@ -121,6 +124,8 @@ class K8sEvictor:
     def evict_pod(self, w: Workload, reason: str, message: str,
                   numbers: Mapping[str, float] | None = None) -> EvictionResult:
         """Blocking: POST the Eviction, then the Event. Never raises for API or network errors."""
+        from kubernetes import client  # lazy: docs/dependencies.md
+        from kubernetes.client.exceptions import ApiException  # lazy: docs/dependencies.md
         try:
             uid = self._check(w)
         except ValueError as err:
@@ -174,6 +179,8 @@ class K8sEvictor:
     def _event(self, w: Workload, uid: str, event_reason: str, why: str, *,
                numbers: Mapping[str, float] | None, extra: str, text: str = "") -> None:
         """A Warning Event on the pod; failing to post it is logged, never fatal."""
+        from kubernetes import client  # lazy: docs/dependencies.md
+        from kubernetes.client.exceptions import ApiException  # lazy: docs/dependencies.md
         what = "evicted" if event_reason == "Evicted" else "could not evict"
         text = text or f"{self.cfg.event_component} {what} pod {w.namespace}/{w.name}: {why}"
         if numbers:

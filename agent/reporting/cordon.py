@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from typing import TYPE_CHECKING
 
-from kubernetes import client
-from kubernetes.client.exceptions import ApiException
+if TYPE_CHECKING:
+    from kubernetes import client
 from urllib3.exceptions import HTTPError
 
 from agent.published import ActionRecord
@@ -27,6 +28,7 @@ class DrainCordon:
 
     def __init__(self, ledger: Ledger, api_client: client.ApiClient, node_name: str,
                  timeout_s: float = 5.0) -> None:
+        from kubernetes import client  # lazy: docs/dependencies.md
         self._ledger = ledger
         self._api = client.CoreV1Api(api_client)
         self._node = node_name
@@ -52,6 +54,7 @@ class DrainCordon:
 
     def patch(self, unschedulable: bool) -> bool:
         """Blocking; True when the API server took the patch."""
+        from kubernetes.client.exceptions import ApiException  # lazy: docs/dependencies.md
         mark = "true" if unschedulable else None  # null removes the annotation on uncordon
         body = {"spec": {"unschedulable": unschedulable},
                 "metadata": {"annotations": {CORDON_ANNOTATION: mark}}}

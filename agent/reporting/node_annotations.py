@@ -20,11 +20,12 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import urllib3
-from kubernetes import client
-from kubernetes.client.exceptions import ApiException
+
+if TYPE_CHECKING:
+    from kubernetes import client
 from urllib3.exceptions import HTTPError
 
 from agent.config.sources import KubeApiConfig, ReportingConfig
@@ -87,6 +88,7 @@ class NodeReporter:
     def __init__(self, cfg: ReportingConfig, api_client: client.ApiClient, node_name: str, *,
                  timeout_s: float = 5.0, max_body_bytes: int = KubeApiConfig.max_body_bytes,
                  clock: Callable[[], float] = time.monotonic) -> None:
+        from kubernetes import client  # lazy: docs/dependencies.md
         if not node_name:
             raise ValueError("node name is empty: cannot report to the Node object")
         self.cfg = cfg
@@ -173,6 +175,7 @@ class NodeReporter:
 
     def _patch(self, body: dict[str, Any]) -> bool:
         """Send the merge patch; False (logged) when it failed; _Conflict on 409."""
+        from kubernetes.client.exceptions import ApiException  # lazy: docs/dependencies.md
         try:  # the answer is the whole Node: not deserialized, only read (capped) to free the connection
             resp = self._api.patch_node(self._node, body, _content_type=MERGE_PATCH,
                                         _request_timeout=self._timeout, _preload_content=False)
@@ -192,6 +195,7 @@ class NodeReporter:
 
     def _get(self) -> tuple[dict[str, str], str] | None:
         """The Node's annotations and resourceVersion; None (logged) when it cannot be read."""
+        from kubernetes.client.exceptions import ApiException  # lazy: docs/dependencies.md
         where = f"GET node {self._node}"
         try:
             resp = self._api.read_node(self._node, _request_timeout=self._timeout, _preload_content=False)

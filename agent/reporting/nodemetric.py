@@ -16,9 +16,10 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING
 
-from kubernetes import client
-from kubernetes.client.exceptions import ApiException
+if TYPE_CHECKING:
+    from kubernetes import client
 from urllib3.exceptions import HTTPError
 
 from agent.config.sources import NodeMetricConfig
@@ -69,6 +70,7 @@ class NodeMetricReporter:
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
     ) -> None:
+        from kubernetes import client  # lazy: docs/dependencies.md
         if not node_name:
             raise ValueError("node name is empty: cannot report a NodeMetric")
         self.cfg = cfg
@@ -154,6 +156,7 @@ class NodeMetricReporter:
         return self.last_outcome
 
     def _sync_once(self) -> MetricOutcome:
+        from kubernetes.client.exceptions import ApiException  # lazy: docs/dependencies.md
         try:
             resp = self._api.get_cluster_custom_object(
                 GROUP,
@@ -188,6 +191,7 @@ class NodeMetricReporter:
         return self._put(obj)
 
     def _put(self, obj: dict[str, object]) -> MetricOutcome:
+        from kubernetes.client.exceptions import ApiException  # lazy: docs/dependencies.md
         try:
             resp = self._api.replace_cluster_custom_object_status(
                 GROUP,

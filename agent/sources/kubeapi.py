@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 import urllib3
-from kubernetes import client, config
-from kubernetes.config.config_exception import ConfigException
+
+if TYPE_CHECKING:
+    from kubernetes import client
 
 from agent.config.sources import KubeApiConfig
 
@@ -20,6 +22,8 @@ class KubeApiError(RuntimeError):
 def make_api_client(cfg: KubeApiConfig,
                     configuration: client.Configuration | None = None) -> client.ApiClient:
     """In-cluster config when `cfg.kubeconfig` is empty, else that kubeconfig (and context)."""
+    from kubernetes import client, config  # lazy: docs/dependencies.md
+    from kubernetes.config.config_exception import ConfigException  # lazy: docs/dependencies.md
     if configuration is not None:
         return client.ApiClient(configuration)
     conf = client.Configuration()

@@ -19,10 +19,10 @@ import contextlib
 import dataclasses
 import logging
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from kubernetes import client
-from kubernetes.client.exceptions import ApiException
+if TYPE_CHECKING:
+    from kubernetes import client
 from urllib3.exceptions import HTTPError
 
 from agent.config.sources import NodeSloConfig
@@ -120,6 +120,7 @@ class NodeSloSource:
         *,
         max_body_bytes: int = 1 << 20,
     ) -> None:
+        from kubernetes import client  # lazy: docs/dependencies.md
         self.cfg = cfg
         self._api = client.CustomObjectsApi(api_client)
         self._node = node_name
@@ -133,6 +134,7 @@ class NodeSloSource:
     def fetch(self) -> object | None:
         """Blocking GET; None when there is no NodeSLO (404), FETCH_FAILED when it cannot be read (logged:
         the settings in force are kept)."""
+        from kubernetes.client.exceptions import ApiException  # lazy: docs/dependencies.md
         try:
             resp = self._api.get_cluster_custom_object(
                 GROUP,

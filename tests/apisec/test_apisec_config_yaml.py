@@ -27,7 +27,7 @@ from agent.api.coloc.v1 import agent_pb2_grpc as pb_grpc
 from agent.config.agent import ConfigError, load_config
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "reliability"))
-from agentproc import agent_config, free_port, running_agent  # noqa: E402
+from agentproc import agent_config, free_port, running_agent
 
 GROUP = 4242  # the socket's group: every non-root caller below has it as primary gid, so it may connect
 MUTATOR = 4243  # a uid in mutate_uids

@@ -25,6 +25,9 @@ BENCHES = {
     "payload.py": ("tick_cadence_ratio_50mb",),
     "interference.py": ("hp_throughput_ratio_with_agent_cpuset", "hp_throughput_ratio_no_agent"),
     "network.py": ("hp_share_of_link", "be_share_when_hp_idle", "ceiling_change_s"),
+    "footprint.py": ("cpu_percent", "wakeups_per_s", "rss_mb", "rss_saved_by_lazy_kube_mb"),
+    "load.py": ("tick_interval_p99_ratio", "rpc_snapshot_p99_ms", "agent_vm_hwm_mib", "errors",
+                "gate_cost_p99_ms"),
 }
 
 pytestmark = [pytest.mark.cgroups, pytest.mark.slow, pytest.mark.xdist_group("bench")]

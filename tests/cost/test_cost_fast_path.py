@@ -19,9 +19,13 @@ from collections.abc import Awaitable, Callable
 import pytest
 from realcg import CgroupsUnavailable, RealRoot, required
 
+from agent.api.coloc.v1 import agent_pb2 as pb
+from agent.cli.status import render
 from agent.config.agent import AgentConfig, CgroupConfig, EvictionConfig, LoopConfig, NodeConfig, StateConfig
 from agent.daemon.psi_wake import ADAPTIVE_POLL, PSI_TRIGGER, PsiWaker
 from agent.daemon.runtime import Runtime, build
+from agent.metrics.collector import ColocCollector
+from agent.metrics.tally import ActionTally
 from cgroups.discovery import discover
 
 pytestmark = [pytest.mark.cgroups, pytest.mark.xdist_group("cpu"), pytest.mark.slow]
@@ -38,6 +42,16 @@ def _config(root: str, trigger: str) -> AgentConfig:
         eviction=EvictionConfig(dry_run=True),
         state=StateConfig(path=""),
     )
+
+
+def _reported_modes(rt: Runtime) -> tuple[dict[str, float], str]:
+    """The mode as /metrics and `coloc-agent status` show it, from the runtime's published view."""
+    coll = ColocCollector(rt.board, version="test", top_n=5, max_label_values=10, actions=ActionTally())
+    gauge = {s.labels["mode"]: s.value for fam in coll.collect() for s in fam.samples
+             if s.name == "coloc_fast_path_mode"}
+    pub = rt.board.get()
+    assert pub is not None
+    return gauge, render(pb.Status(tick=pub.tick, fast_path_mode=pub.fast_path_mode))
 
 
 async def _wait_for(pred: Callable[[], bool], timeout: float) -> bool:
@@ -80,11 +94,15 @@ async def test_a_cpu_hog_stalling_hp_wakes_the_loop_through_a_psi_trigger(real_r
     hp_pressure = str(real_root.path("unified", "hp") / "cpu.pressure")
 
     async def body() -> None:
-        registered = await _wait_for(lambda: rt.loop.waker is not None and hp_pressure in rt.loop.waker.paths, 10)
+        registered = await _wait_for(
+            lambda: rt.loop.waker is not None and hp_pressure in rt.loop.waker.paths, 10)
         assert rt.loop.mode == PSI_TRIGGER, rt.loop.mode_reason
         assert registered, "no trigger on the HP cgroup's cpu.pressure"
         pub = rt.board.get()
         assert pub is not None and pub.fast_path_mode == PSI_TRIGGER
+        gauge, status = _reported_modes(rt)
+        assert gauge == {"psi-trigger": 1, "adaptive-poll": 0, "off": 0}
+        assert "fast path psi-trigger" in status
         waker = rt.loop.waker
         assert waker is not None
         events0, psi0 = waker.events, rt.loop.psi_wakeups
@@ -130,8 +148,11 @@ async def test_without_cgroup2_psi_the_fast_path_polls_adaptively() -> None:
             assert rt.loop.mode == ADAPTIVE_POLL
             assert "cpu.pressure" in rt.loop.mode_reason
             assert rt.loop.waker is None
-            assert await _wait_for(lambda: (p := rt.board.get()) is not None and p.fast_path_mode == ADAPTIVE_POLL,
-                                   3)
+            assert await _wait_for(
+                lambda: (p := rt.board.get()) is not None and p.fast_path_mode == ADAPTIVE_POLL, 3)
+            gauge, status = _reported_modes(rt)
+            assert gauge == {"psi-trigger": 0, "adaptive-poll": 1, "off": 0}
+            assert "fast path adaptive-poll" in status
 
         await _run(rt, body)
     finally:

@@ -17,7 +17,7 @@ def test_defaults_try_a_half_second_psi_trigger_and_poll_at_2_hz_when_calm() -> 
 @pytest.mark.parametrize("spec", ["some 20000", "any 20000 500000", "some 0 500000", "some 600000 500000",
                                   "full 20000 20000000", "some 2e4 500000", "some -1 500000"])
 def test_a_malformed_or_out_of_range_psi_trigger_is_refused(spec: str) -> None:
-    with pytest.raises(ConfigError, match="loop.psi_trigger"):
+    with pytest.raises(ConfigError, match=r"loop\.psi_trigger"):
         LoopConfig(psi_trigger=spec)
 
 
@@ -30,5 +30,5 @@ def test_valid_psi_triggers_or_none_are_taken(spec: str) -> None:
                                               ("fast_hold_s", -1.0), ("psi_max_cgroups", 0),
                                               ("psi_max_cgroups", 5000)])
 def test_poll_and_trigger_limits_are_checked(field: str, value: float) -> None:
-    with pytest.raises(ConfigError, match=f"loop.{field}"):
+    with pytest.raises(ConfigError, match=rf"loop\.{field}"):
         LoopConfig(**{field: value})

@@ -11,7 +11,8 @@ from deploy_render import DEPLOY, REPO, needs_kubectl, one
 
 AGENT = REPO / "agent"
 API_CLASSES = {"CoreV1Api": ""}  # client class → API group
-VERBS = {"read": "get", "get": "get", "list": "list", "patch": "patch", "create": "create", "delete": "delete",
+VERBS = {"read": "get", "get": "get", "list": "list",
+         "patch": "patch", "create": "create", "delete": "delete",
          "replace": "update", "watch": "watch"}
 # How the kubelet authorizes its own API (kubelet server auth: path prefix → nodes subresource).
 KUBELET_SUBRESOURCES = {"/stats": "nodes/stats", "/metrics": "nodes/metrics", "/logs": "nodes/log",

@@ -2,7 +2,10 @@
 stand in for the kubelet, the API server and the NodeManager (they cannot run here) and serve their
 documented formats; real processes in real cgroups stand in for the YARN containers. The Node's origin
 annotation says 0 (koord-manager's degraded value): nothing may be evicted. Once koord-manager creates the
-NodeMetric, the agent writes its status (schema-valid); a NodeSLO changes the suppression threshold."""
+NodeMetric, the agent writes its status (schema-valid); a NodeSLO changes the suppression threshold
+(`coloc-agent status` shows it), and under a fixed HP load (a real CPU-bound process in an HP cgroup) the BE
+CPU budget the agent publishes and writes to the BE tier's real CFS quota follows it within one NodeSLO
+resync."""
 
 from __future__ import annotations
 
@@ -20,6 +23,17 @@ import yaml
 from fakes.apiserver import FakeApiServer, schema_errors
 from fakes.kubelet import FakeKubelet
 from fakes.nodemanager import FakeNodeManager
+from koordslo_agent import (
+    NODESLO,
+    agent_config,
+    free_port,
+    metric,
+    nodeslo,
+    running_agent,
+    settings,
+    threshold_is,
+    wait,
+)
 from realcg import RealRoot
 
 from qos.batch import ORIGIN_ANNOTATION, THIRD_PARTY_ANNOTATION
@@ -185,7 +199,9 @@ def test_collapsed_origin_evicts_nothing_then_nodemetric_and_nodeslo(
                 },
             }
             assert schema_errors("nodeslos", api.koord[("nodeslos", "node-a")]) == []
-            assert _wait(lambda: "suppression.threshold_percent=NodeSLO" in log(), 5), log()[-3000:]
+            sock = tmp_path / "agent.sock"
+            assert _wait(threshold_is(sock, "30", "NodeSLO"), 5), (settings(sock), log()[-3000:])
+            assert settings(sock)["suppression.policy"] == ("cpuset", "NodeSLO")
         finally:
             agent.send_signal(signal.SIGTERM)
             try:
@@ -194,3 +210,60 @@ def test_collapsed_origin_evicts_nothing_then_nodemetric_and_nodeslo(
                 agent.kill()
                 agent.wait()
             logf.close()
+
+
+HP_BURN = "import time\nend = time.monotonic() + 600\nwhile time.monotonic() < end: pass\n"
+SLO_RESYNC_S = 2.0
+GRANTED = 'coloc_be_cpu_granted_cores{policy="cfsQuota"}'
+
+
+def _be_quota_cores(real_root: RealRoot) -> float | None:
+    """The BE tier's CFS quota as the kernel has it (None: unlimited)."""
+    cg = real_root.path("cpu", "besteffort")
+    quota = int((cg / "cpu.cfs_quota_us").read_text())
+    return None if quota < 0 else quota / int((cg / "cpu.cfs_period_us").read_text())
+
+
+def test_nodeslo_threshold_moves_the_be_cpu_budget_within_one_resync(
+    real_root: RealRoot, tmp_path: Path
+) -> None:
+    """cfsQuota suppression on a 2-CPU node (capacity 2000 m, `scope: cgroup-root`: no system usage), one HP
+    process burning up to one CPU. BE may use `capacity x threshold - HP`, at least `min_milli_cpu` (100 m).
+    YAML threshold 20 %: 400 m - HP (>= 400 m unless the machine starves it) -> the floor. The NodeSLO's 95 %:
+    1900 m - HP (<= 1000 m) >= 900 m. The budget grows by at most `max_grow_percent` (50 %: 1000 m) a tick,
+    so it must move within one NodeSLO resync plus a few ticks; HP PSI is off (`psi_threshold_percent: null`),
+    as other work on this shared machine would make it stall HP and hold the growth."""
+    real_root.mkcg("besteffort")
+    hp = real_root.mkcg("burstable/hp-web")
+    real_root.spawn(hp, [sys.executable, "-c", HP_BURN])
+    port = free_port()
+    suppression = {"policy": "cfsQuota", "threshold_percent": 20, "min_milli_cpu": 100,
+                   "max_grow_percent": 50, "psi_threshold_percent": None}
+    with FakeApiServer(FIX / "apiserver" / "node.json", {}) as api:
+        cfg = agent_config(tmp_path, real_root.name, api.url, resync_s=SLO_RESYNC_S, metrics_port=port,
+                           policies={"suppression": suppression})
+        sock, logf = tmp_path / "agent.sock", tmp_path / "agent.log"
+        with running_agent(cfg, logf):
+            def granted() -> float | None:
+                return metric(port, GRANTED)
+
+            def low() -> bool:
+                g, q = granted(), _be_quota_cores(real_root)
+                return g is not None and g <= 0.4 and q is not None and q <= 0.4
+
+            def high() -> bool:
+                g, q = granted(), _be_quota_cores(real_root)
+                return g is not None and g >= 0.7 and q is not None and q >= 0.7
+
+            assert wait(low, 30), (granted(), _be_quota_cores(real_root), logf.read_text()[-3000:])
+            assert settings(sock)["suppression.threshold_percent"] == ("20", "yaml")
+            time.sleep(1.0)
+            assert low(), "the budget holds at the floor under the YAML's threshold"
+
+            for threshold, rv, moved in ((95, "11", high), (20, "12", low)):
+                api.koord[NODESLO] = nodeslo(rv, enable=True, cpuSuppressThresholdPercent=threshold,
+                                             cpuSuppressPolicy="cfsQuota")
+                # within one resync (the last GET may have just happened), plus a few 0.5 s ticks for the
+                # budget and the status CLI's start-up
+                assert wait(threshold_is(sock, str(threshold), "NodeSLO"), SLO_RESYNC_S + 3), settings(sock)
+                assert wait(moved, SLO_RESYNC_S + 4), (threshold, granted(), _be_quota_cores(real_root))

@@ -20,8 +20,8 @@ DOC = Path(__file__).resolve().parents[2] / "docs" / "metrics.md"
 def test_docs_list_every_exported_family_and_nothing_else() -> None:
     snap = small_node()
     snap = dataclasses.replace(snap, be_tier=dataclasses.replace(snap.be_tier, quota_milli_cpu=1500),
-                               network=NetworkSample(link_bps=10**8, hp_bps=1e7, be_bps=1e6, be_ceil_bps=4 * 10**7,
-                                                     be_rate_bps=10**7, owned=True))  # egress shaping on
+                               network=NetworkSample(link_bps=10**8, hp_bps=1e7, be_bps=1e6,
+                                                     be_ceil_bps=4 * 10**7, be_rate_bps=10**7, owned=True))
     board = Board()
     board.publish(publication(snapshot=snap))
     ledger = LedgerFigures(

@@ -124,7 +124,8 @@ def test_agent_process_reports_only_live_yarn_containers(real_root: RealRoot, tm
                 return (tmp_path / "agent.log").read_text()[-3000:]
 
             assert _wait(lambda: THIRD_PARTY_ANNOTATION in api.annotations, 30), tail()
-            reported = parse_third_party_allocations(api.annotations[THIRD_PARTY_ANNOTATION])["coloc-agent-yarn"]
+            entries = parse_third_party_allocations(api.annotations[THIRD_PARTY_ANNOTATION])
+            reported = entries["coloc-agent-yarn"]
             assert reported == LIVE_TOTAL, reported
             patched = [_annotation_in(body) for _, body in api.patches]
             assert patched and patched[-1] is not None, api.patches

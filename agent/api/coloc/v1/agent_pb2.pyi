@@ -965,6 +965,7 @@ class Status(_message.Message):
     AWAITS_SCHEDULER_ACK_FIELD_NUMBER: _builtins.int
     SOURCES_FIELD_NUMBER: _builtins.int
     FAST_PATH_MODE_FIELD_NUMBER: _builtins.int
+    SETTINGS_FIELD_NUMBER: _builtins.int
     revision: _builtins.int
     applications: _builtins.int
     watchers: _builtins.int
@@ -999,6 +1000,10 @@ class Status(_message.Message):
     def sources(self) -> _containers.RepeatedCompositeFieldContainer[Global___SourceStatus]:
         """by name; empty before the first tick"""
 
+    @_builtins.property
+    def settings(self) -> _containers.RepeatedCompositeFieldContainer[Global___SettingSource]:
+        """Each policy setting Koordinator's NodeSLO can set: its value in force and where it came from; by name."""
+
     def __init__(
         self,
         *,
@@ -1022,14 +1027,44 @@ class Status(_message.Message):
         awaits_scheduler_ack: _builtins.bool = ...,
         sources: _abc.Iterable[Global___SourceStatus] | None = ...,
         fast_path_mode: _builtins.str = ...,
+        settings: _abc.Iterable[Global___SettingSource] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["batch_allocated", b"batch_allocated", "identity", b"identity", "node", b"node"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["allocations", b"allocations", "applications", b"applications", "awaits_scheduler_ack", b"awaits_scheduler_ack", "batch_allocated", b"batch_allocated", "dropped_watchers", b"dropped_watchers", "fast_path_mode", b"fast_path_mode", "identity", b"identity", "node", b"node", "recent_actions", b"recent_actions", "recent_notices", b"recent_notices", "revision", b"revision", "sources", b"sources", "startup_problem", b"startup_problem", "state_unsaved", b"state_unsaved", "tick", b"tick", "tick_age_s", b"tick_age_s", "waiting_for", b"waiting_for", "waiting_s", b"waiting_s", "waiting_since_unix_ms", b"waiting_since_unix_ms", "watchers", b"watchers"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["allocations", b"allocations", "applications", b"applications", "awaits_scheduler_ack", b"awaits_scheduler_ack", "batch_allocated", b"batch_allocated", "dropped_watchers", b"dropped_watchers", "fast_path_mode", b"fast_path_mode", "identity", b"identity", "node", b"node", "recent_actions", b"recent_actions", "recent_notices", b"recent_notices", "revision", b"revision", "settings", b"settings", "sources", b"sources", "startup_problem", b"startup_problem", "state_unsaved", b"state_unsaved", "tick", b"tick", "tick_age_s", b"tick_age_s", "waiting_for", b"waiting_for", "waiting_s", b"waiting_s", "waiting_since_unix_ms", b"waiting_since_unix_ms", "watchers", b"watchers"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___Status: _TypeAlias = Status  # noqa: Y015
+
+@_typing.final
+class SettingSource(_message.Message):
+    """One policy setting (e.g. "suppression.threshold_percent") as it is in force now."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    SOURCE_FIELD_NUMBER: _builtins.int
+    VALUE_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    source: _builtins.str
+    """"NodeSLO" or "yaml" (the agent's config, the fallback)"""
+    value: _builtins.str
+    """as in force: "65", "cpuset", ...; "" when unset (the setting's default rule)"""
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        source: _builtins.str = ...,
+        value: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name", "source", b"source", "value", b"value"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SettingSource: _TypeAlias = SettingSource  # noqa: Y015
 
 @_typing.final
 class SourceStatus(_message.Message):

@@ -1,0 +1,256 @@
+"""What the agent costs the node it protects: its CPU, wake-ups and memory, at 0 and 200 workloads.
+
+    python bench/footprint.py [--quick] [--workloads 200] [--seconds 30]
+
+The agent runs as it runs on a node: one `coloc-agent run` process (default config: 1 s tick, fast path on;
+standalone mode, so no API server is needed) in its own cgroup `agent/` under a unique bench root, managing
+the node cgroup root `node/` beside it. Phases, each measured for --seconds after a settling pause:
+  - `0`:   no workload cgroups;
+  - `N`:   --workloads workload cgroups, each with two sleeping processes: half HP pods directly under
+           the node root, half BE pods under `besteffort/` (as the kubelet lays them out);
+  - `N_eager_kube`: the same, with the agent started with the `kubernetes` client imported up front
+           (what every agent paid before it was imported lazily), for RSS side by side.
+Measured from /proc for the agent's process (all its threads): CPU as % of one core (schedstat run time),
+wake-ups/s (voluntary + involuntary context switches), RSS and VmHWM; from its /metrics: ticks, mean tick
+duration, fast-path mode. Targets (issue 17): CPU ≤ 1 % of a core, ≤ 5 wake-ups/s, RSS ≤ 50 MB at N.
+Needs root and writable cgroups. Last line: one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(REPO / "tests")]
+
+import yaml  # noqa: E402
+from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
+from realcg import RealRoot  # noqa: E402
+
+TARGET_CPU_PERCENT = 1.0
+TARGET_WAKEUPS_PER_S = 5.0
+TARGET_RSS_MB = 50.0
+EAGER_KUBE = ("import sys, runpy, kubernetes.client, kubernetes.config; sys.argv[0] = 'coloc-agent'; "
+              "runpy.run_module('agent.cli', run_name='__main__')")
+
+
+def progress(msg: str) -> None:
+    print(f"[footprint] {msg}", file=sys.stderr, flush=True)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def write_config(d: Path, node_root: str, port: int) -> Path:
+    cfg = {
+        "node": {"name": "footprint-node", "cpus": 2, "memory": "4Gi", "scope": "cgroup-root"},
+        "cgroups": {"root": node_root, "setup_tiers": True, "cleanup_on_exit": True},
+        "eviction": {"dry_run": True},
+        "metrics": {"bind": "127.0.0.1", "port": port},
+        "state": {"path": str(d / "state" / "state.json")},
+        "api": {"socket_path": str(d / "agent.sock")},
+        "log": {"format": "json", "level": "warning"},
+    }
+    (d / "state").mkdir(exist_ok=True)
+    path = d / "agent.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+def proc_counters(pid: int) -> tuple[int, int, dict[str, int]]:
+    """(run time ns, context switches) summed over every thread of `pid`, and switches by thread name."""
+    run_ns = switches = 0
+    by_name: dict[str, int] = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            run_ns += int((task / "schedstat").read_text().split()[0])
+            name = (task / "comm").read_text().strip()
+            for line in (task / "status").read_text().splitlines():
+                if line.startswith(("voluntary_ctxt_switches", "nonvoluntary_ctxt_switches")):
+                    switches += int(line.split()[1])
+                    by_name[name] = by_name.get(name, 0) + int(line.split()[1])
+        except (FileNotFoundError, ProcessLookupError):
+            continue  # a thread that ended between listing and reading
+    return run_ns, switches, by_name
+
+
+def memory_kib(pid: int) -> dict[str, int]:
+    out = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        key, _, value = line.partition(":")
+        if key in ("VmRSS", "VmHWM", "RssAnon", "RssFile", "Threads"):
+            out[key] = int(value.split()[0])
+    return out
+
+
+def scrape(port: int) -> dict[str, float]:
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    out: dict[str, float] = {}
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            if s.name == "coloc_fast_path_mode" and s.value == 1:
+                out[f"mode={s.labels['mode']}"] = 1
+            elif s.name in ("coloc_ticks_total", "coloc_tick_duration_seconds_sum",
+                            "coloc_tick_duration_seconds_count"):
+                out[s.name] = s.value
+    return out
+
+
+def mode_of(m: dict[str, float]) -> str:
+    return next((k.split("=", 1)[1] for k in m if k.startswith("mode=")), "?")
+
+
+def measure(pid: int, port: int, seconds: float) -> dict[str, Any]:
+    m0 = scrape(port)
+    run0, sw0, names0, t0 = *proc_counters(pid), time.monotonic()
+    time.sleep(seconds)
+    run1, sw1, names1, t1 = *proc_counters(pid), time.monotonic()
+    m1 = scrape(port)
+    dt = t1 - t0
+    ticks = m1.get("coloc_ticks_total", 0) - m0.get("coloc_ticks_total", 0)
+    n = m1.get("coloc_tick_duration_seconds_count", 0) - m0.get("coloc_tick_duration_seconds_count", 0)
+    tsum = m1.get("coloc_tick_duration_seconds_sum", 0) - m0.get("coloc_tick_duration_seconds_sum", 0)
+    mem = memory_kib(pid)
+    return {"cpu_percent": round((run1 - run0) / 1e9 / dt * 100, 3),
+            "wakeups_per_s": round((sw1 - sw0) / dt, 2),
+            "rss_mb": round(mem["VmRSS"] / 1024, 1), "hwm_mb": round(mem["VmHWM"] / 1024, 1),
+            # anonymous (the agent's own) vs file-backed (shared libraries: grpc, OpenSSL, ...) pages
+            "rss_anon_mb": round(mem["RssAnon"] / 1024, 1), "rss_file_mb": round(mem["RssFile"] / 1024, 1),
+            "threads": mem["Threads"], "ticks_per_s": round(ticks / dt, 2),
+            "tick_ms_mean": round(tsum / n * 1e3, 2) if n else None, "fast_path_mode": mode_of(m1),
+            "seconds": round(dt, 1),
+            "wakeups_per_s_by_thread": {k: round((v - names0.get(k, 0)) / dt, 2)
+                                        for k, v in sorted(names1.items()) if v > names0.get(k, 0)}}
+
+
+def add_workloads(root: RealRoot, n: int) -> None:
+    for i in range(n):
+        rel = f"node/pod-hp-{i:03d}" if i % 2 == 0 else f"node/besteffort/pod-be-{i:03d}"
+        root.mkcg(rel)
+        for _ in range(2):
+            root.spawn(rel, ["sleep", "3600"])
+
+
+def start_agent(root: RealRoot, cfg: Path, log: Path, eager_kube: bool) -> subprocess.Popen[bytes]:
+    argv = [sys.executable, "-c", EAGER_KUBE] if eager_kube else [sys.executable, "-m", "agent.cli"]
+    with log.open("ab") as f:
+        return root.spawn("agent", [*argv, "run", "--config", str(cfg)], stdout=f, stderr=f, cwd=REPO)
+
+
+def wait_ready(port: int, proc: subprocess.Popen[bytes], log: Path, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"agent exited ({proc.returncode}):\n{log.read_text()[-2000:]}")
+        try:
+            if scrape(port).get("coloc_ticks_total", 0) >= 2:
+                return
+        except OSError:
+            pass
+        time.sleep(0.2)
+    raise RuntimeError(f"agent not ticking after {timeout}s:\n{log.read_text()[-2000:]}")
+
+
+def stop_agent(proc: subprocess.Popen[bytes]) -> None:
+    proc.terminate()
+    try:
+        proc.wait(30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(10)
+
+
+def phase(root: RealRoot, d: Path, name: str, seconds: float, settle: float, eager: bool = False,
+          ) -> dict[str, Any]:
+    port = free_port()
+    cfg = write_config(d, f"{root.name}/node", port)
+    log = d / "agent.log"
+    proc = start_agent(root, cfg, log, eager)
+    try:
+        wait_ready(port, proc, log)
+        progress(f"phase {name}: agent pid {proc.pid} ticking; settling {settle:.0f} s, then {seconds:.0f} s")
+        time.sleep(settle)
+        out = measure(proc.pid, port, seconds)
+    finally:
+        stop_agent(proc)
+    progress(f"phase {name}: {out}")
+    return out
+
+
+def run(args: argparse.Namespace, root: RealRoot, d: Path) -> dict[str, Any]:
+    root.mkcg("agent")
+    root.mkcg("node")
+    res: dict[str, Any] = {"workloads": args.workloads}
+    res["0"] = phase(root, d, "0", args.seconds, args.settle)
+    progress(f"creating {args.workloads} workload cgroups with 2 processes each")
+    add_workloads(root, args.workloads)
+    n = str(args.workloads)
+    res[n] = phase(root, d, n, args.seconds, args.settle)
+    res[f"{n}_eager_kube"] = phase(root, d, f"{n}_eager_kube", max(2.0, args.seconds / 3), args.settle,
+                                   eager=True)
+    at = res[n]
+    res["rss_saved_by_lazy_kube_mb"] = round(res[f"{n}_eager_kube"]["rss_mb"] - at["rss_mb"], 1)
+    for key in ("cpu_percent", "wakeups_per_s", "rss_mb", "rss_anon_mb"):
+        res[key] = at[key]
+    res["loop_thread_wakeups_per_s"] = at["wakeups_per_s_by_thread"].get("python", 0.0)
+    res["targets"] = {"cpu_percent": TARGET_CPU_PERCENT, "wakeups_per_s": TARGET_WAKEUPS_PER_S,
+                      "rss_mb": TARGET_RSS_MB}
+    res["budget_met"] = {"cpu": at["cpu_percent"] <= TARGET_CPU_PERCENT,
+                         "wakeups": at["wakeups_per_s"] <= TARGET_WAKEUPS_PER_S,
+                         "rss": at["rss_mb"] <= TARGET_RSS_MB}
+    return res
+
+
+def parse() -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--workloads", type=int, default=200)
+    p.add_argument("--seconds", type=float, default=30.0, help="measured seconds per phase")
+    p.add_argument("--settle", type=float, default=5.0, help="seconds after the agent is ticking")
+    p.add_argument("--quick", action="store_true", help="CI: 40 workloads, 4 s phases")
+    args = p.parse_args()
+    if args.quick:
+        args.workloads, args.seconds, args.settle = 40, 4.0, 2.0
+    return args
+
+
+def main() -> int:
+    args = parse()
+    root = RealRoot(prefix="coloc-bench-footprint")
+    d = Path(tempfile.mkdtemp(prefix="coloc-fp-", dir="/tmp"))  # short: unix socket paths ≤ 107 bytes
+    try:
+        out = run(args, root, d)
+    finally:
+        root.cleanup()
+        shutil.rmtree(d, ignore_errors=True)
+    n = str(args.workloads)
+    for k in ("0", n, f"{n}_eager_kube"):
+        r = out[k]
+        print(f"{k + ' workloads':24} CPU {r['cpu_percent']:6.2f} % of a core  "
+              f"{r['wakeups_per_s']:6.1f} wake-ups/s  RSS {r['rss_mb']:5.1f} MB (anon {r['rss_anon_mb']}, "
+              f"HWM {r['hwm_mb']})  tick {r['tick_ms_mean']} ms  {r['fast_path_mode']}")
+        print(f"{'':24} wake-ups/s by thread: {r['wakeups_per_s_by_thread']}")
+    met = out["budget_met"]
+    print(f"budget at {n} workloads: CPU ≤ {TARGET_CPU_PERCENT} % {'met' if met['cpu'] else 'NOT met'}, "
+          f"wake-ups ≤ {TARGET_WAKEUPS_PER_S}/s {'met' if met['wakeups'] else 'NOT met'}, "
+          f"RSS ≤ {TARGET_RSS_MB} MB {'met' if met['rss'] else 'NOT met'}")
+    print(json.dumps(out))
+    return 0
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    sys.exit(main())

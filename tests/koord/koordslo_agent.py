@@ -1,0 +1,133 @@
+"""A real `coloc-agent run` beside a fake Kubernetes API server (tests/fakes/apiserver.py, which serves the
+Node and Koordinator's NodeSLO as the real API server sends them), and what the tests read back from it:
+`coloc-agent status` (the real CLI over the agent's unix socket) and `/metrics` (over HTTP)."""
+
+from __future__ import annotations
+
+import json
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+NODESLO = ("nodeslos", "node-a")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait(pred: Callable[[], bool], timeout: float, every: float = 0.1) -> bool:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if pred():
+            return True
+        time.sleep(every)
+    return False
+
+
+def kubeconfig(tmp: Path, server_url: str) -> Path:
+    path = tmp / "kubeconfig"
+    path.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "t",
+        "clusters": [{"name": "t", "cluster": {"server": server_url}}],
+        "users": [{"name": "t", "user": {"token": "x"}}],
+        "contexts": [{"name": "t", "context": {"cluster": "t", "user": "t"}}],
+    }))
+    return path
+
+
+def nodeslo(rv: str, **strategy: Any) -> dict[str, Any]:
+    """A NodeSLO as koord-manager writes it (`slo.koordinator.sh/v1alpha1`), named after the node."""
+    return {
+        "apiVersion": "slo.koordinator.sh/v1alpha1",
+        "kind": "NodeSLO",
+        "metadata": {"name": NODESLO[1], "resourceVersion": rv},
+        "spec": {"resourceUsedThresholdWithBE": strategy},
+    }
+
+
+def agent_config(tmp: Path, root: str, api_url: str, *, resync_s: float, metrics_port: int | None = None,
+                 policies: dict[str, Any] | None = None) -> Path:
+    """Standalone workloads (no kubelet), the NodeSLO read every `resync_s`, nothing written to the Node."""
+    cfg: dict[str, Any] = {
+        "node": {"name": NODESLO[1], "cpus": 2, "memory": "4Gi", "scope": "cgroup-root"},
+        "cgroups": {"root": root, "driver": "cgroupfs", "setup_tiers": True},
+        "loop": {"interval_s": 0.5},
+        "state": {"path": str(tmp / "state.json")},
+        "api": {"socket_path": str(tmp / "agent.sock")},
+        "metrics": ({"bind": "127.0.0.1", "port": metrics_port} if metrics_port is not None
+                    else {"enabled": False}),
+        "log": {"format": "json"},
+        "policies": policies or {},
+        "sources": {
+            "kubelet": {"enabled": False},
+            "kube_api": {"kubeconfig": str(kubeconfig(tmp, api_url))},
+            "reporting": {"mode": "off"},
+            "nodeslo": {"enabled": True, "resync_s": resync_s},
+        },
+    }
+    path = tmp / "agent.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+@contextmanager
+def running_agent(config: Path, log: Path) -> Iterator[subprocess.Popen[bytes]]:
+    """The agent process, stopped with SIGTERM (then SIGKILL) on the way out."""
+    with log.open("w") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "agent.cli", "run", "--config", str(config)],
+                                stdout=out, stderr=out)
+    try:
+        yield proc
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def status(sock: Path, *, as_json: bool) -> tuple[int, str]:
+    """`coloc-agent status [--json] --socket SOCK`: exit code and stdout (stderr when it failed)."""
+    run = subprocess.run([sys.executable, "-m", "agent.cli", "status", "--socket", str(sock),
+                          *(["--json"] if as_json else [])], capture_output=True, text=True, timeout=20,
+                         check=False)
+    return run.returncode, run.stdout if run.returncode == 0 else run.stderr
+
+
+def settings(sock: Path) -> dict[str, tuple[str, str]]:
+    """Each policy setting `status --json` reports: name -> (value, source); {} while the agent is not up."""
+    code, out = status(sock, as_json=True)
+    if code != 0:
+        return {}
+    return {s["name"]: (s.get("value", ""), s.get("source", "")) for s in json.loads(out).get("settings", [])}
+
+
+def threshold_is(sock: Path, value: str, source: str) -> Callable[[], bool]:
+    """Whether `status` shows `suppression.threshold_percent` with this value and source."""
+    return lambda: settings(sock).get("suppression.threshold_percent") == (value, source)
+
+
+def metric(port: int, name: str) -> float | None:
+    """A sample of `/metrics` whose name (with its labels) starts with `name`; None when there is none."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=3) as resp:
+            body = resp.read().decode()
+    except OSError:
+        return None
+    for line in body.splitlines():
+        if line.startswith(name):
+            return float(line.rsplit(" ", 1)[1])
+    return None
