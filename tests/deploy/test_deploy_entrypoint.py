@@ -52,7 +52,7 @@ from unittest import mock
 
 import pytest
 import yaml
-from deploy_render import image_env, image_exec_form, needs_kubectl, one, pod_spec
+from deploy_render import REPO, image_env, image_exec_form, needs_kubectl, one, pod_spec
 from realcg import RealRoot
 
 from agent.config.agent import AgentConfig, load_config
@@ -188,6 +188,12 @@ def namespace_script(ct: Container, tmp: Path) -> str:
             lines.append(f"mount --rbind {q(str(m.source))} {target}")
         if m.read_only:
             lines.append(f"mount -o remount,bind,ro {target}")
+    # The checkout and its .venv stand in for the image's files: when they live under a path a volume
+    # covers (a clone under /tmp, where the emptyDir goes), bind them back, read-only, where they were.
+    for src in sorted({os.path.realpath(REPO), os.path.realpath(sys.prefix)}):
+        target = q(str(root) + src)
+        lines += [f"mkdir -p {target}", f"mount --rbind {q(src)} {target}",
+                  f"mount -o remount,bind,ro {target}"]
     if ct.read_only_root:
         lines.append(f"mount -o remount,ro {q(str(root))}")
     caps = ",".join(["-all", *(f"+{c.lower()}" for c in ct.caps)])
