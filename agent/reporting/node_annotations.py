@@ -22,14 +22,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import urllib3
-
 if TYPE_CHECKING:
     from kubernetes import client
 from urllib3.exceptions import HTTPError
 
 from agent.config.sources import KubeApiConfig, ReportingConfig
-from agent.sources.kubeapi import ApiBodyError, read_capped, read_capped_json
+from agent.sources.kubeapi import ApiBodyError, raw_response, read_capped, read_capped_json
 from qos.batch import (
     ORIGIN_ANNOTATION,
     THIRD_PARTY_ANNOTATION,
@@ -62,13 +60,6 @@ class NodeAnnotations:
 
     origin: str | None
     third_party: str | None
-
-
-def _raw(resp: object) -> urllib3.BaseHTTPResponse:
-    """With `_preload_content=False` the client returns the urllib3 response, whatever its annotation says."""
-    if not isinstance(resp, urllib3.BaseHTTPResponse):
-        raise TypeError(f"expected the raw urllib3 response, got {type(resp).__name__}")
-    return resp
 
 
 def _annotations(node: Mapping[str, object], where: str) -> dict[str, str]:
@@ -179,7 +170,7 @@ class NodeReporter:
         try:  # the answer is the whole Node: not deserialized, only read (capped) to free the connection
             resp = self._api.patch_node(self._node, body, _content_type=MERGE_PATCH,
                                         _request_timeout=self._timeout, _preload_content=False)
-            read_capped(_raw(resp), self._max_body, f"PATCH node {self._node}")
+            read_capped(raw_response(resp), self._max_body, f"PATCH node {self._node}")
         except ApiBodyError as err:
             log.warning("node %s patched, answer dropped: %s", self._node, err)
         except ApiException as err:
@@ -199,7 +190,7 @@ class NodeReporter:
         where = f"GET node {self._node}"
         try:
             resp = self._api.read_node(self._node, _request_timeout=self._timeout, _preload_content=False)
-            node = read_capped_json(_raw(resp), self._max_body, where)
+            node = read_capped_json(raw_response(resp), self._max_body, where)
             ann = _annotations(node, where)
         except ApiBodyError as err:
             log.warning("could not read node %s: %s", self._node, err)

@@ -24,9 +24,8 @@ from urllib3.exceptions import HTTPError
 
 from agent.config.sources import NodeMetricConfig
 from agent.published import Published
-from agent.reporting.node_annotations import _raw
 from agent.reporting.nodemetric_status import CollectPolicy, PodSample, Sample, build_status, collect_policy
-from agent.sources.kubeapi import ApiBodyError, read_capped_json
+from agent.sources.kubeapi import ApiBodyError, get_cluster_object, raw_response, read_capped_json
 from agent.sources.kubelet import koord_priority_class, koord_qos_class
 from agent.sources.result import PodInfo
 from qos.model import Source
@@ -158,15 +157,8 @@ class NodeMetricReporter:
     def _sync_once(self) -> MetricOutcome:
         from kubernetes.client.exceptions import ApiException  # lazy: docs/dependencies.md
         try:
-            resp = self._api.get_cluster_custom_object(
-                GROUP,
-                VERSION,
-                PLURAL,
-                self._node,
-                _request_timeout=self.cfg.timeout_s,
-                _preload_content=False,
-            )
-            obj = dict(read_capped_json(_raw(resp), self._max_body, f"GET nodemetric {self._node}"))
+            obj = dict(get_cluster_object(self._api, (GROUP, VERSION, PLURAL), self._node, self.cfg.timeout_s,
+                                          self._max_body, f"GET nodemetric {self._node}"))
             self.policy = collect_policy(
                 obj.get("spec"), self.cfg.min_report_interval_s, self.cfg.min_aggregate_s
             )
@@ -202,7 +194,7 @@ class NodeMetricReporter:
                 _request_timeout=self.cfg.timeout_s,
                 _preload_content=False,
             )
-            read_capped_json(_raw(resp), self._max_body, f"PUT nodemetric {self._node}/status")
+            read_capped_json(raw_response(resp), self._max_body, f"PUT nodemetric {self._node}/status")
         except ApiException as err:
             if err.status == 409:
                 raise _Conflict from err

@@ -75,3 +75,20 @@ def read_capped_json(resp: urllib3.BaseHTTPResponse, cap: int, where: str) -> Ma
     if not isinstance(doc, Mapping):
         raise ApiBodyError("garbage", f"{where}: expected a JSON object, got {type(doc).__name__}")
     return doc
+
+
+def raw_response(resp: object) -> urllib3.BaseHTTPResponse:
+    """With `_preload_content=False` the client returns the urllib3 response, whatever its annotation says."""
+    if not isinstance(resp, urllib3.BaseHTTPResponse):
+        raise TypeError(f"expected the raw urllib3 response, got {type(resp).__name__}")
+    return resp
+
+
+def get_cluster_object(api: object, gvp: tuple[str, str, str], name: str, timeout_s: float, cap: int,
+                       where: str) -> Mapping[str, object]:
+    """GET one cluster-scoped custom object (`gvp`: group, version, plural), read within `cap` bytes.
+    Raises the client's ApiException (e.g. 404) or ApiBodyError."""
+    group, version, plural = gvp
+    resp = api.get_cluster_custom_object(  # type: ignore[attr-defined]
+        group, version, plural, name, _request_timeout=timeout_s, _preload_content=False)
+    return read_capped_json(raw_response(resp), cap, where)

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 from urllib3.exceptions import HTTPError
 
 from agent.config.sources import NodeSloConfig
-from agent.sources.kubeapi import ApiBodyError, read_capped_json
+from agent.sources.kubeapi import ApiBodyError, get_cluster_object
 from qos.model import Resources
 from qos.policies import PolicyConfig
 
@@ -136,15 +136,8 @@ class NodeSloSource:
         the settings in force are kept)."""
         from kubernetes.client.exceptions import ApiException  # lazy: docs/dependencies.md
         try:
-            resp = self._api.get_cluster_custom_object(
-                GROUP,
-                VERSION,
-                PLURAL,
-                self._node,
-                _request_timeout=self.cfg.timeout_s,
-                _preload_content=False,
-            )
-            return read_capped_json(resp, self._max_body, f"GET nodeslo {self._node}")  # type: ignore[arg-type]
+            return get_cluster_object(self._api, (GROUP, VERSION, PLURAL), self._node, self.cfg.timeout_s,
+                                      self._max_body, f"GET nodeslo {self._node}")
         except ApiException as err:
             if err.status == 404:
                 return None
