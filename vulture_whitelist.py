@@ -47,4 +47,3 @@ _.request_resync  # agent/sources/kubelet.py: early resync on demand; its trigge
 _.wakeups
 _.psi_wakeups
 _.last_snapshot  # agent/daemon/loop.py: the bench reads the last snapshot it acted on
-_.mode_reason  # agent/daemon/loop.py: why triggers were refused (logged at start); not yet in `status`

@@ -5,7 +5,17 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from realcg import CgroupsUnavailable, RealRoot, required
+from realcg import CgroupsUnavailable, RealRoot, leftover_dirs, required
+
+
+@pytest.fixture(autouse=True)
+def _no_cgroup_left_behind() -> Iterator[None]:
+    """Fail the test that leaves any of its `coloc-test-*` roots behind in any hierarchy."""
+    before = len(RealRoot.made_names)
+    yield
+    left = leftover_dirs(RealRoot.made_names[before:])
+    if left:
+        pytest.fail(f"cgroups left behind: {', '.join(map(str, left))}")
 
 
 @pytest.fixture

@@ -36,7 +36,7 @@ import time
 import uuid
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from cgroups.discovery import Hierarchy, discover
 
@@ -63,12 +63,15 @@ def _write(path: Path, value: str) -> None:
 class RealRoot:
     """A private cgroup root `coloc-test-<uuid>` in every hierarchy of this machine."""
 
+    made_names: ClassVar[list[str]] = []  # every root name made in this process, for the leak check
+
     def __init__(self, hierarchy: Hierarchy | None = None, prefix: str = "coloc-test") -> None:
         try:
             self.hierarchy = hierarchy or discover()
         except Exception as e:  # no /proc, no mounts: not a cgroup host
             raise CgroupsUnavailable(f"cannot discover cgroup mounts: {e}") from e
         self.name = f"{prefix}-{uuid.uuid4().hex[:12]}"
+        RealRoot.made_names.append(self.name)
         self.mounts: dict[str, Path] = {
             c: self.hierarchy.v1[c] for c in V1_CONTROLLERS if c in self.hierarchy.v1
         }
@@ -249,3 +252,14 @@ def real_cgroup_root(prefix: str = "coloc-test") -> Iterator[RealRoot]:
         yield root
     finally:
         root.cleanup()
+
+
+def leftover_dirs(names: Sequence[str]) -> list[Path]:
+    """Of the roots `names`, the directories still present in any cgroup mount of this machine (the cgroup2
+    one included, even when a test's RealRoot was made without it)."""
+    try:
+        h = discover()
+    except Exception:  # not a cgroup host: nothing can be left
+        return []
+    mounts = list(dict.fromkeys([*h.v1.values(), *([h.unified] if h.unified is not None else [])]))
+    return [m / n for n in names for m in mounts if (m / n).is_dir()]

@@ -287,6 +287,7 @@ class NodeAgentService:
             out.tick = pub.tick
             out.tick_age_s = max(0.0, time.monotonic() - pub.tick_monotonic)
             out.fast_path_mode = pub.fast_path_mode
+            out.fast_path_reason = pub.fast_path_reason
             for st in source_states(pub, time.monotonic()):
                 out.sources.append(pb.SourceStatus(name=st.name, has_age=st.age_s is not None,
                                                    age_s=st.age_s or 0.0, stale=st.stale, reason=st.reason))

@@ -88,7 +88,8 @@ def render(st: pb.Status) -> str:
         lines.append(f"startup     {st.startup_problem}")
     if st.tick:
         lines.append(f"loop        tick {st.tick}, {st.tick_age_s:.1f}s ago"
-                     + (f", fast path {st.fast_path_mode}" if st.fast_path_mode else ""))
+                     + (f", fast path {st.fast_path_mode}" if st.fast_path_mode else "")
+                     + (f" ({st.fast_path_reason})" if st.fast_path_reason else ""))
     lines += _source_lines(st)
     lines += _settings_lines(st)
     egress = [a for a in st.recent_actions if a.kind == "set_be_egress_ceiling"]

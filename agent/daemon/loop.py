@@ -105,7 +105,7 @@ class TickLoop:
         self.wakeups = 0
         self.psi_wakeups = 0
         self.mode = OFF if not timing.fast_path else ADAPTIVE_POLL
-        self.mode_reason = ""
+        self.mode_reason = "" if timing.fast_path else "loop.fast_path is false"
         self.waker: PsiWaker | None = None
         self._last_change = 0.0  # monotonic time of the last HP jump, PSI event or budget cut
         self._last_psi_wake = 0.0
@@ -169,6 +169,7 @@ class TickLoop:
             settings_sources=dict(self._inputs.settings_sources()),
             dry_run=ex.dry_run,
             fast_path_mode=self.mode,
+            fast_path_reason=self.mode_reason,
             counters=Counters(
                 ticks=self._tick,
                 tick_errors=self._tick_errors,

@@ -15,6 +15,7 @@ import os
 import sys
 import time
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 
 import pytest
 from realcg import CgroupsUnavailable, RealRoot, required
@@ -51,7 +52,8 @@ def _reported_modes(rt: Runtime) -> tuple[dict[str, float], str]:
              if s.name == "coloc_fast_path_mode"}
     pub = rt.board.get()
     assert pub is not None
-    return gauge, render(pb.Status(tick=pub.tick, fast_path_mode=pub.fast_path_mode))
+    return gauge, render(pb.Status(tick=pub.tick, fast_path_mode=pub.fast_path_mode,
+                                   fast_path_reason=pub.fast_path_reason))
 
 
 async def _wait_for(pred: Callable[[], bool], timeout: float) -> bool:
@@ -153,7 +155,20 @@ async def test_without_cgroup2_psi_the_fast_path_polls_adaptively() -> None:
             gauge, status = _reported_modes(rt)
             assert gauge == {"psi-trigger": 0, "adaptive-poll": 1, "off": 0}
             assert "fast path adaptive-poll" in status
+            assert rt.loop.mode_reason and f"({rt.loop.mode_reason})" in status, status
 
         await _run(rt, body)
     finally:
         root.cleanup()
+        _remove_cgroup2_copy(root.name)
+
+
+def _remove_cgroup2_copy(name: str) -> None:
+    """The agent's tier set-up also makes its root in the cgroup2 tree, which this RealRoot does not know."""
+    unified = discover().unified
+    base = unified / name if unified is not None else None
+    if base is None or not base.is_dir():
+        return
+    dirs = [Path(p) / d for p, subdirs, _ in os.walk(base) for d in subdirs]
+    for d in [*sorted(dirs, key=lambda q: -len(q.parts)), base]:
+        d.rmdir()

@@ -138,6 +138,10 @@ def test_a_standalone_agent_is_schedulable_and_says_there_is_no_scheduler(real_r
         doc = agent.status_json()
         assert doc["lifecycle"] == "SCHEDULABLE" and not doc.get("awaits_scheduler_ack", False)
         assert [s["name"] for s in doc["sources"]] == ["standalone"]
+        # Through GetStatus: the fast path's mode and, when it polls, why the kernel's triggers were not used.
+        reason = doc.get("fast_path_reason", "")
+        assert doc["fast_path_mode"] == "off" and reason == "loop.fast_path is false", doc
+        assert "fast path off (loop.fast_path is false)" in text, text
         code, body = agent.readyz()
         assert code == 200 and body["sources"]["standalone"]["stale"] is False, body
 

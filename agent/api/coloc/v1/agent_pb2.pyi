@@ -965,6 +965,7 @@ class Status(_message.Message):
     AWAITS_SCHEDULER_ACK_FIELD_NUMBER: _builtins.int
     SOURCES_FIELD_NUMBER: _builtins.int
     FAST_PATH_MODE_FIELD_NUMBER: _builtins.int
+    FAST_PATH_REASON_FIELD_NUMBER: _builtins.int
     SETTINGS_FIELD_NUMBER: _builtins.int
     revision: _builtins.int
     applications: _builtins.int
@@ -984,6 +985,8 @@ class Status(_message.Message):
     """False: no central scheduler is configured (standalone); the node starts SCHEDULABLE, never RECOVERING."""
     fast_path_mode: _builtins.str
     """How the loop's fast path is woken: "psi-trigger" (kernel PSI events), "adaptive-poll" or "off"."""
+    fast_path_reason: _builtins.str
+    """Why the fast path polls or is off instead of taking PSI triggers (e.g. the kernel refused the trigger)."""
     @_builtins.property
     def identity(self) -> Global___Identity: ...
     @_builtins.property
@@ -1027,11 +1030,12 @@ class Status(_message.Message):
         awaits_scheduler_ack: _builtins.bool = ...,
         sources: _abc.Iterable[Global___SourceStatus] | None = ...,
         fast_path_mode: _builtins.str = ...,
+        fast_path_reason: _builtins.str = ...,
         settings: _abc.Iterable[Global___SettingSource] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["batch_allocated", b"batch_allocated", "identity", b"identity", "node", b"node"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["allocations", b"allocations", "applications", b"applications", "awaits_scheduler_ack", b"awaits_scheduler_ack", "batch_allocated", b"batch_allocated", "dropped_watchers", b"dropped_watchers", "fast_path_mode", b"fast_path_mode", "identity", b"identity", "node", b"node", "recent_actions", b"recent_actions", "recent_notices", b"recent_notices", "revision", b"revision", "settings", b"settings", "sources", b"sources", "startup_problem", b"startup_problem", "state_unsaved", b"state_unsaved", "tick", b"tick", "tick_age_s", b"tick_age_s", "waiting_for", b"waiting_for", "waiting_s", b"waiting_s", "waiting_since_unix_ms", b"waiting_since_unix_ms", "watchers", b"watchers"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["allocations", b"allocations", "applications", b"applications", "awaits_scheduler_ack", b"awaits_scheduler_ack", "batch_allocated", b"batch_allocated", "dropped_watchers", b"dropped_watchers", "fast_path_mode", b"fast_path_mode", "fast_path_reason", b"fast_path_reason", "identity", b"identity", "node", b"node", "recent_actions", b"recent_actions", "recent_notices", b"recent_notices", "revision", b"revision", "settings", b"settings", "sources", b"sources", "startup_problem", b"startup_problem", "state_unsaved", b"state_unsaved", "tick", b"tick", "tick_age_s", b"tick_age_s", "waiting_for", b"waiting_for", "waiting_s", b"waiting_s", "waiting_since_unix_ms", b"waiting_since_unix_ms", "watchers", b"watchers"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
