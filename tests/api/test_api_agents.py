@@ -44,12 +44,12 @@ def make_agent(real_root: RealRoot) -> Iterator[Factory]:
             stop_all(made)
 
 
-def req(app: int, seq: int, cpu: int = 100) -> AdmitRequest:
+def req(app: int, seq: int, cpu: int = 100, mem: int = 64 << 20) -> AdmitRequest:
     return AdmitRequest(
         key=f"yarn/{cid(app, seq)}",
         application_id=app_id(app),
         source=Source.YARN,
-        resources=Resources(cpu, 64 << 20),
+        resources=Resources(cpu, mem),
         request_id=f"req-{app}-{seq}",
     )
 
@@ -89,7 +89,8 @@ async def churn(agent: Agent, c: AgentClient, stop: asyncio.Event, rng: random.R
             agent.remove_container(live.pop(rng.randrange(len(live))))
             n["removed"] += 1
         elif roll < 0.9:
-            r = await c.admit(req(9, seq, cpu=1), 1)  # small: the budget of a 2-CPU node lasts
+            # Small: the budget of a 2-CPU, 2 GiB node lasts however many rounds a fast machine runs.
+            r = await c.admit(req(9, seq, cpu=1, mem=1 << 20), 1)
             assert r.accepted, r
             admitted.append((9, seq))
             n["admitted"] += 1
