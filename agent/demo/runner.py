@@ -3,11 +3,16 @@
 It builds `coloc-demo-<pid>` under every cgroup controller, starts a real HP service (CPU-bound, reporting
 its throughput), real BE work (CPU burners, YARN-style containers, later a memory hog that grows), then:
 
-1. HP alone; 2. HP beside BE, no agent; 3. HP beside BE with the agent (HP load comes and goes, so the BE
-budget shrinks and grows back); 4. the memory hog pushes the private node's working set over the threshold
-and the agent evicts exactly enough, lowest priority first. A wake-up probe in the HP cgroup (every 2 ms,
+1. HP alone; 2. HP beside BE, no agent; 3. HP beside BE with the agent, then HP's load steps down to
+idle and up again, twice, so the BE budget grows and is cut back; 4. with HP light, the memory hog pushes
+the private node's working set over the threshold and the agent evicts exactly enough, lowest priority
+first. A wake-up probe in the HP cgroup (every 2 ms,
 how late each wake-up was) gives HP's wake-up p99 per second and per phase: the tail, beside throughput.
-It prints a live view and a summary, and removes everything it made, also on Ctrl-C.
+The demo's own process, the agent included, sits where the DaemonSet puts the agent: a burstable pod of
+the node (`burstable/pod-coloc-agent`, `cpu.shares` 51 for its 50m request), not in the machine's root
+cgroup. It prints a live line every second (`--quiet`: a short one every 3 s), so no phase is silent: the
+elapsed time, the phase, HP throughput and CPU, HP's wake-up p99 over the last second, and the BE budget.
+Then a summary and plots, and it removes everything it made, also on Ctrl-C.
 """
 
 from __future__ import annotations
@@ -29,12 +34,15 @@ from pathlib import Path
 from agent.config.agent import AgentConfig, CgroupConfig, EvictionConfig, LoopConfig, NodeConfig, StateConfig
 from agent.config.standalone import LocalWorkload, StandaloneConfig
 from agent.daemon.runtime import BE_TIER, Runtime, build, remove_tree
-from agent.demo.spawn import spawn_in_cgroup, workload_argv
+from agent.demo.spawn import move_back, move_self, spawn_in_cgroup, workload_argv
 from agent.demo.workloads import read_counter
 from agent.published import ActionRecord
 
 YARN_APP = "1700000000000_0001"
 HP = "hp-service"
+AGENT_POD = "burstable/pod-coloc-agent"
+AGENT_SHARES = 51  # the DaemonSet's 50m CPU request, as the kubelet converts it
+QUIET_EVERY_S = 3.0
 
 
 @dataclass
@@ -46,6 +54,18 @@ class Demo:
     samples: list[dict[str, float]] = field(default_factory=list)
     t0: float = field(default_factory=time.monotonic)
     p99_ms: dict[str, float | None] = field(default_factory=dict)  # phase -> HP wake-up p99
+    live: bool = True
+    shown_at: float = 0.0  # when the last quiet progress line was printed
+
+    def say(self, msg: str) -> None:
+        """A progress line, prefixed with the seconds since the demo started."""
+        print(f"{time.monotonic() - self.t0:6.1f}s  {msg}", flush=True)
+
+    def cpu_ns(self, rel: str) -> int:
+        try:
+            return self.rt.reader.sample(rel).cpu_usage_ns
+        except Exception:  # not made yet, or gone: no CPU to count
+            return 0
 
     @property
     def probe_file(self) -> Path:
@@ -80,6 +100,12 @@ class Demo:
         self.counters.append(counter)
         self.start(name, HP, workload_argv("hp", threads, counter))
 
+    def signal_hp(self, sig: int, names: tuple[str, ...] = ("hp-base", "hp-burst")) -> None:
+        for name in names:
+            p = self.procs.get(name)
+            if p is not None and p.poll() is None:
+                p.send_signal(sig)
+
     def hp_count(self) -> int:
         return sum(read_counter(str(c)) for c in self.counters)
 
@@ -102,62 +128,71 @@ def _fmt_cpus(cpus: tuple[int, ...]) -> str:
     return ",".join(map(str, cpus)) if cpus else "-"
 
 
-async def measure(demo: Demo, seconds: float, phase: str, live: bool) -> float:
-    """HP work units per second over `seconds`, printing one live line per second; the phase's HP wake-up
-    p99 goes to `demo.p99_ms`."""
+async def measure(demo: Demo, seconds: float, phase: str) -> float:
+    """HP work units per second over `seconds`, sampled every second with a progress line (every
+    QUIET_EVERY_S when not live); the phase's HP wake-up p99 goes to `demo.p99_ms`."""
     start_count, start = demo.hp_count(), time.monotonic()
     last_count, last = start_count, start
     phase_off = last_off = demo.probe_offset()
-    while time.monotonic() - start < seconds:
-        await asyncio.sleep(1.0)
+    cpu = {"hp": demo.cpu_ns(HP), "be": demo.cpu_ns(BE_TIER)}
+    while (left := seconds - (time.monotonic() - start)) > 0.05:
+        await asyncio.sleep(min(1.0, left))
         now, count = time.monotonic(), demo.hp_count()
-        rate = (count - last_count) / (now - last)
+        dt = max(now - last, 1e-6)
+        rate = (count - last_count) / dt
         last_count, last = count, now
+        used = {k: (demo.cpu_ns(rel) - cpu[k]) / 1e6 / dt for k, rel in (("hp", HP), ("be", BE_TIER))}
+        cpu = {"hp": demo.cpu_ns(HP), "be": demo.cpu_ns(BE_TIER)}
         off = demo.probe_offset()
         p99 = demo.probe_p99_ms(last_off, off)
         last_off = off
         pub = demo.rt.board.get()
         snap = pub.snapshot if pub else None
-        be_cpu = snap.be_usage.milli_cpu if snap and snap.be_usage.milli_cpu is not None else 0.0
         mem = snap.node_usage.memory_working_set_bytes if snap else None
         cap = demo.rt.capacity.memory_bytes
         budget = pub.be_cpu_granted_milli if pub and pub.be_cpu_granted_milli is not None else -1
         row = {"t": round(now - demo.t0, 1), "phase": phase, "hp_units_per_s": round(rate),
-               "be_budget_milli_cpu": budget,
+               "hp_milli_cpu": round(used["hp"]), "be_budget_milli_cpu": budget,
                "be_cpus": _fmt_cpus(snap.be_tier.cpuset) if snap else "-",
-               "be_milli_cpu": round(be_cpu), "mem_pct": round(100 * mem / cap, 1) if mem else 0.0,
+               "be_milli_cpu": round(used["be"]), "mem_pct": round(100 * mem / cap, 1) if mem else 0.0,
                "evictions": sum(pub.counters.evictions.values()) if pub else 0,
                "hp_p99_ms": p99 if p99 is not None else -1.0}
         demo.samples.append({k: v for k, v in row.items() if isinstance(v, int | float)})
-        if live:
-            grant = f"{budget:>5}m" if budget >= 0 else "    -"
-            print(f"{row['t']:6.1f}s  {phase:<22} HP {row['hp_units_per_s']:>7}/s  BE budget {grant}"
-                  f" cpus {row['be_cpus']:<4} used {row['be_milli_cpu']:>5}m  mem {row['mem_pct']:>5}%"
-                  f"  evictions {row['evictions']}  HP wake-up p99 {p99 if p99 is not None else '-'} ms",
+        grant = f"{budget:>5}m" if budget >= 0 else "    -"
+        tail = f"{p99:.2f}" if p99 is not None else "-"
+        if demo.live:
+            print(f"{row['t']:6.1f}s  {phase:<22} HP {row['hp_units_per_s']:>7}/s {row['hp_milli_cpu']:>5}m"
+                  f"  HP wake-up p99 {tail:>5} ms  BE budget {grant} cpus {row['be_cpus']:<4} used "
+                  f"{row['be_milli_cpu']:>5}m  mem {row['mem_pct']:>5}%  evictions {row['evictions']}",
                   flush=True)
+        elif now - demo.shown_at >= QUIET_EVERY_S - 0.5:
+            demo.shown_at = now
+            print(f"{row['t']:6.1f}s  {phase}: HP {row['hp_units_per_s']}/s, wake-up p99 {tail} ms, "
+                  f"BE budget {grant.strip()}", flush=True)
     demo.p99_ms[phase] = demo.probe_p99_ms(phase_off, demo.probe_offset())
-    return (demo.hp_count() - start_count) / (time.monotonic() - start)
+    return (demo.hp_count() - start_count) / max(time.monotonic() - start, 1e-6)
 
 
 def write_plot(demo: Demo, path: Path) -> str:
-    """HP throughput and the BE budget / BE usage over the demo's phases, as a PNG next to the summary."""
+    """HP throughput, HP load beside the BE budget and BE usage, and HP's wake-up p99, as PNGs."""
     try:
         from agent.demo.plots import plot_timeseries
     except ImportError:
         return "no plot: matplotlib is not installed (pip install 'coloc-agent[plots]')"
     hp = [(s["t"], s["hp_units_per_s"]) for s in demo.samples]
-    be = [(s["t"], s["be_milli_cpu"]) for s in demo.samples]
-    budget = [(s["t"], s["be_budget_milli_cpu"]) for s in demo.samples if s["be_budget_milli_cpu"] >= 0]
+    series = {"HP CPU used": [(s["t"], s["hp_milli_cpu"]) for s in demo.samples],
+              "BE budget (agent)": [(s["t"], s["be_budget_milli_cpu"]) for s in demo.samples
+                                    if s["be_budget_milli_cpu"] >= 0],
+              "BE CPU used": [(s["t"], s["be_milli_cpu"]) for s in demo.samples]}
     tail = [(s["t"], s["hp_p99_ms"]) for s in demo.samples if s["hp_p99_ms"] >= 0]
     phases = ", ".join(f"{k}: {v} ms" for k, v in demo.p99_ms.items() if k in _TAIL_PHASES and v is not None)
     try:
         plot_timeseries(path, "coloc-agent demo: HP throughput (work units/s)", {"HP": hp}, "units/s")
         cpu_path = path.with_name(path.stem + "-be-cpu" + path.suffix)
-        plot_timeseries(cpu_path, "coloc-agent demo: BE CPU (milli-cores)",
-                        {"BE used": be, "BE budget (agent)": budget}, "milli-CPU")
+        plot_timeseries(cpu_path, "coloc-agent demo: HP load steps, the BE budget follows (milli-CPU)",
+                        series, "milli-CPU")
         tail_path = path.with_name(path.stem + "-hp-p99" + path.suffix)
-        plot_timeseries(tail_path, f"coloc-agent demo: HP wake-up p99 per second (phases: {phases})",
-                        {"HP wake-up p99": tail}, "ms")
+        plot_timeseries(tail_path, f"HP wake-up p99 per second ({phases})", {"HP wake-up p99": tail}, "ms")
     except Exception as err:  # a plot is a nicety; never fail the demo for it
         return f"no plot: {err}"
     return f"{path}, {cpu_path}, {tail_path}"
@@ -168,54 +203,69 @@ async def run_demo(scale: float, memory: str, live: bool, out: Path | None,
     root = f"coloc-demo-{os.getpid()}"
     rt = build(demo_config(root, memory, 0.5))
     tmp = Path(tempfile.mkdtemp(prefix="coloc-demo-"))
-    demo = Demo(rt, tmp)
+    demo = Demo(rt, tmp, live=live)
     stop = asyncio.Event()
     agent_task: asyncio.Task[None] | None = None
+    back: list[tuple[str, str]] = []
     try:
         rt.writer.mkdir(HP)
+        rt.writer.mkdir(AGENT_POD)
+        rt.writer.set_cpuset(AGENT_POD, rt.cpus)
+        rt.writer.set_cpu_shares(AGENT_POD, AGENT_SHARES)
+        back = move_self(rt.hierarchy, root, AGENT_POD)  # where the DaemonSet puts the agent
         for rel in ("batch-low", "batch-mid", "batch-hog", f"hadoop-yarn/container_e01_{YARN_APP}_01_000001",
                     f"hadoop-yarn/container_e01_{YARN_APP}_01_000002"):
             rt.writer.mkdir(f"{BE_TIER}/{rel}")
             rt.writer.set_cpuset(f"{BE_TIER}/{rel}", rt.cpus)
+        print(f"coloc-agent demo: private node {root}: {len(rt.cpus)} CPUs, {memory} memory; this process "
+              f"(and the agent, later) in {AGENT_POD}, cpu.shares {AGENT_SHARES}", flush=True)
+        demo.say("starting the HP service (2 processes, 1 thread each) and its wake-up probe (every 2 ms)")
         demo.start_hp("hp-base", 1)
         demo.start_hp("hp-burst", 1)
         demo.start("hp-probe", HP, workload_argv("probe", 2, demo.probe_file))
-        print(f"coloc-agent demo: private node {root}: {len(rt.cpus)} CPUs, {memory} memory")
-        alone = await measure(demo, 6 * scale, "1 HP alone", live)
-        for name, rel in (("be-low", "batch-low"), ("be-mid", "batch-mid"),
-                          ("yarn-am", f"hadoop-yarn/container_e01_{YARN_APP}_01_000001"),
-                          ("yarn-c2", f"hadoop-yarn/container_e01_{YARN_APP}_01_000002")):
-            demo.start(name, f"{BE_TIER}/{rel}", workload_argv("burn"))
-        demo.start("be-low-2", f"{BE_TIER}/batch-low", workload_argv("burn"))
-        contended = await measure(demo, 6 * scale, "2 BE, no agent", live)
+        alone = await measure(demo, 6 * scale, "1 HP alone")
+        await start_slowly(demo, "BE: 5 CPU burners in besteffort/ (2 of them YARN containers)",
+                           [("be-low", "batch-low"), ("be-mid", "batch-mid"),
+                            ("yarn-am", f"hadoop-yarn/container_e01_{YARN_APP}_01_000001"),
+                            ("yarn-c2", f"hadoop-yarn/container_e01_{YARN_APP}_01_000002"),
+                            ("be-low-2", "batch-low")])
+        contended = await measure(demo, 6 * scale, "2 BE, no agent")
+        demo.say("starting the agent")
         agent_task = asyncio.create_task(rt.loop.run(stop))
-        with_agent = await measure(demo, 6 * scale, "3 BE + agent", live)
-        demo.stop("hp-burst")
-        await measure(demo, 4 * scale, "3 HP light, BE grows", live)
-        before = rt.board.get()
-        budget_before = before.be_cpu_granted_milli if before else None
-        demo.start_hp("hp-burst-2", 1)
-        cut_s = await time_to_cut(demo, budget_before, 3.0)
-        await measure(demo, 3 * scale, "3 HP heavy again", live)
-        demo.stop("hp-burst-2")
+        with_agent = await measure(demo, 6 * scale, "3 BE + agent")
+        cuts = []
+        for _ in range(2):  # HP load steps down to idle and up again: the BE budget follows
+            demo.say("HP load steps down (the HP service pauses): the agent grows the BE budget")
+            demo.signal_hp(signal.SIGSTOP)
+            await measure(demo, 4 * scale, "3 HP idle, BE grows")
+            before = rt.board.get()
+            demo.say("HP load steps up again: the agent cuts the BE budget")
+            demo.signal_hp(signal.SIGCONT)
+            cut = asyncio.create_task(time_to_cut(demo, before.be_cpu_granted_milli if before else None, 3.0))
+            await measure(demo, 3 * scale, "3 HP busy again")
+            cuts.append(await cut)
+        demo.say("HP load steps down to one process; a memory hog starts in BE (64 MiB every 0.1 s)")
+        demo.signal_hp(signal.SIGSTOP, ("hp-burst",))
         demo.start("be-hog", f"{BE_TIER}/batch-hog", workload_argv("hog", 64, 0.1, 2048))
         hog_started = time.monotonic()
         while time.monotonic() - hog_started < 20 * scale:
-            await measure(demo, 1, "4 memory hog", live)
+            await measure(demo, 1, "4 memory hog")
             pub = rt.board.get()
             if pub is not None and sum(pub.counters.evictions.values()) > 0:
                 break
-        await measure(demo, 2, "4 after eviction", live)
+        await measure(demo, 2, "4 after eviction")
         last = rt.board.get()
         records = list(last.recent_actions) if last else []
-        summary = summarize(alone, contended, with_agent, records, cut_s, demo)
+        summary = summarize(alone, contended, with_agent, records, cuts, demo)
         if plot is not None:
+            demo.say("writing plots")
             summary["plot"] = write_plot(demo, plot)
         print(json.dumps(summary, indent=2))
         if out is not None:
             out.write_text(json.dumps(summary, indent=2))
         return summary
     finally:
+        demo.say("stopping the agent and the workloads, removing the private node")
         stop.set()
         if agent_task is not None:
             with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -224,12 +274,31 @@ async def run_demo(scale: float, memory: str, live: bool, out: Path | None,
             demo.stop(name)
         with contextlib.suppress(Exception):
             await rt.executor.drain(5)
+        move_back(back)  # out of the pod first: removing the tree kills what is left in it
         remove_tree(rt.writer, rt.reader, "")
         rt.reader.close()
         for f in tmp.iterdir():
             f.unlink()
         tmp.rmdir()
         print(f"removed {root} and everything under it")
+
+
+async def start_slowly(demo: Demo, what: str, be: list[tuple[str, str]]) -> None:
+    """Start BE burners with a progress line a second: each enters besteffort (cpu.shares 2) before it
+    execs, so beside a busy HP service its start-up alone can take a second or more."""
+    demo.say(f"starting {what}")
+
+    def start_all() -> None:
+        for name, rel in be:
+            demo.start(name, f"{BE_TIER}/{rel}", workload_argv("burn"))
+
+    task = asyncio.create_task(asyncio.to_thread(start_all))
+    while not task.done():
+        await asyncio.wait({task}, timeout=1.0)
+        if not task.done():
+            started = sum(1 for name, _ in be if name in demo.procs)
+            demo.say(f"  {started} of {len(be)} started (a BE process starts at BE's CPU weight)")
+    await task
 
 
 async def time_to_cut(demo: Demo, budget_before: int | None, limit_s: float) -> float | None:
@@ -246,9 +315,10 @@ async def time_to_cut(demo: Demo, budget_before: int | None, limit_s: float) -> 
 
 
 def summarize(alone: float, contended: float, with_agent: float, records: list[ActionRecord],
-              cut_s: float | None, demo: Demo) -> dict[str, object]:
+              cuts: list[float | None], demo: Demo) -> dict[str, object]:
     evicted = [r.target for r in records if r.kind == "evict" and r.outcome in ("started", "done")]
     alone_p99, no_agent_p99, agent_p99 = (demo.p99_ms.get(k) for k in _TAIL_PHASES)
+    budgets = [s["be_budget_milli_cpu"] for s in demo.samples if s["be_budget_milli_cpu"] >= 0]
     return {
         "hp_wakeup_p99_ms_alone": alone_p99,
         "hp_wakeup_p99_ms_no_agent": no_agent_p99,
@@ -260,8 +330,8 @@ def summarize(alone: float, contended: float, with_agent: float, records: list[A
         "hp_contended_with_agent_units_per_s": round(with_agent),
         "ratio_no_agent": round(contended / alone, 3) if alone else None,
         "ratio_with_agent": round(with_agent / alone, 3) if alone else None,
-        "be_cut_after_hp_load_s": round(cut_s, 3) if cut_s is not None else
-        "none: BE was already at its floor (on a 2-CPU node the cpuset policy keeps BE on 1 CPU)",
+        "be_budget_milli_cpu_range": [min(budgets), max(budgets)] if budgets else None,
+        "be_cut_after_hp_load_s": [round(c, 3) if c is not None else None for c in cuts],
         "evicted": sorted(set(evicted)),
     }
 

@@ -1,0 +1,105 @@
+"""The demo is never silent for long: a phase prints a progress line every second (every 3 s with
+--quiet) carrying the elapsed time, HP throughput, HP's wake-up p99 and the BE budget; and the demo's
+process can step into the agent's pod cgroup and back out again."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import re
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from realcg import RealRoot
+
+from agent.daemon.runtime import BE_TIER, build
+from agent.demo.runner import AGENT_POD, HP, Demo, demo_config, measure
+from agent.demo.spawn import workload_argv
+
+pytestmark = [pytest.mark.cgroups, pytest.mark.xdist_group("cpu"), pytest.mark.slow]
+
+LIVE = re.compile(r"^\s*(\d+\.\d)s\s+(.+?)\s+HP\s+(\d+)/s\s+(\d+)m\s+HP wake-up p99\s+([\d.]+) ms"
+                  r"\s+BE budget\s+(-|\d+m)")
+QUIET = re.compile(r"^\s*(\d+\.\d)s\s+(.+?): HP (\d+)/s, wake-up p99 ([\d.]+) ms, BE budget (-|\d+m)$")
+
+
+@pytest.fixture
+async def demo(real_root: RealRoot, tmp_path: Path) -> AsyncIterator[Demo]:
+    """A demo on the private root with its HP service and probe running, the agent not (yet) started."""
+    rt = build(demo_config(real_root.name, "1Gi", 0.5))
+    d = Demo(rt, tmp_path)
+    try:
+        rt.writer.mkdir(HP)
+        d.start_hp("hp", 1)
+        d.start("probe", HP, workload_argv("probe", 2, d.probe_file))
+        deadline = time.monotonic() + 15
+        while (d.hp_count() == 0 or d.probe_offset() == 0) and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        assert d.hp_count() > 0 and d.probe_offset() > 0, "HP service or probe did not start"
+        d.t0 = time.monotonic()
+        yield d
+    finally:
+        for name in list(d.procs):
+            d.stop(name)
+        rt.close()
+
+
+def _times(lines: list[str], pattern: re.Pattern[str], phase: str) -> list[float]:
+    out = []
+    for line in lines:
+        m = pattern.match(line)
+        if m and m.group(2).strip() == phase:
+            out.append(float(m.group(1)))
+    return out
+
+
+async def test_a_live_phase_prints_a_full_progress_line_every_second(
+        demo: Demo, capsys: pytest.CaptureFixture[str]) -> None:
+    rate = await measure(demo, 4.0, "1 HP alone")
+    lines = capsys.readouterr().out.splitlines()
+    matched = [m for m in map(LIVE.match, lines) if m]
+    assert len(matched) >= 3, f"expected a line per second, got:\n{chr(10).join(lines)}"
+    times = [float(m.group(1)) for m in matched]
+    assert times[0] <= 1.6, f"first progress line only after {times[0]} s"
+    gaps = [b - a for a, b in itertools.pairwise(times)]
+    assert max(gaps) <= 1.6, f"a silent stretch of {max(gaps):.1f} s between progress lines: {times}"
+    assert all(int(m.group(3)) > 0 for m in matched), "HP throughput missing from a progress line"
+    assert all(m.group(6) == "-" for m in matched), "no agent runs: the BE budget must show as '-'"
+    assert rate > 0
+    assert demo.p99_ms["1 HP alone"] is not None and demo.p99_ms["1 HP alone"] >= 0
+
+
+async def test_quiet_progress_spans_short_phases_every_three_seconds(
+        demo: Demo, capsys: pytest.CaptureFixture[str]) -> None:
+    # Like the memory-hog stretch: many 1 s phases in a row. Quiet lines are spaced by the demo, not by
+    # the phase, so a run of short phases is neither silent nor one line per phase.
+    demo.live = False
+    start = time.monotonic()
+    while time.monotonic() - start < 7.0:
+        await measure(demo, 1, "4 memory hog")
+    lines = capsys.readouterr().out.splitlines()
+    times = _times(lines, QUIET, "4 memory hog")
+    assert 2 <= len(times) <= 4, f"quiet mode should print every ~3 s, got:\n{chr(10).join(lines)}"
+    assert times[0] <= 1.6
+    gaps = [b - a for a, b in itertools.pairwise(times)]
+    assert all(2.0 <= g <= 3.6 for g in gaps), f"quiet progress gaps {gaps}"
+
+
+def test_the_demo_process_steps_into_the_agent_pod_and_back(real_root: RealRoot) -> None:
+    real_root.mkcg(AGENT_POD)
+    real_root.mkcg(f"{BE_TIER}/x")  # a sibling, so the pod is not the only thing in the tree
+    code = ("import sys\nfrom cgroups.discovery import discover\n"
+            "from agent.demo.spawn import move_self, move_back\n"
+            "def cpu(): return [l for l in open('/proc/self/cgroup').read().splitlines() if ':cpu' in l][0]\n"
+            "print(cpu()); back = move_self(discover(), sys.argv[1], sys.argv[2]); print(cpu())\n"
+            "move_back(back); print(cpu())")
+    run = subprocess.run([sys.executable, "-c", code, real_root.name, AGENT_POD], capture_output=True,
+                         text=True, timeout=30, check=True)
+    before, inside, after = run.stdout.splitlines()
+    assert inside.endswith(f"/{real_root.name}/{AGENT_POD}"), inside
+    assert after == before, f"not moved back: {after} (was {before})"
+    assert not real_root.path("cpu", AGENT_POD).joinpath("cgroup.procs").read_text().strip()
