@@ -40,7 +40,6 @@ _.format_psi, _.read_size  # cgroups/parsers.py, reader.py: PSI formatting and s
 _.watch_raw  # agent/api/client.py: raw Watch bytes for schedulers that decode themselves (bench/recovery)
 _.admit_batch  # qos/batch.py: the pure admission rule behind the ledger's Admit, tested on its own
 _.get_logger  # agent/daemon/logs.py: the structured logger for embedders of the daemon
-_.request_resync  # agent/sources/kubelet.py: early resync on demand; its trigger from the collector
 #                   (an unknown pod cgroup) is not wired since notice_pod_uids went (see the closing note)
 
 # Observed by the loop's own tests and the interference bench (fast-path wake-up counts).

@@ -10,7 +10,10 @@ hits every case alike:
   no_agent             HP + BE load, tiers as the kubelet sets them, no agent
   with_agent_cpuset    the same BE load, the agent running with policy cpuset (+ cpu.idle), the default
   with_agent_cfsquota  the same BE load, the agent running with policy cfsQuota
-  naive_1024           the same BE load, besteffort at the default 1024 shares, no agent (naive baseline)
+  with_agent_cpuset_quota  the same BE load, the agent running with policy cpuset + `cpuset_quota` (a CFS
+                       quota of the formula's budget while it is below the cpuset's whole CPUs)
+  naive_1024           the same BE load, besteffort at the default 1024 shares, no agent (naive baseline;
+                       left out of `--quick`, which must stay under a minute)
 
 BE load, the same in every case that has one: stress-ng cache thrashing, stream (memory bandwidth) and
 matrix workers, plus two CPU burners, in `besteffort/batch-*` and in YARN-style containers under
@@ -41,8 +44,9 @@ files (cpuset.cpus, cpu.cfs_quota_us or cpu.max, cpu.idle) every 2 ms and the ag
 least 5 % of capacity, a CPU out of the cpuset, or cpu.idle set); metrics cut = time until the granted
 budget drops by 5 % of capacity or to its floor; cut = the earlier of the two. On a 2-CPU node the
 cpuset policy keeps BE on one CPU whatever HP does, so its knob files do not move and its cut is the
-metrics cut. Repeated per policy. (The 20 ms scrapes themselves wake the agent's metrics thread: the
-agent wake-ups counted per trial include them.)
+metrics cut (cpuset+quota sets a quota there, a knob cut). Repeated per agent mode (cpuset, cfsQuota,
+cpuset+quota). (The 20 ms scrapes themselves wake the agent's metrics thread: the agent wake-ups counted
+per trial include them.)
 
 Acceptance (issue 17), default policy: pooled HP p99 ≤ 1.2× no agent and ≤ 1.5× alone, throughput
 ≥ 0.97 of alone, reaction cut median ≤ 0.1 s (`acceptance_met`, judged on all windows; read the p99
@@ -95,7 +99,7 @@ from cgroups.node import read_proc_stat
 from cgroups.parsers import parse_cpuset
 from cgroups.reader import CgroupReader
 from cgroups.writer import CgroupWriter
-from qos.suppression import CFS_QUOTA, CPUSET, SuppressionConfig
+from qos.suppression import CFS_QUOTA, CPUSET, SuppressionConfig, effective_min_cpus
 
 REPO = Path(__file__).resolve().parent.parent
 OUT = REPO / "bench" / "out"
@@ -120,6 +124,13 @@ TARGET_P99_VS_ALONE = 1.5
 TARGET_REACTION_S = 0.1
 CUT_PERCENT = 5.0  # a cut is a drop of the BE budget by at least this share of capacity (or to the floor)
 TRACE_S = 2.0  # how long each reaction trial watches after HP load starts (two ticks at the default 1 s)
+CPUSET_QUOTA = "cpuset+quota"
+AGENT_MODES: dict[str, dict[str, object]] = {  # the agent's `policies.suppression` per mode
+    CPUSET: {"policy": CPUSET},
+    CFS_QUOTA: {"policy": CFS_QUOTA},
+    CPUSET_QUOTA: {"policy": CPUSET, "cpuset_quota": True},
+}
+MODE_KEY = {CPUSET: "cpuset", CFS_QUOTA: "cfsquota", CPUSET_QUOTA: "cpuset_quota"}  # in figure names
 
 
 @dataclass(frozen=True)
@@ -127,8 +138,9 @@ class Case:
     key: str
     label: str
     be: bool
-    policy: str | None = None  # the agent's suppression policy; None: no agent
+    policy: str | None = None  # the agent's mode (AGENT_MODES); None: no agent
     be_shares: int = BE_SHARES
+    quick: bool = True  # run under --quick too
 
 
 CASES = (
@@ -136,9 +148,16 @@ CASES = (
     Case("no_agent", "BE, no agent (shares 2)", True),
     Case("with_agent_cpuset", "BE + agent cpuset+idle", True, CPUSET),
     Case("with_agent_cfsquota", "BE + agent cfsQuota", True, CFS_QUOTA),
-    Case("naive_1024", "BE at 1024 shares (naive)", True, None, 1024),
+    Case("with_agent_cpuset_quota", "BE + agent cpuset+quota", True, CPUSET_QUOTA),
+    Case("naive_1024", "BE at 1024 shares (naive)", True, None, 1024, quick=False),
 )
 DEFAULT_CASE = "with_agent_cpuset"
+
+
+def ran(runs: list[CaseRun]) -> tuple[Case, ...]:
+    """The cases that have runs (`--quick` leaves some out), in CASES order."""
+    keys = {r.case for r in runs}
+    return tuple(c for c in CASES if c.key in keys)
 
 
 def be_load(timeout_s: float) -> list[tuple[str, list[str]]]:
@@ -305,12 +324,12 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def agent_config(node: Node, policy: str, port: int, d: Path) -> Path:
-    """The DaemonSet's config, on the private root, with the policy, evictions off and private paths."""
+def agent_config(node: Node, mode: str, port: int, d: Path) -> Path:
+    """The DaemonSet's config, on the private root, with the mode's policy, evictions off, private paths."""
     cfg = yaml.safe_load(DAEMONSET_CONFIG.read_text())
     cfg["node"] = {"name": "bench-node", "scope": "cgroup-root"}
     cfg["cgroups"].update(root=node.root, setup_tiers=True)
-    cfg["policies"] = {"suppression": {"policy": policy}, "cpu_eviction": {"enabled": False},
+    cfg["policies"] = {"suppression": dict(AGENT_MODES[mode]), "cpu_eviction": {"enabled": False},
                        "memory_eviction": {"enabled": False}}
     cfg["metrics"].update(bind="127.0.0.1", port=port)
     cfg["state"].update(path=str(d / "state.json"))
@@ -322,11 +341,11 @@ def agent_config(node: Node, policy: str, port: int, d: Path) -> Path:
     return path
 
 
-async def start_agent(node: Node, policy: str) -> Agent:
+async def start_agent(node: Node, mode: str) -> Agent:
     """`coloc-agent run` in the agent's pod cgroup; returns once /metrics shows a BE budget."""
     d = Path(tempfile.mkdtemp(prefix="agent-", dir=node.tmp))
     port = free_port()
-    cfg = agent_config(node, policy, port, d)
+    cfg = agent_config(node, mode, port, d)
     log = d / "agent.log"
     with log.open("wb") as out:
         proc = spawn_in_cgroup(node.hierarchy, node.root, AGENT_CG,
@@ -554,7 +573,11 @@ async def reaction(node: Node, policy: str, trials: int, rng: random.Random) -> 
     """HP load starts (SIGCONT) beside running BE and the agent: how fast is BE cut, seen from outside?"""
     capacity = len(node.cpus) * 1000
     cut_step = capacity * CUT_PERCENT / 100
-    idle_level = 0.85 * capacity * SuppressionConfig().threshold_percent / 100  # budget with HP idle, about
+    idle_budget = capacity * SuppressionConfig().threshold_percent / 100  # the budget with HP idle, about
+    if policy == CPUSET_QUOTA:  # what /metrics shows there: the whole CPUs that budget buys
+        cfg = SuppressionConfig()
+        idle_budget = max(idle_budget // 1000, effective_min_cpus(cfg, len(node.cpus))) * 1000
+    idle_level = 0.85 * idle_budget
     reset_tiers(node)
     hp_signal(node, signal.SIGSTOP)
     agent: Agent | None = None
@@ -590,7 +613,7 @@ async def reaction(node: Node, policy: str, trials: int, rng: random.Random) -> 
             cut = min((v for v in (knob, metrics) if v is not None), default=None)
             out.append(Trial(policy, before, int(after), cut, knob, metrics, settled,
                              agent.counters()[1] - wake0, trace))
-            print(f"  reaction {policy:<9} budget {before:>5}m -> {int(after):>5}m  cut {fmt(cut, 3)} s "
+            print(f"  reaction {policy:<12} budget {before:>5}m -> {int(after):>5}m  cut {fmt(cut, 3)} s "
                   f"(knob files {fmt(knob, 3)} s, /metrics {fmt(metrics, 3)} s)  settled {fmt(settled, 3)} s"
                   f"  agent wake-ups {out[-1].agent_wakeups}", flush=True)
     finally:
@@ -699,9 +722,10 @@ def summarize(runs: list[CaseRun], trials: list[Trial], args: argparse.Namespace
     by = {(r.case, r.round): r for r in runs}
     rounds = sorted({r.round for r in runs})
     rng = random.Random(17)
-    tails = {c.key: tail([r.lateness_us for r in runs if r.case == c.key], rng) for c in CASES}
+    cases = ran(runs)
+    tails = {c.key: tail([r.lateness_us for r in runs if r.case == c.key], rng) for c in cases}
     quiet = {c.key: tail([r.lateness_us for r in runs if r.case == c.key
-                          and r.rates.other_milli < QUIET_OUTSIDE_MILLI], rng) for c in CASES}
+                          and r.rates.other_milli < QUIET_OUTSIDE_MILLI], rng) for c in cases}
     figures: dict[str, object] = {
         "bench": "interference", "machine_cpus": len(os.sched_getaffinity(0)), "hp_threads": args.hp_threads,
         "rounds": len(rounds), "seconds_per_phase": args.seconds, "warmup_s": args.warmup,
@@ -710,7 +734,7 @@ def summarize(runs: list[CaseRun], trials: list[Trial], args: argparse.Namespace
         "agent_cgroup": AGENT_CG, "agent_cpu_shares": AGENT_SHARES,
     }
     rows = []
-    for case in CASES:
+    for case in cases:
         k = case.key
         per = [r for r in runs if r.case == k]
         thr = med(r.rates.hp_units_per_s for r in per)
@@ -783,9 +807,9 @@ def _reaction_figures(figures: dict[str, object], trials: list[Trial]) -> None:
     default = [t.cut_s for t in trials if t.policy == CPUSET]
     figures["reaction_target_met"] = bool(default) and None not in default and \
         statistics.median(t for t in default if t is not None) <= TARGET_REACTION_S
-    for policy in (CPUSET, CFS_QUOTA):
+    for policy in AGENT_MODES:
         mine = [t for t in trials if t.policy == policy]
-        p = policy.lower()
+        p = MODE_KEY[policy]
         for name, get in (("reaction_s", lambda t: t.cut_s), ("knob_cut_s", lambda t: t.knob_s),
                           ("metrics_cut_s", lambda t: t.metrics_s), ("settled_s", lambda t: t.settled_s)):
             vals = [v for v in map(get, mine) if v is not None]
@@ -816,9 +840,9 @@ def print_table(rows: list[list[str]], figures: dict[str, object]) -> None:
           "the agent process's CPU (milli) and wake-ups; 'outside m' the CPU used outside the bench's root; "
           f"'quiet' the same over the n windows in which the rest of the machine used < "
           f"{QUIET_OUTSIDE_MILLI}m)")
-    for p in (CPUSET, CFS_QUOTA):
-        q = p.lower()
-        print(f"reaction {p:<9}: cut median {fmt(_f(figures, f'reaction_s_median_{q}'), 3)} s, max "
+    for p in AGENT_MODES:
+        q = MODE_KEY[p]
+        print(f"reaction {p:<12}: cut median {fmt(_f(figures, f'reaction_s_median_{q}'), 3)} s, max "
               f"{fmt(_f(figures, f'reaction_s_max_{q}'), 3)} s (knob files "
               f"{fmt(_f(figures, f'knob_cut_s_median_{q}'), 3)} s, /metrics "
               f"{fmt(_f(figures, f'metrics_cut_s_median_{q}'), 3)} s); settled median "
@@ -848,14 +872,14 @@ def plots(runs: list[CaseRun], trials: list[Trial]) -> list[str]:
         {label[k]: [(s.t, s.rates.hp_units_per_s) for s in r.samples] for k, r in mine.items()},
         "HP work units / s")]
     tails: dict[str, list[tuple[float, float]]] = {}
-    for c in CASES:
+    for c in ran(runs):
         bl = [b for r in runs if r.case == c.key for b in blocks(r.lateness_us)]
         tails[label[c.key]] = [(i + 1.0, percentile(b, 0.99) / 1e3) for i, b in enumerate(bl)]
     written.append(plot_timeseries(OUT / "interference_hp_p99.png",
                                    "HP wake-up p99 of each 1 s block, every round, per case", tails,
                                    "p99 lateness (ms)", "1 s block (rounds one after another)"))
     be: dict[str, list[tuple[float, float]]] = {}
-    for c in CASES:
+    for c in ran(runs):
         r = mine.get(c.key)
         if r is None or not c.be:
             continue
@@ -864,9 +888,9 @@ def plots(runs: list[CaseRun], trials: list[Trial]) -> list[str]:
             be[f"BE budget (/metrics): {c.policy}"] = [(s.t, float(s.budget_milli)) for s in r.samples
                                                        if s.budget_milli is not None]
             be[f"agent CPU: {c.policy}"] = [(s.t, s.rates.agent_milli) for s in r.samples]
-        if c.policy == CFS_QUOTA:
-            be["BE quota file: cfsQuota"] = [(s.t, float(s.quota_milli)) for s in r.samples
-                                             if s.quota_milli is not None]
+        if c.policy in (CFS_QUOTA, CPUSET_QUOTA):
+            be[f"BE quota file: {c.policy}"] = [(s.t, float(s.quota_milli)) for s in r.samples
+                                                if s.quota_milli is not None]
     written.append(plot_timeseries(OUT / "interference_be_cpu.png",
                                    f"BE CPU used and granted, with and without the agent (round {last + 1})",
                                    be, "milli-CPU"))
@@ -887,6 +911,7 @@ def plots(runs: list[CaseRun], trials: list[Trial]) -> list[str]:
 
 async def run(args: argparse.Namespace) -> dict[str, object]:
     load_start = os.getloadavg()[0]
+    cases = tuple(c for c in CASES if c.quick or not args.quick)
     node = make_node(f"coloc-bench-{os.getpid()}")
     runs: list[CaseRun] = []
     trials: list[Trial] = []
@@ -898,10 +923,10 @@ async def run(args: argparse.Namespace) -> dict[str, object]:
             raise RuntimeError("the HP service or the probe did not start")
         print(f"interference bench on {node.root}: {len(node.cpus)} CPUs, HP {args.hp_threads} thread(s) + "
               f"probe every {PROBE_PERIOD_MS:g} ms; agent as its own process in {AGENT_CG} (cpu.shares "
-              f"{AGENT_SHARES}); {args.rounds} round(s) of {len(CASES)} cases, {args.warmup:g} s warm-up + "
+              f"{AGENT_SHARES}); {args.rounds} round(s) of {len(cases)} cases, {args.warmup:g} s warm-up + "
               f"{args.seconds:g} s each; load average {load_start:.2f}", flush=True)
         for r in range(args.rounds):
-            for case in (CASES if r % 2 == 0 else tuple(reversed(CASES))):
+            for case in (cases if r % 2 == 0 else tuple(reversed(cases))):
                 run_ = await run_case(node, case, r, args.warmup, args.seconds)
                 runs.append(run_)
                 late = run_.lateness_us
@@ -912,7 +937,7 @@ async def run(args: argparse.Namespace) -> dict[str, object]:
                       f"{fmt(p99, 3)} ms  BE {run_.rates.be_milli:>5.0f}m  outside "
                       f"{run_.rates.other_milli:>5.0f}m{agent}", flush=True)
         rng = random.Random(7)
-        for policy in (CPUSET, CFS_QUOTA):
+        for policy in AGENT_MODES:
             trials += await reaction(node, policy, args.trials, rng)
     finally:
         cleanup(node)
@@ -925,17 +950,17 @@ async def run(args: argparse.Namespace) -> dict[str, object]:
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="bench/interference.py", description=__doc__.split("\n\n")[0])
-    p.add_argument("--quick", action="store_true", help="short phases, one round, two trials: a smoke run")
+    p.add_argument("--quick", action="store_true", help="short phases, one round, one trial: a smoke run")
     p.add_argument("--seconds", type=float, help="measured seconds per case (default 5; 3 with --quick)")
     p.add_argument("--warmup", type=float,
                    help="seconds before each measurement (default 2; 1.5 with --quick)")
     p.add_argument("--rounds", type=int, help="rounds of all cases (default 6; 1 with --quick)")
-    p.add_argument("--trials", type=int, help="reaction trials per policy (default 7; 2 with --quick)")
+    p.add_argument("--trials", type=int, help="reaction trials per agent mode (default 7; 1 with --quick)")
     p.add_argument("--hp-threads", type=int, default=1, choices=(1, 2),
                    help="threads of the HP service (default 1: one core busy, one left to BE)")
     args = p.parse_args(argv)
     quick = args.quick
-    defaults = (("seconds", 5.0, 3.0), ("warmup", 2.0, 1.5), ("rounds", 6, 1), ("trials", 7, 2))
+    defaults = (("seconds", 5.0, 3.0), ("warmup", 2.0, 1.5), ("rounds", 6, 1), ("trials", 7, 1))
     for name, full, short in defaults:
         if getattr(args, name) is None:
             setattr(args, name, short if quick else full)

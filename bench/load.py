@@ -9,14 +9,16 @@ admitted through the API. Then, for --seconds:
     from --workers client processes: half call GetSnapshot every --snapshot-period s (± 50 % jitter),
     half hold a Watch stream opened as a scheduler opens it (GetSnapshot, then Watch from its revision);
   - a scheduler admitting --admit-rate new allocations a second through the same socket, so watchers
-    receive events;
+    receive events; as a scheduler does, it admits only what the batch budget still holds (the node is
+    sized so the fill and every Admit fit: a refusal or a skipped Admit is then a real failure);
   - --scrapers threads scraping /metrics every --scrape-period s.
 Measured: tick intervals (start to start, from the agent's own `coloc_last_tick_timestamp_seconds`,
 sampled every 50 ms with `coloc_ticks_total`; pairs where a tick was not seen are left out and counted),
 tick cadence (ticks ÷ window/interval), mean tick duration (`coloc_tick_duration_seconds` sum/count),
 GetSnapshot / Admit / scrape latency, Watch events, every error, and the agent's RSS high-water mark
-(VmHWM). Before the load, side by side: GetSnapshot p50/p99 through the gate vs directly on gRPC's private
-socket, interleaved, with the allocations in the ledger.
+(VmHWM). Every error is kept with its gRPC status code and details and printed as a histogram
+("error_kinds"). Before the load, side by side: GetSnapshot p50/p99 through the gate vs directly on gRPC's
+private socket, interleaved, with the allocations in the ledger.
 Needs root and writable cgroups; raises the open-file limit to the hard limit. Last line: one JSON object.
 """
 
@@ -24,7 +26,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import json
+import math
 import random
 import resource
 import shutil
@@ -103,7 +107,7 @@ async def _snapshotter(address: str, start: float, end: float, period: float, ou
                 if time.time() < end:
                     out["snapshot_ms"].append((time.perf_counter() - t) * 1e3)
             except grpc.aio.AioRpcError as err:
-                out["errors"].append(f"GetSnapshot {err.code().name}")
+                out["errors"].append(rpc_error("GetSnapshot", err))
             await asyncio.sleep(period * random.uniform(0.5, 1.5))
 
 
@@ -123,7 +127,7 @@ async def _watcher(address: str, end: float, out: dict[str, Any]) -> None:
         except TimeoutError:
             stream.cancel()
         except grpc.aio.AioRpcError as err:
-            out["errors"].append(f"Watch {err.code().name}")
+            out["errors"].append(rpc_error("Watch", err))
 
 
 async def worker_main(address: str, snapshotters: int, watchers: int, start: float, end: float,
@@ -132,8 +136,17 @@ async def worker_main(address: str, snapshotters: int, watchers: int, start: flo
     tasks = [_snapshotter(address, start, end, period, out) for _ in range(snapshotters)]
     tasks += [_watcher(address, end, out) for _ in range(watchers)]
     results = await asyncio.gather(*tasks, return_exceptions=True)
-    out["errors"] += [f"{type(r).__name__}: {r}"[:120] for r in results if isinstance(r, BaseException)]
+    for r in results:
+        if isinstance(r, grpc.aio.AioRpcError):
+            out["errors"].append(rpc_error("connect (first GetSnapshot)", r))
+        elif isinstance(r, BaseException):
+            out["errors"].append(f"{type(r).__name__}: {r}"[:160])
     return out
+
+
+def rpc_error(method: str, err: grpc.aio.AioRpcError) -> str:
+    """One error as the histogram counts it: method, status code, details (cut)."""
+    return f"{method} {err.code().name}: {err.details() or ''}"[:400]
 
 
 # ---- scrapers and the tick sampler (threads of the bench process) -----------------------------------------
@@ -194,10 +207,18 @@ def scrape(port: int, end: float, period: float, lat: list[float], errors: list[
 # ---- the agent ---------------------------------------------------------------------------------------
 
 
+def budget_cpus(args: argparse.Namespace) -> int:
+    """Node CPUs whose whole batch budget (reclaim threshold 100 %) holds the fill and every Admit of the
+    load (1 milli-CPU each) with room to spare: a refusal is then a real failure, not a full node."""
+    needed: int = args.allocations + math.ceil(args.admit_rate * args.seconds) + 200
+    return max(2, math.ceil(needed / 1000))
+
+
 def write_config(d: Path, root: str, port: int, args: argparse.Namespace) -> Path:
     watchers = args.clients - args.clients // 2
     cfg = {
-        "node": {"name": "load-node", "cpus": 2, "memory": "64Gi", "scope": "cgroup-root"},
+        "node": {"name": "load-node", "cpus": budget_cpus(args), "memory": "64Gi", "scope": "cgroup-root"},
+        "batch": {"origin": "local", "cpu_reclaim_threshold_percent": 100},
         "cgroups": {"root": root, "setup_tiers": True, "cleanup_on_exit": True},
         "loop": {"interval_s": args.interval, "fast_path": False},
         "eviction": {"dry_run": True},
@@ -272,13 +293,20 @@ async def admitter(sock: str, first: int, rate: float, end: float, lat: list[flo
                    errors: list[str]) -> int:
     i = first
     async with AgentClient(sock) as c:
+        status = await c.status()  # as a scheduler does: admit only what fits
+        room = status.node.batch_allocatable.milli_cpu - status.batch_allocated.milli_cpu
         while time.time() < end:
             t = time.perf_counter()
+            if room < 1:
+                errors.append("Admit not sent: the batch budget is full (the bench's sizing is wrong)")
+                await asyncio.sleep(1 / rate)
+                continue
             try:
                 r = await c.admit(request(i), 1)
                 lat.append((time.perf_counter() - t) * 1e3)
+                room = r.batch_free.milli_cpu
                 if not r.accepted:
-                    errors.append(f"Admit refused: {r.refusal} {r.message}"[:120])
+                    errors.append(f"Admit refused: {r.refusal} {r.message}"[:160])
             except Exception as err:  # counted; the load goes on
                 errors.append(f"Admit {type(err).__name__}: {err}"[:120])
             i += 1
@@ -365,7 +393,7 @@ def summarize(args: argparse.Namespace, sampler: Sampler, snapshot_ms: list[floa
     dur_n = last["coloc_tick_duration_seconds_count"] - first["coloc_tick_duration_seconds_count"]
     dur_s = last["coloc_tick_duration_seconds_sum"] - first["coloc_tick_duration_seconds_sum"]
     iv = sampler.intervals
-    distinct = sorted({e.split(":")[0] for e in errors})
+    kinds = collections.Counter(errors).most_common()
     return {
         "clients": args.clients, "scrapers": args.scrapers, "seconds": args.seconds,
         "configured_interval_s": args.interval,
@@ -384,7 +412,7 @@ def summarize(args: argparse.Namespace, sampler: Sampler, snapshot_ms: list[floa
         "watch_streams_open": sum(r["watch_open"] for r in results),
         "watch_events_received": sum(r["watch_events"] for r in results),
         "scrapes": len(scrape_ms), "scrape_p99_ms": round(pct(scrape_ms, 99), 3),
-        "errors": len(errors), "error_kinds": distinct[:10],
+        "errors": len(errors), "error_kinds": dict(kinds[:10]),
         "agent_rss_max_mib": round(rss_max / (1 << 20), 1), "agent_vm_hwm_mib": round(hwm_kib / 1024, 1),
     }
 
@@ -457,7 +485,10 @@ def main() -> int:
         root.cleanup()
         shutil.rmtree(d, ignore_errors=True)
     for k, v in out.items():
-        print(f"{k:40} {v}")
+        if k != "error_kinds":
+            print(f"{k:40} {v}")
+    for kind, count in out["error_kinds"].items():
+        print(f"error {count:6} × {kind}")
     ok = out["tick_interval_p99_ratio"] <= TARGET_TICK_P99_RATIO
     print(f"target tick interval p99 ≤ {TARGET_TICK_P99_RATIO} × configured: {'met' if ok else 'NOT met'}; "
           f"gate GetSnapshot p99 {out['snapshot_gate_p99_ms']} ms vs target {TARGET_SNAPSHOT_P99_MS} ms: "

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
-from qos import victims
+from qos import validation, victims
 from qos.actions import Action, Evict, EvictReason, Hold
 from qos.model import NodeSnapshot, Resources, Source, Workload
 from qos.pipeline import Policy
@@ -44,26 +44,26 @@ class BatchConfig:
     """
 
     origin: Literal["annotation", "local"] = "annotation"
-    cpu_reclaim_threshold_percent: int = 60
-    memory_reclaim_threshold_percent: int = 65
-    reserved_milli_cpu: int = 0
-    reserved_memory_bytes: int = 0
-    diff_threshold: float = 0.1
-    update_interval_s: float = 300.0
+    cpu_reclaim_threshold_percent: int = validation.bounded(60, 0, 100)
+    memory_reclaim_threshold_percent: int = validation.bounded(65, 0, 100)
+    reserved_milli_cpu: int = validation.bounded(0, 0, MAX_MILLI_CPU)
+    reserved_memory_bytes: int = validation.bounded(0, 0, MAX_MEMORY_BYTES)
+    diff_threshold: float = validation.bounded(0.1, 0.0, 1.0)
+    update_interval_s: float = validation.bounded(300.0, 1.0, 86400.0)
     evict: bool = True
-    pending_release_s: float = 60.0
+    pending_release_s: float = validation.bounded(60.0, 1.0, 3600.0)
     # A locally computed origin moves with HP usage: one busy second must not evict batch work, so with
     # origin "local" the overcommit has to last this long (admissions are refused at once all the same).
-    local_sustain_s: float = 5.0
+    local_sustain_s: float = validation.bounded(5.0, 0.0, 3600.0)
     # The annotation origin is koord-manager's answer to our NodeMetric. Without a report newer than this
     # (3 report intervals at koordlet's default 60 s), a zero or missing origin is koord-manager's
     # degradation (it resets batch resources to 0), not the node's capacity: held, never acted on.
-    origin_report_max_age_s: float = 180.0
+    origin_report_max_age_s: float = validation.bounded(180.0, 1.0, 86400.0)
     # A zero origin, or a drop by more than this fraction of the origin in force in one step, is acted on
     # only once it has lasted `origin_confirm_s`: 2 report intervals, so koord-manager has recomputed it
     # from at least one more of our reports (it syncs on every NodeMetric change of more than 10 %).
-    origin_drop_fraction: float = 0.5
-    origin_confirm_s: float = 120.0
+    origin_drop_fraction: float = validation.bounded(0.5, 0.01, 1.0)
+    origin_confirm_s: float = validation.bounded(120.0, 0.0, 86400.0)
 
     def __post_init__(self) -> None:
         for name in ("cpu_reclaim_threshold_percent", "memory_reclaim_threshold_percent"):

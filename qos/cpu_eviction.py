@@ -28,12 +28,12 @@ POLICY_NAME = "cpu_eviction"
 @dataclass(frozen=True, slots=True)
 class CpuEvictionConfig:
     enabled: bool = True
-    satisfaction_lower_percent: float = 60.0
-    satisfaction_upper_percent: float = 80.0
-    be_usage_threshold_percent: float = 90.0
-    window_s: float = 10.0
-    cool_down_s: float = 20.0
-    pending_timeout_s: float = 120.0
+    satisfaction_lower_percent: float = validation.bounded(60.0, 1.0, 100.0)
+    satisfaction_upper_percent: float = validation.bounded(80.0, 1.0, 100.0)
+    be_usage_threshold_percent: float = validation.bounded(90.0, 0.0, 100.0)
+    window_s: float = validation.bounded(10.0, 0.1, 3600.0)
+    cool_down_s: float = validation.bounded(20.0, 0.0, 3600.0)
+    pending_timeout_s: float = validation.bounded(120.0, 1.0, 3600.0)
 
     def __post_init__(self) -> None:
         p = "cpu_eviction."

@@ -13,7 +13,7 @@ from qos.model import NodeSnapshot
 class FailsafeConfig:
     """`max_sample_age_s`: a workload whose usage is older than this blocks every eviction this tick."""
 
-    max_sample_age_s: float = 5.0
+    max_sample_age_s: float = validation.bounded(5.0, 0.1, 3600.0)
 
     def __post_init__(self) -> None:
         validation.number("failsafe.max_sample_age_s", self.max_sample_age_s, low=0, low_open=True)

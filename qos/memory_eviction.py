@@ -29,10 +29,10 @@ class MemoryEvictionConfig:
     """`lower_percent` None means `threshold_percent − 2` (not below 0)."""
 
     enabled: bool = True
-    threshold_percent: float = 70.0
-    lower_percent: float | None = None
-    cool_down_s: float = 4.0
-    pending_timeout_s: float = 120.0
+    threshold_percent: float = validation.bounded(70.0, 1.0, 100.0)
+    lower_percent: float | None = validation.bounded(None, 0.0, 100.0)
+    cool_down_s: float = validation.bounded(4.0, 0.0, 3600.0)
+    pending_timeout_s: float = validation.bounded(120.0, 1.0, 3600.0)
 
     def __post_init__(self) -> None:
         p = "memory_eviction."

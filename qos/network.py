@@ -39,13 +39,13 @@ STALE_INTERVALS = 3.0
 @dataclass(frozen=True, slots=True)
 class NetworkPolicyConfig:
     mode: str = THRESHOLD
-    watermark_percent: float = 80.0
-    low_share_percent: float = 10.0
-    high_share_percent: float = 40.0
-    hysteresis_percent: float = 10.0
-    hold_s: float = 2.0
-    headroom_percent: float = 5.0
-    dead_band_percent: float = 5.0
+    watermark_percent: float = validation.bounded(80.0, 1.0, 100.0)
+    low_share_percent: float = validation.bounded(10.0, 1.0, 100.0)
+    high_share_percent: float = validation.bounded(40.0, 1.0, 100.0)
+    hysteresis_percent: float = validation.bounded(10.0, 0.0, 100.0)
+    hold_s: float = validation.bounded(2.0, 0.0, 3600.0)
+    headroom_percent: float = validation.bounded(5.0, 0.0, 50.0)
+    dead_band_percent: float = validation.bounded(5.0, 0.0, 50.0)
 
     def __post_init__(self) -> None:
         p = "network.policy."

@@ -14,6 +14,8 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from qos import validation
+
 OPT_OUT_ANNOTATION = "coloc-agent.io/protected"
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 SOURCE_ANNOTATION = "kubernetes.io/config.source"
@@ -27,7 +29,7 @@ _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 class ProtectionConfig:
     """The `protection:` section. `namespaces` are protected whole; `daemonsets` protects DaemonSet pods."""
 
-    priority_threshold: int = SYSTEM_CLUSTER_CRITICAL
+    priority_threshold: int = validation.bounded(SYSTEM_CLUSTER_CRITICAL, 1, INT32_MAX)
     namespaces: tuple[str, ...] = ("kube-system",)
     daemonsets: bool = True
 

@@ -19,7 +19,7 @@ from qos.model import NodeSnapshot, Resources
 from qos.network import NetworkPolicy, NetworkPolicyConfig
 from qos.pipeline import Pipeline, PipelineState, Policy
 from qos.policies import PolicyConfig
-from qos.suppression import SuppressionPolicy, SuppressionState, bounds
+from qos.suppression import SuppressionPolicy, SuppressionState, bounds, granted_milli
 
 
 def node_qos_policies(config: PolicyConfig) -> tuple[Policy[Any], ...]:
@@ -53,7 +53,7 @@ def be_cpu_grant(pipeline: Pipeline, state: PipelineState,
     for p in pipeline.policies:
         if isinstance(p, SuppressionPolicy):
             sup = state[p.name]
-            granted = sup.budget_milli if isinstance(sup, SuppressionState) else None
+            granted = granted_milli(sup, p.config) if isinstance(sup, SuppressionState) else None
             return granted, bounds(snapshot, p.config)[0], p.config.policy
     return None, None, ""
 

@@ -24,7 +24,13 @@ the formula allows; on a 2-CPU node at 65 % that is 1 CPU even with HP idle: 130
 `min_cpus` (1 on a node of ≤ 2 CPUs; `min_milli_cpu` rounds up to whole CPUs), taken from the END of
 `snapshot.cpus`: HP work and system daemons tend to sit on the low-numbered CPUs, and a source that lists
 hyper-thread siblings next to each other makes this take whole physical cores first. Any CFS quota on
-the BE tier is lifted: on the measured kernel a quota made HP wake-up p99 20–35× worse.
+the BE tier is lifted, unless `cpuset_quota`: then the budget is kept in milli-cores as under `cfsQuota`
+(floor `max(min_milli_cpu, 20)`, PSI steps of `psi_shrink_percent` of capacity, no whole-CPU step), the
+cpuset is still `budget // 1000` CPUs (at least the minimum), and while the budget is below those CPUs
+the BE tier also gets a CFS quota of the budget, lifted once the budget reaches them; BE then never gets
+more than the formula allows (`granted_milli`: the lesser of the CPUs and the quota). An early note
+that a quota made HP wake-up p99 20–35× worse did not hold in `bench/interference.py` (2 CPUs, 6
+rounds): cfsQuota's pooled p99 was 1.45× and 1.47× HP alone in two runs, 0.32× and 0.47× no agent.
 Policy `cfsQuota`: the BE tier gets a quota of `budget` milli-cores, at least 20 (2 ms per 100 ms
 period), and every CPU in its cpuset.
 
@@ -54,14 +60,15 @@ MIN_QUOTA_MILLI_CPU = 20
 class SuppressionConfig:
     enabled: bool = True
     policy: str = CPUSET
-    threshold_percent: float = 65.0
-    min_milli_cpu: int = 0
-    min_cpus: int = 2
-    max_grow_percent: float = 10.0
-    dead_band_percent: float = 1.0
+    threshold_percent: float = validation.bounded(65.0, 0.0, 100.0)
+    min_milli_cpu: int = validation.bounded(0, 0, 10**9)
+    min_cpus: int = validation.bounded(2, 1, 4096)
+    max_grow_percent: float = validation.bounded(10.0, 1.0, 100.0)
+    dead_band_percent: float = validation.bounded(1.0, 0.0, 50.0)
     cpu_idle: bool = True
-    psi_threshold_percent: float | None = 10.0
-    psi_shrink_percent: float = 10.0
+    psi_threshold_percent: float | None = validation.bounded(10.0, 0.0, 100.0)
+    psi_shrink_percent: float = validation.bounded(10.0, 1.0, 100.0)
+    cpuset_quota: bool = False
 
     def __post_init__(self) -> None:
         p = "suppression."
@@ -76,6 +83,7 @@ class SuppressionConfig:
         if self.psi_threshold_percent is not None:
             validation.number(p + "psi_threshold_percent", self.psi_threshold_percent, low=0, high=100)
         validation.number(p + "psi_shrink_percent", self.psi_shrink_percent, low=0, high=100, low_open=True)
+        validation.flag(p + "cpuset_quota", self.cpuset_quota)
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,13 +102,24 @@ def effective_min_cpus(config: SuppressionConfig, ncpus: int) -> int:
     return min(1 if ncpus <= 2 else config.min_cpus, ncpus)
 
 
+def quota_under_cpuset(config: SuppressionConfig) -> bool:
+    """True when the `cpuset` policy also caps BE with a CFS quota below its whole CPUs (`cpuset_quota`)."""
+    return config.policy == CPUSET and config.cpuset_quota
+
+
+def _min_cpus(snapshot: NodeSnapshot, config: SuppressionConfig) -> int:
+    # Whole CPUs: a configured minimum of 1500 milli-cores means 2 CPUs.
+    return max(-(-config.min_milli_cpu // 1000), effective_min_cpus(config, len(snapshot.cpus)))
+
+
 def bounds(snapshot: NodeSnapshot, config: SuppressionConfig) -> tuple[int, int]:
     """(floor, ceiling) of the BE budget in milli-cores under the configured policy."""
-    if config.policy == CPUSET:
+    if quota_under_cpuset(config):
         ceiling = len(snapshot.cpus) * 1000
-        # Whole CPUs: a configured minimum of 1500 milli-cores means 2 CPUs.
-        min_cpus = max(-(-config.min_milli_cpu // 1000), effective_min_cpus(config, len(snapshot.cpus)))
-        floor = min_cpus * 1000
+        floor = max(config.min_milli_cpu, MIN_QUOTA_MILLI_CPU)
+    elif config.policy == CPUSET:
+        ceiling = len(snapshot.cpus) * 1000
+        floor = _min_cpus(snapshot, config) * 1000
     else:
         ceiling = max(snapshot.capacity.milli_cpu, MIN_QUOTA_MILLI_CPU)
         floor = max(config.min_milli_cpu, MIN_QUOTA_MILLI_CPU)
@@ -134,9 +153,10 @@ def formula_milli(snapshot: NodeSnapshot, config: SuppressionConfig) -> tuple[fl
 
 def _knob_budget(snapshot: NodeSnapshot, config: SuppressionConfig, ceiling: int) -> int:
     """What BE has now according to the knobs read back; unknown or unlimited reads as the ceiling."""
-    if config.policy == CPUSET:
-        return len(snapshot.be_tier.cpuset) * 1000 if snapshot.be_tier.cpuset else ceiling
     quota = snapshot.be_tier.quota_milli_cpu
+    if config.policy == CPUSET:
+        cpus = len(snapshot.be_tier.cpuset) * 1000 if snapshot.be_tier.cpuset else ceiling
+        return min(cpus, quota) if quota is not None and config.cpuset_quota else cpus
     return quota if quota is not None else ceiling
 
 
@@ -184,7 +204,7 @@ def _target(formula: float | None, current: int, floor: int, ceiling: int, cap: 
         target = min(max(math.floor(formula), floor), ceiling)
     if pressure.cut:
         step = math.floor(cap * config.psi_shrink_percent / 100)
-        if config.policy == CPUSET:
+        if config.policy == CPUSET and not config.cpuset_quota:
             step = max(step, 1000)
         step = max(step, 1)
         if current - step < target:
@@ -220,9 +240,9 @@ def _next_budget(snapshot: NodeSnapshot, config: SuppressionConfig, current: int
 
 def _cpuset_knobs(snapshot: NodeSnapshot, config: SuppressionConfig, state: SuppressionState, budget: int,
                   change: str, numbers: dict[str, float]) -> tuple[list[Action], tuple[int, ...]]:
-    """The cpuset the budget buys (whole CPUs from the end), and no CFS quota."""
+    """The cpuset the budget buys (whole CPUs from the end); its quota knob is `_cpuset_quota`'s."""
     actions: list[Action] = []
-    ncpus = min(max(budget // 1000, effective_min_cpus(config, len(snapshot.cpus))), len(snapshot.cpus))
+    ncpus = min(max(budget // 1000, _min_cpus(snapshot, config)), len(snapshot.cpus))
     cpuset = tuple(sorted(snapshot.cpus[len(snapshot.cpus) - ncpus :]))
     numbers["be_cpus"] = ncpus
     seen = snapshot.be_tier.cpuset
@@ -232,12 +252,31 @@ def _cpuset_knobs(snapshot: NodeSnapshot, config: SuppressionConfig, state: Supp
     elif seen and set(seen) != set(cpuset):
         why = f"re-assert: BE cpuset read back as {_fmt_cpus(seen)}, granted {_fmt_cpus(cpuset)}"
         actions.append(SetBeCpuset(cpuset, why, dict(numbers)))
-    if snapshot.be_tier.quota_milli_cpu is not None:
-        why = "cpuset policy: no CFS quota on the BE tier (a quota costs HP wake-up latency)"
-        actions.append(
-            SetBeCpuQuota(None, why, {"found_quota_milli_cpu": snapshot.be_tier.quota_milli_cpu})
-        )
     return actions, cpuset
+
+
+def _cpuset_quota(snapshot: NodeSnapshot, state: SuppressionState, quota: int | None, change: str,
+                  numbers: dict[str, float]) -> list[Action]:
+    """Under `cpuset`: the quota `cpuset_quota` asks for below the cpuset's whole CPUs, else none at all."""
+    seen = snapshot.be_tier.quota_milli_cpu
+    if quota is None:
+        if state.quota_milli is not None:
+            why = change or "BE budget reaches its cpuset's whole CPUs: quota lifted"
+            return [SetBeCpuQuota(None, why, dict(numbers))]
+        if seen is not None:
+            why = f"re-assert: BE quota read back as {seen} milli-CPU, none granted under cpuset"
+            return [SetBeCpuQuota(None, why, {"found_quota_milli_cpu": seen})]
+        return []
+    numbers["be_quota_milli_cpu"] = quota
+    if state.quota_milli != quota:
+        first = state.quota_milli is None
+        why = change or ("BE quota below its cpuset" if first else "BE quota follows the budget")
+        return [SetBeCpuQuota(quota, why, dict(numbers))]
+    if seen is None or abs(seen - quota) > 1:
+        found = "no quota" if seen is None else f"{seen} milli-CPU"
+        why = f"re-assert: BE quota read back as {found}, granted {quota} milli-CPU"
+        return [SetBeCpuQuota(quota, why, dict(numbers))]
+    return []
 
 
 def _quota_knobs(snapshot: NodeSnapshot, state: SuppressionState, quota: int, change: str,
@@ -302,9 +341,19 @@ def decide(
 
     if config.policy == CPUSET:
         knobs, cpuset = _cpuset_knobs(snapshot, config, state, budget, change, numbers)
-        return actions + knobs, replace(new_state, budget_milli=budget, cpuset=cpuset, quota_milli=None)
+        quota = budget if config.cpuset_quota and budget < len(cpuset) * 1000 else None
+        knobs += _cpuset_quota(snapshot, state, quota, change, numbers)
+        return actions + knobs, replace(new_state, budget_milli=budget, cpuset=cpuset, quota_milli=quota)
     knobs = _quota_knobs(snapshot, state, budget, change, numbers)
     return actions + knobs, replace(new_state, budget_milli=budget, cpuset=None, quota_milli=budget)
+
+
+def granted_milli(state: SuppressionState, config: SuppressionConfig) -> int | None:
+    """What BE may use now: the budget, or under `cpuset_quota` the lesser of its whole CPUs and its quota."""
+    if state.budget_milli is None or state.cpuset is None or not quota_under_cpuset(config):
+        return state.budget_milli
+    cpus = len(state.cpuset) * 1000
+    return cpus if state.quota_milli is None else min(cpus, state.quota_milli)
 
 
 @dataclass(frozen=True, slots=True)

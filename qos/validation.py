@@ -1,8 +1,41 @@
-"""Checks shared by the policy configs: each raises ValueError naming the offending field."""
+"""Checks shared by the policy configs: each raises ValueError naming the offending field.
+
+`bounded` declares a numeric field's sane range next to its default (as field metadata); the agent's
+config loader refuses a YAML or NodeSLO value outside it before the config object is built.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import math
+from typing import Any
+
+BOUNDS = "bounds"  # the field-metadata key
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Bounds:
+    """A numeric setting's documented range, both ends included."""
+
+    low: int | float
+    high: int | float
+
+    def __str__(self) -> str:
+        return f"[{_fmt(self.low)}, {_fmt(self.high)}]"
+
+
+def _fmt(v: int | float) -> str:
+    return f"{v:g}" if isinstance(v, float) else str(v)
+
+
+def bounded(default: Any, low: int | float, high: int | float) -> Any:
+    """A dataclass field with `default` whose value must lie in [low, high]."""
+    return dataclasses.field(default=default, metadata={BOUNDS: Bounds(low, high)})
+
+
+def bounds_of(cls: type) -> dict[str, Bounds]:
+    """The declared range of each bounded field of dataclass `cls`."""
+    return {f.name: f.metadata[BOUNDS] for f in dataclasses.fields(cls) if BOUNDS in f.metadata}
 
 
 def number(

@@ -1,7 +1,8 @@
 """Build frozen config dataclasses from plain YAML data, naming the field whenever something is wrong.
 
-Every config dataclass in the agent is loaded through `from_mapping`: unknown keys, wrong types and values
-its `__post_init__` rejects all raise `ConfigError` with the dotted path of the field.
+Every config dataclass in the agent is loaded through `from_mapping`: unknown keys, wrong types, numbers
+outside a field's declared range (`qos.validation.bounded`) and values its `__post_init__` rejects all raise
+`ConfigError` with the dotted path of the field.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any, TypeVar, Union, get_args, get_origin, get_type_hints
 import yaml
 
 from qos.quantity import QuantityError, to_int
+from qos.validation import bounds_of
 
 T = TypeVar("T")
 
@@ -133,10 +135,21 @@ def from_mapping(cls: type[T], data: object, where: str = "") -> T:
     for name, value in data.items():
         path = f"{where}.{name}" if where else str(name)
         kwargs[name] = _convert(hints[name], value, path)
+        check_bound(cls, name, kwargs[name], path)
     try:
         return cls(**kwargs)
     except (ValueError, TypeError) as err:
         raise ConfigError(_qualify(where, str(err))) from err
+
+
+def check_bound(cls: type, name: str, value: object, where: str) -> None:
+    """Refuse a number outside the range declared for field `name` of `cls` (if it declares one): one line
+    naming `where`, the range and a short prefix of the value. The NodeSLO source checks through it too."""
+    bounds = bounds_of(cls).get(name) if dataclasses.is_dataclass(cls) else None
+    if bounds is None or isinstance(value, bool) or not isinstance(value, int | float):
+        return
+    if not bounds.low <= value <= bounds.high:
+        raise ConfigError(f"{where}: must be in {bounds}, got {short(value)}")
 
 
 _FIELD_FIRST = re.compile(r"^[A-Za-z_][\w\[\]]*(?:\.[A-Za-z_][\w\[\]]*)*:")

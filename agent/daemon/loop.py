@@ -110,6 +110,7 @@ class TickLoop:
         self._last_change = 0.0  # monotonic time of the last HP jump, PSI event or budget cut
         self._last_psi_wake = 0.0
         self._last_granted: int | None = None
+        self._next_tick_at: float | None = None  # monotonic; the fast path's polls fall on its grid
 
     @property
     def last_snapshot(self) -> NodeSnapshot | None:
@@ -213,6 +214,7 @@ class TickLoop:
                     # No rates yet (first tick): a second reading soon gives them, so BE is not left
                     # unmanaged for a whole interval after start.
                     interval = min(interval, max(0.1, 2 * self._timing.fast_poll_s))
+                self._next_tick_at = started + interval
                 remaining = interval - (time.monotonic() - started)
                 waiters = [asyncio.ensure_future(self._wake.wait()), asyncio.ensure_future(stop.wait())]
                 await asyncio.wait(waiters, timeout=max(0.0, remaining), return_when=asyncio.FIRST_COMPLETED)
@@ -274,6 +276,19 @@ class TickLoop:
             return t.fast_poll_s
         return min(t.calm_poll_s, t.interval_s)
 
+    def _poll_delay(self, period: float) -> float:
+        """Seconds to the next poll: on a `period` grid through the next tick's deadline, at least half a
+        period away, and never at the tick itself (which reads everything anyway). Calm, a poll then falls
+        midway between ticks, and the agent wakes twice a second, not three times."""
+        tick_at = self._next_tick_at
+        if tick_at is None:
+            return period
+        now = time.monotonic()
+        delay = (tick_at - now) % period
+        while delay < period / 2 or abs(now + delay - tick_at) < 1e-3:
+            delay += period
+        return delay
+
     async def _fast_path(self, stop: asyncio.Event) -> None:
         """Wake the loop when HP CPU over the last poll period exceeds what the last tick assumed, or HP
         stalls for CPU: a PSI event in `psi-trigger` mode, PSI files read at each poll otherwise (for at most
@@ -283,7 +298,7 @@ class TickLoop:
         try:
             while not stop.is_set():
                 period = self._poll_period()
-                await asyncio.sleep(period)
+                await asyncio.sleep(self._poll_delay(period))
                 last = self._last
                 if last is None or self._wake.is_set():
                     continue

@@ -16,29 +16,24 @@ import psutil
 if TYPE_CHECKING:
     from kubernetes import client
 
+    from agent.executors.htb import EgressShaper
+
 from agent.config.agent import AgentConfig
 from agent.daemon.audit import AuditLog
 from agent.daemon.collector import Collector, TierPaths
 from agent.daemon.loop import LoopTiming, TickHook, TickInputs, TickLoop, TickOutputs
-from agent.daemon.source_runner import WorkloadSources
+from agent.daemon.source_runner import WorkloadSources, pod_cgroup_lister
 from agent.decommission.controller import DrainController
-from agent.decommission.events import DrainPodEvents
 from agent.executors.apply import ActionExecutor, Evictor
-from agent.executors.htb import EgressShaper, be_addresses
-from agent.executors.k8s_eviction import K8sEvictor
 from agent.executors.process_kill import LocalEvictor
 from agent.executors.yarn_kill import YarnKiller
 from agent.metrics import MetricsHub
 from agent.published import ActionRecord, Board, Outcome
-from agent.reporting.cordon import DrainCordon
-from agent.reporting.node_annotations import NodeReporter
-from agent.reporting.nodemetric import NodeMetricReporter
-from agent.sources.kubeapi import make_api_client
 from agent.sources.kubelet import KubeletSource
-from agent.sources.nodeslo import NodeSloSource
 from agent.sources.standalone import StandaloneScanner
 from agent.sources.yarn import NodeManagerSource
 from agent.state import Ledger, LedgerConfig
+from agent.state.owned_root import RootMarker
 from cgroups.discovery import Hierarchy, detect_driver, discover
 from cgroups.errors import CgroupError, InvalidValue
 from cgroups.layout import Layout
@@ -74,15 +69,22 @@ class Runtime:
     metrics: MetricsHub
     ledger: Ledger
     drain: DrainController
-    created_root: bool = False
+    created_root: bool = False  # made by this agent, now or by an earlier incarnation (see RootMarker)
     network: EgressShaper | None = None  # BE egress control; its task is `network.run(stop)`
+    marker: RootMarker | None = None
 
     def close(self) -> None:
         self.collector.close()
         self.reader.close()
         self.audit.close()
         if self.created_root and self.cfg.cgroups.cleanup_on_exit:
-            remove_tree(self.writer, self.reader, "")
+            _remove_root(self.writer, self.reader, self.marker)
+
+
+def _remove_root(writer: CgroupWriter, reader: CgroupReader, marker: RootMarker | None) -> None:
+    """Remove the agent's own root; its marker goes only with it (a root left half-removed stays ours)."""
+    if remove_tree(writer, reader, "") == 0 and marker is not None:
+        marker.clear()
 
 
 def machine_capacity() -> tuple[Resources, tuple[int, ...]]:
@@ -98,16 +100,17 @@ def node_capacity(cfg: AgentConfig) -> tuple[Resources, tuple[int, ...]]:
     return Resources(milli, mem), cpus[:ncpu]
 
 
-def setup_tiers(writer: CgroupWriter, reader: CgroupReader, cpus: tuple[int, ...], layout: Layout) -> bool:
+def setup_tiers(writer: CgroupWriter, reader: CgroupReader, cpus: tuple[int, ...], layout: Layout,
+                made: list[str] | None = None) -> bool:
     """Lay the tiers out as the kubelet does (besteffort `cpu.shares` 2), named as the driver names them;
-    return whether the root was new."""
+    return whether the root was new. Each cgroup it is about to make is appended to `made`."""
     created = not reader.exists("")
     be = layout.tier("besteffort")
-    writer.mkdir("")
-    writer.set_cpuset("", cpus)
-    for tier in (layout.tier("burstable"), be, layout.yarn_root()):
-        writer.mkdir(tier)
-        writer.set_cpuset(tier, cpus)
+    for rel in ("", layout.tier("burstable"), be, layout.yarn_root()):
+        if made is not None and not reader.exists(rel):
+            made.append(rel)  # before mkdir: one that fails half-way (one hierarchy made) is undone too
+        writer.mkdir(rel)
+        writer.set_cpuset(rel, cpus)
     with contextlib.suppress(InvalidValue):
         # A restart finds cpu.idle=1 left by the previous incarnation, and the kernel refuses a weight
         # change while a cgroup is idle: the shares were set when it was made idle.
@@ -202,10 +205,14 @@ def make_sources(cfg: AgentConfig, layout: Layout, reader: CgroupReader, hierarc
                                  cgroup_dir=reader.dir, capacity=node_capacity(cfg)[0])
     reporter = None
     if api_client is not None and cfg.sources.reporting.mode != "off":
+        from agent.reporting.node_annotations import NodeReporter  # Kubernetes-only modules: when it is on
         reporter = NodeReporter(cfg.sources.reporting, api_client, cfg.node.node_name,  # type: ignore[arg-type]
                                 max_body_bytes=cfg.sources.kube_api.max_body_bytes)
     sources = WorkloadSources(scanner, kubelet, yarn, reporter, cfg.sources.reporting.resync_s)
+    if kubelet is not None:
+        sources.pod_cgroups = pod_cgroup_lister(reader, layout)
     if api_client is not None and cfg.sources.nodemetric.enabled:
+        from agent.reporting.nodemetric import NodeMetricReporter
         sources.nodemetric = NodeMetricReporter(
             cfg.sources.nodemetric, api_client, cfg.node.node_name,  # type: ignore[arg-type]
             kubelet.pods if kubelet is not None else tuple,
@@ -220,6 +227,7 @@ def make_evictors(cfg: AgentConfig, layout: Layout, reader: CgroupReader, writer
     if cfg.sources.yarn.enabled:
         evictors[Source.YARN] = YarnKiller(layout, reader, writer, cfg.eviction.grace_period_s)
     if api_client is not None:
+        from agent.executors.k8s_eviction import K8sEvictor
         evictors[Source.K8S] = K8sEvictor(cfg.sources.kube_api, api_client,  # type: ignore[arg-type]
                                           cfg.node.node_name)
     return evictors
@@ -232,15 +240,48 @@ def build(cfg: AgentConfig, board: Board | None = None) -> Runtime:
     reader = CgroupReader(hierarchy, root)
     writer = CgroupWriter(hierarchy, root)
     layout = make_layout(cfg, hierarchy)
-    be_tier = layout.tier("besteffort")
     capacity, cpus = node_capacity(cfg)
     # The ledger first: a state directory that cannot be used stops start-up before any cgroup is made.
     ledger = open_ledger(cfg)
-    created = False
-    if cfg.cgroups.setup_tiers:
-        created = setup_tiers(writer, reader, cpus, layout)
-    api_client = make_api_client(cfg.sources.kube_api) if cfg.sources.kube_api.enabled else None
+    marker = RootMarker(cfg.state.path, cfg.cgroups.mount, root) if cfg.state.path else None
+    made: list[str] = []
+    owned = False
+    try:
+        if cfg.cgroups.setup_tiers:
+            if marker is not None and not reader.exists(""):
+                marker.record()  # before the root exists: a crash in between leaves a marker, never an orphan
+            created = setup_tiers(writer, reader, cpus, layout, made)
+            owned = created or (marker is not None and marker.claims())
+        return _assemble(cfg, board, hierarchy, reader, writer, layout, capacity, cpus, ledger, owned, marker)
+    except BaseException:
+        _undo_setup(cfg, writer, reader, made, owned, marker)
+        raise
+
+
+def _undo_setup(cfg: AgentConfig, writer: CgroupWriter, reader: CgroupReader, made: list[str], owned: bool,
+                marker: RootMarker | None) -> None:
+    """Start-up failed after the tiers were laid out: remove what this start made (all of an owned root
+    when the agent cleans up on exit), so a failed start leaves no cgroup behind."""
+    if "" in made or (owned and cfg.cgroups.cleanup_on_exit):
+        _remove_root(writer, reader, marker)
+        return
+    for rel in reversed(made):
+        remove_tree(writer, reader, rel)
+
+
+def _assemble(cfg: AgentConfig, board: Board | None, hierarchy: Hierarchy, reader: CgroupReader,
+              writer: CgroupWriter, layout: Layout, capacity: Resources, cpus: tuple[int, ...],
+              ledger: Ledger, owned: bool, marker: RootMarker | None) -> Runtime:
+    """`build` after the ledger and the tiers: sources, collector, executor, policies, the loop."""
+    root = cfg.cgroups.root.strip("/")
+    be_tier = layout.tier("besteffort")
+    api_client = None
+    if cfg.sources.kube_api.enabled:  # the Kubernetes client stack (~30 MB) only when the API server is used
+        from agent.sources.kubeapi import make_api_client
+        api_client = make_api_client(cfg.sources.kube_api)
     sources = make_sources(cfg, layout, reader, hierarchy, api_client)
+    if cfg.network.enabled:  # pyroute2 and its ~190 modules (~9 MB) only when shaping egress
+        from agent.executors.htb import EgressShaper
     shaper = (EgressShaper(cfg.network, cfg.loop.interval_s, hierarchy.unified)
               if cfg.network.enabled else None)
     collector = Collector(reader, TierPaths(root="", besteffort=be_tier), capacity, cpus,
@@ -261,6 +302,8 @@ def build(cfg: AgentConfig, board: Board | None = None) -> Runtime:
     net_policy = cfg.network.policy if cfg.network.enabled else None
     pipeline = build_pipeline(cfg.policies, cfg.batch, net_policy)
     if api_client is not None and cfg.sources.nodeslo.enabled:
+        from agent.sources.nodeslo import NodeSloSource
+
         def use(settings: PolicyConfig) -> None:  # between ticks (same event loop): same names, same states
             pipeline.policies = policies(settings, cfg.batch, net_policy)
         sources.nodeslo = NodeSloSource(cfg.sources.nodeslo, api_client, cfg.node.node_name, cfg.policies,
@@ -277,7 +320,7 @@ def build(cfg: AgentConfig, board: Board | None = None) -> Runtime:
                         cfg.loop.fast_hold_s)
     loop = TickLoop(inputs, pipeline, executor, outputs, timing)
     return Runtime(cfg, hierarchy, reader, writer, collector, sources, executor, loop, board, audit,
-                   capacity, cpus, hub, ledger, drain, created, network=shaper)
+                   capacity, cpus, hub, ledger, drain, owned, network=shaper, marker=marker)
 
 
 def _egress_reader(shaper: EgressShaper | None,
@@ -285,6 +328,8 @@ def _egress_reader(shaper: EgressShaper | None,
     """The shaper's last reading, with the BE pods' addresses (from the kubelet) of this tick's workloads."""
     if shaper is None:
         return None
+
+    from agent.executors.htb import be_addresses
 
     def read(workloads: tuple[Workload, ...]) -> NetworkSample:
         pods = sources.kubelet.workloads().pods if sources.kubelet is not None else {}
@@ -296,10 +341,16 @@ def _hooks(cfg: AgentConfig, ledger: Ledger, drain: DrainController, evictors: d
            api_client: client.ApiClient | None) -> tuple[TickHook, ...]:
     """After each tick, in this order: the ledger sync, the drain's progress, drain pod events, cordon."""
     hooks: tuple[TickHook, ...] = (LedgerFeed(ledger).on_tick, drain.on_tick)
+    if api_client is None:
+        return hooks
+    from agent.decommission.events import DrainPodEvents
+    from agent.executors.k8s_eviction import K8sEvictor
+    from agent.reporting.cordon import DrainCordon
+
     k8s = evictors.get(Source.K8S)
     if isinstance(k8s, K8sEvictor):
         hooks += (DrainPodEvents(ledger, k8s).on_tick,)
-    if cfg.drain.cordon and api_client is not None:
+    if cfg.drain.cordon:
         hooks += (DrainCordon(ledger, api_client, cfg.node.node_name,
                               cfg.sources.kube_api.timeout_s).on_tick,)
     return hooks

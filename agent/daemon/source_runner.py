@@ -11,20 +11,40 @@ import asyncio
 import contextlib
 import logging
 import math
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING
 
 from agent.published import Published
-from agent.reporting.node_annotations import NodeReporter
-from agent.reporting.nodemetric import NodeMetricReporter
 from agent.sources.kubelet import KubeletSource
-from agent.sources.nodeslo import NodeSloSource, settings_sources
+from agent.sources.nodeslo_map import settings_sources
 from agent.sources.standalone import StandaloneScanner
 from agent.sources.yarn import NodeManagerSource
 from cgroups.errors import CgroupError
+from cgroups.layout import Layout
+from cgroups.reader import CgroupReader
 from qos.batch import yarn_requested
-from qos.model import Workload
+from qos.model import Source, Workload
+
+if TYPE_CHECKING:  # Kubernetes-only modules, imported by the runtime when the API server is used
+    from agent.reporting.node_annotations import NodeReporter
+    from agent.reporting.nodemetric import NodeMetricReporter
+    from agent.sources.nodeslo import NodeSloSource
 
 log = logging.getLogger("coloc.sources")
+
+
+def pod_cgroup_lister(reader: CgroupReader, layout: Layout) -> Callable[[], set[str]]:
+    """Lists the pod cgroups of every QoS tier (guaranteed pods sit directly under the root)."""
+    tiers = ("", layout.tier("burstable"), layout.tier("besteffort"))
+
+    def pods() -> set[str]:
+        found: set[str] = set()
+        for tier in tiers:
+            with contextlib.suppress(CgroupError):
+                found.update(rel for rel in reader.children(tier) if layout.identify(rel).kind == "pod")
+        return found
+
+    return pods
 
 
 class WorkloadSources:
@@ -39,6 +59,8 @@ class WorkloadSources:
         self.origin_annotation: str | None = None
         self.nodemetric: NodeMetricReporter | None = None  # Koordinator's NodeMetric, written from our ticks
         self.nodeslo: NodeSloSource | None = None  # Koordinator's NodeSLO, read into the policy settings
+        self.pod_cgroups: Callable[[], set[str]] | None = None  # pod cgroups on disk now (see `list`)
+        self._pods_on_disk: set[str] = set()
 
     def usage_report_age(self) -> float | None:
         """Seconds since our last NodeMetric write; None when none was written (or it is off)."""
@@ -69,7 +91,22 @@ class WorkloadSources:
             out.extend(res.workloads)
             if res.stale_reason:
                 stale[name] = res.stale_reason
+        self._resync_on_new_pods(out)
         return out, stale
+
+    def _resync_on_new_pods(self, listed: Sequence[Workload]) -> None:
+        """A pod cgroup that appeared since the last tick and that the kubelet's list does not name is a pod
+        started since that list: ask for the list again now instead of at the next `resync_s`. Only new
+        directories count, so a pod the kubelet's answer keeps leaving out cannot make it re-list forever."""
+        if self.kubelet is None or self.pod_cgroups is None:
+            return
+        try:
+            on_disk = self.pod_cgroups()
+        except (CgroupError, OSError):
+            return
+        appeared, self._pods_on_disk = on_disk - self._pods_on_disk, on_disk
+        if appeared - {w.cgroup for w in listed if w.source is Source.K8S}:
+            self.kubelet.request_resync()
 
     def synced(self) -> bool:
         """Every configured remote source has answered at least once."""

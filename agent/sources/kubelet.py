@@ -1,6 +1,7 @@
 """The kubelet's pod list (`GET /pods`, a v1 PodList) mapped to workloads.
 
-Resync every `resync_s`, and sooner (at most every `min_resync_gap_s`) after `request_resync()`.
+Resync every `resync_s`, and sooner (at most every `min_resync_gap_s`) after `request_resync()`: the
+sources ask for it when a pod cgroup appears that the last list does not name (a pod started since).
 An empty list, garbage or no answer keeps the last good list (a kubelet that is restarting answers empty;
 the agent's own pod is always on the node); the data is marked stale once the last good answer is older
 than the bound.

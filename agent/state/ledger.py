@@ -7,11 +7,12 @@ bounded queue each. What cannot be re-derived from the sources is persisted (`ag
 
 from __future__ import annotations
 
+import asyncio
 import importlib.metadata
 import logging
 import time
 import uuid
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -19,7 +20,7 @@ from pathlib import Path
 from agent.state import lifecycle
 from agent.state.errors import InvalidRequest, RevisionAhead, StaleEpoch, StateFileError
 from agent.state.lifecycle import Trigger
-from agent.state.persist import IncarnationRecord, PersistedState, StateStore, encode
+from agent.state.persist import IncarnationRecord, PersistedState, StateStore
 from agent.state.records import (
     AckResult,
     AdmitRequest,
@@ -47,6 +48,7 @@ from qos.model import NodeSnapshot, Resources, Source, Workload
 log = logging.getLogger("coloc.state")
 
 BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
+WAKE_SLICE = 32  # watchers woken per event-loop pass: a due tick waits behind at most this many writes
 _SOURCE_NAMES = {s.value: s for s in Source}
 
 
@@ -116,6 +118,7 @@ class Ledger:
         self._rev = 0
         self._ring = EventRing(cfg.ring_size)
         self._subs: set[Subscription] = set()
+        self._to_wake: deque[Subscription] = deque()
         self._apps: dict[str, Application] = {}
         self._allocs: dict[str, Allocation] = {}
         self._members: dict[str, set[str]] = {}
@@ -398,19 +401,23 @@ class Ledger:
 
     # ---- persistence ---------------------------------------------------------------------------------
 
-    def persisted_state(self) -> PersistedState:
+    def persisted_state(self, *, reset_revisions: bool = True) -> PersistedState:
+        """What the state file holds. Revisions belong to one incarnation and are not written; the writer
+        skips resetting them (4 ms per 1,000 allocations on the event loop)."""
+        kept = (a for a in self._allocs.values() if a.phase is Phase.PENDING_LAUNCH or a.scheduler_epoch > 0)
         return PersistedState(
             node_id=self.cfg.node_id, incarnations=self._incarnations, highest_epoch=self._node.highest_epoch,
             lifecycle=self._node.lifecycle, drain=self._node.drain,
             # Every admitted allocation, launched or not: what the scheduler told us (application, resources,
-            # epoch) cannot be re-derived from a bare cgroup. Revisions belong to one incarnation.
-            pending_launches=tuple(replace(a, revision=0) for a in self._allocs.values()
-                                   if a.phase is Phase.PENDING_LAUNCH or a.scheduler_epoch > 0),
+            # epoch) cannot be re-derived from a bare cgroup.
+            pending_launches=tuple(replace(a, revision=0) for a in kept) if reset_revisions else tuple(kept),
             request_ids=self._request_ids, saved_at=self._clock(),
         )
 
-    def _encode_newest(self) -> tuple[int, bytes]:
-        return self._dirty, encode(self.persisted_state())
+    def _newest(self) -> tuple[int, PersistedState]:
+        """The generation and the state to write: immutable records, taken on the event loop in well under
+        a millisecond; the writer encodes them (tens of ms for 1,000 allocations) in its thread."""
+        return self._dirty, self.persisted_state(reset_revisions=False)
 
     @property
     def unsaved_changes(self) -> bool:
@@ -427,8 +434,8 @@ class Ledger:
         """Write the state now, synchronously (start-up, shutdown, tools)."""
         if self._store is None:
             return
-        generation, data = self._encode_newest()
-        self._store.write_bytes(data)
+        generation, state = self._newest()
+        self._store.write(state)
         self._saved = max(self._saved, generation)
         if self._writer is not None:
             self._writer.durable = max(self._writer.durable, generation)
@@ -437,7 +444,7 @@ class Ledger:
         """Persist from now on through a background writer on the running event loop."""
         if self._store is None or self._writer is not None:
             return
-        self._writer = StateWriter(self._encode_newest, self._store, durable=self._saved)
+        self._writer = StateWriter(self._newest, self._store, durable=self._saved)
         self._writer.start()
         self._writer.kick()
 
@@ -483,7 +490,24 @@ class Ledger:
                 self._subs.discard(sub)
                 self.dropped_watchers += 1
                 log.warning("watcher dropped: %s", sub.dropped)
+            elif sub.waiting and not sub.wake_pending:
+                self._wake_later(sub)
         return event
+
+    def _wake_later(self, sub: Subscription) -> None:
+        """Wake waiting watchers WAKE_SLICE per event-loop pass, not all at once: one Admit with 500
+        watchers otherwise puts 500 stream writes in one batch of ready callbacks, and the loop's tick
+        timer, due meanwhile, runs only after all of them (measured: ticks 20-60 ms late)."""
+        sub.wake_pending = True
+        self._to_wake.append(sub)
+        if len(self._to_wake) == 1:
+            asyncio.get_running_loop().call_soon(self._wake_some)
+
+    def _wake_some(self) -> None:
+        for _ in range(min(WAKE_SLICE, len(self._to_wake))):
+            self._to_wake.popleft().wake()
+        if self._to_wake:
+            asyncio.get_running_loop().call_soon(self._wake_some)
 
     def _set_node(self, node: NodeRecord, now: float, reason: str = "") -> None:
         self._node = replace(node, revision=self._rev + 1)

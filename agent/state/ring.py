@@ -55,7 +55,9 @@ class Subscription:
 
     def __init__(self, backlog: list[Event], maxsize: int) -> None:
         self._backlog: deque[Event] = deque(backlog)
-        self._queue: asyncio.Queue[Event] = asyncio.Queue(maxsize)
+        self._live: deque[Event] = deque()
+        self._waiter: asyncio.Future[None] | None = None
+        self.wake_pending = False  # queued in the ledger's staggered wake-up (see `Ledger._wake_later`)
         self.maxsize = maxsize
         self.dropped: str | None = None
         self.closed = False
@@ -64,25 +66,32 @@ class Subscription:
         self.on_drop: Callable[[], None] | None = None
 
     def offer(self, event: Event) -> bool:
-        """Queue a live event; False (and `dropped` set) when the watcher is too far behind."""
-        try:
-            self._queue.put_nowait(event)
-        except asyncio.QueueFull:
+        """Queue a live event; False (and `dropped` set) when the watcher is too far behind. The reader is
+        not woken here: the ledger wakes waiting readers a few at a time (`waiting`, `wake`)."""
+        if len(self._live) >= self.maxsize:
             self.dropped = (f"watcher fell {self.maxsize} events behind at revision {event.revision} and was "
                             "dropped; resume from the last revision you applied")
             if self.on_drop is not None:
                 self.on_drop()
             return False
+        self._live.append(event)
         return True
+
+    @property
+    def waiting(self) -> bool:
+        """Whether the reader is parked in `next_batch` waiting for an event."""
+        return self._waiter is not None and not self._waiter.done()
+
+    def wake(self) -> None:
+        self.wake_pending = False
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
 
     def _take(self, out: list[Event], max_events: int) -> None:
         while self._backlog and len(out) < max_events:
             out.append(self._backlog.popleft())
-        while len(out) < max_events:
-            try:
-                out.append(self._queue.get_nowait())
-            except asyncio.QueueEmpty:
-                break
+        while self._live and len(out) < max_events:
+            out.append(self._live.popleft())
 
     async def next_batch(self, max_events: int, timeout: float) -> list[Event]:
         """Up to `max_events` events in revision order; [] when nothing came within `timeout` seconds."""
@@ -92,17 +101,19 @@ class Subscription:
             return out
         if self.dropped is not None:
             raise WatcherDropped(self.dropped)
+        self._waiter = asyncio.get_running_loop().create_future()
         try:
             # asyncio.timeout, not wait_for: wait_for (3.11) can swallow a cancellation that races with
             # an arriving event, and a cancelled watcher would then live on.
             async with asyncio.timeout(timeout):
-                first = await self._queue.get()
+                await self._waiter
         except TimeoutError:
-            return []
-        out.append(first)
+            pass
+        finally:
+            self._waiter = None
         self._take(out, max_events)
         return out
 
     @property
     def pending(self) -> int:
-        return len(self._backlog) + self._queue.qsize()
+        return len(self._backlog) + len(self._live)

