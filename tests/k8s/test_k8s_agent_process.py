@@ -8,15 +8,12 @@ allocations back on the Node."""
 from __future__ import annotations
 
 import json
-import signal
-import subprocess
-import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import yaml
+from agentproc import running_agent, wait
 from fakes.apiserver import FakeApiServer
 from fakes.kubelet import FakeKubelet
 from fakes.nodemanager import FakeNodeManager
@@ -27,14 +24,6 @@ from qos.batch import THIRD_PARTY_ANNOTATION, parse_third_party_allocations
 
 pytestmark = [pytest.mark.cgroups, pytest.mark.slow]
 
-
-def _wait(pred: Callable[[], bool], timeout: float) -> bool:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if pred():
-            return True
-        time.sleep(0.1)
-    return False
 
 
 def _kubeconfig(path: Path, server: str) -> Path:
@@ -82,18 +71,15 @@ def test_agent_process_arbitrates_k8s_and_yarn_against_the_node_origin(real_root
             },
         }
         (tmp_path / "agent.yaml").write_text(yaml.safe_dump(cfg))
-        log = (tmp_path / "agent.log").open("w")
-        agent = subprocess.Popen([sys.executable, "-m", "agent.cli", "run", "--config",
-                                  str(tmp_path / "agent.yaml")], stdout=log, stderr=log)
-        try:
-            evicted = _wait(lambda: bool(api.evicted), 30)
+        with running_agent(tmp_path / "agent.yaml", tmp_path / "agent.log"):
+            evicted = wait(lambda: bool(api.evicted), 30)
             assert evicted, (tmp_path / "agent.log").read_text()[-3000:]
             assert api.evicted == [("batch", "free-pod", "0a1b2c3d-0000-4000-8000-0000000000c1")]
-            assert _wait(lambda: real_root.pids(f"besteffort/hadoop-yarn/{C3}") == [], 15), \
+            assert wait(lambda: real_root.pids(f"besteffort/hadoop-yarn/{C3}") == [], 15), \
                 "the newest YARN container was not killed"
             assert len(real_root.pids(f"besteffort/hadoop-yarn/{C1}")) == 1, "the AM must survive"
             assert len(real_root.pids(f"besteffort/hadoop-yarn/{C2}")) == 1, "exactly enough is released"
-            assert _wait(lambda: THIRD_PARTY_ANNOTATION in api.annotations, 15)
+            assert wait(lambda: THIRD_PARTY_ANNOTATION in api.annotations, 15)
             reported = parse_third_party_allocations(api.annotations[THIRD_PARTY_ANNOTATION])
             assert reported["coloc-agent-yarn"].milli_cpu in (5000, 3000)
 
@@ -108,11 +94,3 @@ def test_agent_process_arbitrates_k8s_and_yarn_against_the_node_origin(real_root
                      if line.startswith("{") and '"audit"' in line]
             started = [a["target"] for a in audit if a["kind"] == "evict" and a["outcome"] == "started"]
             assert started == ["k8s/0a1b2c3d-0000-4000-8000-0000000000c1", f"yarn/{C3}"]
-        finally:
-            agent.send_signal(signal.SIGTERM)
-            try:
-                agent.wait(15)
-            except subprocess.TimeoutExpired:
-                agent.kill()
-                agent.wait()
-            log.close()

@@ -7,15 +7,12 @@ runs here). The source's resync clock is a hand-moved fake; everything else is r
 
 from __future__ import annotations
 
-import signal
-import subprocess
-import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import yaml
+from agentproc import running_agent, wait
 from conftest import FakeClock
 from fakes.kubelet import FakeKubelet
 from realcg import RealRoot
@@ -87,30 +84,11 @@ def test_the_agent_process_lists_again_when_a_pod_cgroup_appears(fixtures: Path,
     with FakeKubelet(fixtures / "kubelet" / "podlist-mixed.json") as fake:
         cfg["sources"]["kubelet"]["url"] = fake.url  # type: ignore[index]
         (tmp_path / "agent.yaml").write_text(yaml.safe_dump(cfg))
-        with (tmp_path / "agent.log").open("w") as log:
-            agent = subprocess.Popen([sys.executable, "-m", "agent.cli", "run", "--config",
-                                      str(tmp_path / "agent.yaml")], stdout=log, stderr=log)
-            try:
-                listed = _wait(lambda: len(fake.seen("GET", "/pods")) >= 1, 15)
-                assert listed, (tmp_path / "agent.log").read_text()
-                time.sleep(1.5)  # a few ticks with nothing new: no re-list
-                assert len(fake.seen("GET", "/pods")) == 1
-                real_root.mkcg(NEW_BE)
-                relisted = _wait(lambda: len(fake.seen("GET", "/pods")) == 2, 5)
-                assert relisted, "the new pod was not listed early"
-            finally:
-                agent.send_signal(signal.SIGTERM)
-                try:
-                    agent.wait(15)
-                except subprocess.TimeoutExpired:
-                    agent.kill()
-                    agent.wait()
-
-
-def _wait(pred: Callable[[], bool], timeout: float) -> bool:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if pred():
-            return True
-        time.sleep(0.05)
-    return pred()
+        with running_agent(tmp_path / "agent.yaml", tmp_path / "agent.log"):
+            listed = wait(lambda: len(fake.seen("GET", "/pods")) >= 1, 15)
+            assert listed, (tmp_path / "agent.log").read_text()
+            time.sleep(1.5)  # a few ticks with nothing new: no re-list
+            assert len(fake.seen("GET", "/pods")) == 1
+            real_root.mkcg(NEW_BE)
+            relisted = wait(lambda: len(fake.seen("GET", "/pods")) == 2, 5)
+            assert relisted, "the new pod was not listed early"

@@ -5,14 +5,12 @@ Node and Koordinator's NodeSLO as the real API server sends them), and what the 
 from __future__ import annotations
 
 import json
-import signal
 import socket
 import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -80,23 +78,6 @@ def agent_config(tmp: Path, root: str, api_url: str, *, resync_s: float, metrics
     path = tmp / "agent.yaml"
     path.write_text(yaml.safe_dump(cfg))
     return path
-
-
-@contextmanager
-def running_agent(config: Path, log: Path) -> Iterator[subprocess.Popen[bytes]]:
-    """The agent process, stopped with SIGTERM (then SIGKILL) on the way out."""
-    with log.open("w") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "agent.cli", "run", "--config", str(config)],
-                                stdout=out, stderr=out)
-    try:
-        yield proc
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 def status(sock: Path, *, as_json: bool) -> tuple[int, str]:

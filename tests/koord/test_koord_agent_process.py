@@ -11,15 +11,13 @@ from __future__ import annotations
 
 import copy
 import json
-import signal
-import subprocess
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import yaml
+from agentproc import running_agent
 from fakes.apiserver import FakeApiServer, schema_errors
 from fakes.kubelet import FakeKubelet
 from fakes.nodemanager import FakeNodeManager
@@ -29,7 +27,6 @@ from koordslo_agent import (
     free_port,
     metric,
     nodeslo,
-    running_agent,
     settings,
     threshold_is,
     wait,
@@ -46,14 +43,6 @@ GIB = 1 << 30
 C1, C2 = (f"container_e17_{TS}_0001_01_00000{i}" for i in (1, 2))
 ZERO = json.dumps({"resources": {"kubernetes.io/batch-cpu": "0", "kubernetes.io/batch-memory": "0"}})
 
-
-def _wait(pred: Callable[[], bool], timeout: float) -> bool:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if pred():
-            return True
-        time.sleep(0.1)
-    return False
 
 
 def _podlist() -> dict[str, object]:
@@ -148,16 +137,10 @@ def test_collapsed_origin_evicts_nothing_then_nodemetric_and_nodeslo(
             },
         }
         (tmp_path / "agent.yaml").write_text(yaml.safe_dump(cfg))
-        logf = (tmp_path / "agent.log").open("w")
-        agent = subprocess.Popen(
-            [sys.executable, "-m", "agent.cli", "run", "--config", str(tmp_path / "agent.yaml")],
-            stdout=logf,
-            stderr=logf,
-        )
         log = (tmp_path / "agent.log").read_text
-        try:
+        with running_agent(tmp_path / "agent.yaml", tmp_path / "agent.log"):
             # YARN's allocations written back: the NodeManager answered and the origin was read
-            assert _wait(lambda: THIRD_PARTY_ANNOTATION in api.annotations, 20), log()[-3000:]
+            assert wait(lambda: THIRD_PARTY_ANNOTATION in api.annotations, 20), log()[-3000:]
             time.sleep(4)
             assert api.evicted == [], "a collapsed origin is no reason to evict"
             for c in (C1, C2):
@@ -176,7 +159,7 @@ def test_collapsed_origin_evicts_nothing_then_nodemetric_and_nodeslo(
                     }
                 },
             }
-            assert _wait(lambda: len(api.status_puts) >= 2, 20), log()[-3000:]
+            assert wait(lambda: len(api.status_puts) >= 2, 20), log()[-3000:]
             stored = api.koord[("nodemetrics", "node-a")]
             assert schema_errors("nodemetrics", stored) == []
             # the pods have no cgroup here, so no usage: koordlet leaves such pods out too (koord-manager
@@ -200,16 +183,8 @@ def test_collapsed_origin_evicts_nothing_then_nodemetric_and_nodeslo(
             }
             assert schema_errors("nodeslos", api.koord[("nodeslos", "node-a")]) == []
             sock = tmp_path / "agent.sock"
-            assert _wait(threshold_is(sock, "30", "NodeSLO"), 5), (settings(sock), log()[-3000:])
+            assert wait(threshold_is(sock, "30", "NodeSLO"), 5), (settings(sock), log()[-3000:])
             assert settings(sock)["suppression.policy"] == ("cpuset", "NodeSLO")
-        finally:
-            agent.send_signal(signal.SIGTERM)
-            try:
-                agent.wait(15)
-            except subprocess.TimeoutExpired:
-                agent.kill()
-                agent.wait()
-            logf.close()
 
 
 HP_BURN = "import time\nend = time.monotonic() + 600\nwhile time.monotonic() < end: pass\n"

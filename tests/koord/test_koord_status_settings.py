@@ -7,8 +7,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from agentproc import running_agent
 from fakes.apiserver import FakeApiServer, schema_errors
-from koordslo_agent import NODESLO, agent_config, nodeslo, running_agent, settings, status, threshold_is, wait
+from koordslo_agent import NODESLO, agent_config, nodeslo, settings, status, threshold_is, wait
 from realcg import RealRoot
 
 from agent.api import convert

@@ -7,17 +7,13 @@ normal-size body the agent does evict (so the setup really would have)."""
 
 from __future__ import annotations
 
-import signal
 import socket
-import subprocess
-import sys
-import time
 import urllib.request
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import yaml
+from agentproc import running_agent, wait
 from fakes.apiserver import FakeApiServer
 from fakes.kubelet import FakeKubelet
 from payloadkit import FIX, fixture_pod, podlist_body
@@ -44,14 +40,6 @@ def _be_pods() -> list[dict[str, object]]:
         pods.append(p)
     return pods
 
-
-def _wait(pred: Callable[[], bool], timeout: float) -> bool:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if pred():
-            return True
-        time.sleep(0.2)
-    return False
 
 
 def _free_port() -> int:
@@ -114,12 +102,9 @@ def test_over_cap_kubelet_body_leaves_the_source_stale_and_evicts_nothing(real_r
         }
         (tmp_path / "agent.yaml").write_text(yaml.safe_dump(cfg))
         log_path = tmp_path / "agent.log"
-        log = log_path.open("w")
-        agent = subprocess.Popen([sys.executable, "-m", "agent.cli", "run", "--config",
-                                  str(tmp_path / "agent.yaml")], stdout=log, stderr=log)
-        try:
+        with running_agent(tmp_path / "agent.yaml", log_path):
             errors = "coloc_source_fetch_errors_total"
-            assert _wait(lambda: (_metric(port, errors, source="kubelet", kind="too_large") or 0) >= 3, 30), (
+            assert wait(lambda: (_metric(port, errors, source="kubelet", kind="too_large") or 0) >= 3, 30), (
                 [ln for ln in _scrape(port).splitlines() if ln.startswith("coloc_s")],
                 len(kubelet.seen("GET", "/pods")), log_path.read_text()[-1500:])
             assert _metric(port, "coloc_source_stale", source="kubelet") == 1
@@ -128,14 +113,6 @@ def test_over_cap_kubelet_body_leaves_the_source_stale_and_evicts_nothing(real_r
             assert "too_large" in log_path.read_text() and f"larger than {cap} bytes" in log_path.read_text()
 
             kubelet.body = normal  # the same pods, readable: now the overcommit is acted on
-            assert _wait(lambda: bool(api.evicted), 30), log_path.read_text()[-3000:]
+            assert wait(lambda: bool(api.evicted), 30), log_path.read_text()[-3000:]
             assert api.evicted == [("batch", "free-pod", "0a1b2c3d-0000-4000-8000-0000000000c1")]
             assert _metric(port, "coloc_source_stale", source="kubelet") == 0
-        finally:
-            agent.send_signal(signal.SIGTERM)
-            try:
-                agent.wait(15)
-            except subprocess.TimeoutExpired:
-                agent.kill()
-                agent.wait()
-            log.close()

@@ -9,17 +9,14 @@ usage, and nothing is evicted although counting the dying containers would overc
 from __future__ import annotations
 
 import asyncio
-import signal
 import socket
-import subprocess
-import sys
 import time
 import urllib.request
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import yaml
+from agentproc import running_agent, wait
 from fakes.apiserver import FakeApiServer
 from fakes.nodemanager import FakeNodeManager
 from prometheus_client.parser import text_string_to_metric_families
@@ -37,14 +34,6 @@ MIB = 1 << 20
 WITH_PROCESS = [cid(1, 1), cid(1, 2), cid(2, 1), cid(1, 4), cid(1, 5)]  # live ones and two dying ones
 EMPTY_CGROUP = [cid(1, 6)]  # DONE, its cgroup not removed yet
 
-
-def _wait(pred: Callable[[], bool], timeout: float) -> bool:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if pred():
-            return True
-        time.sleep(0.1)
-    return False
 
 
 def _free_port() -> int:
@@ -116,14 +105,11 @@ def test_agent_process_reports_only_live_yarn_containers(real_root: RealRoot, tm
             },
         }
         (tmp_path / "agent.yaml").write_text(yaml.safe_dump(cfg))
-        log = (tmp_path / "agent.log").open("w")
-        agent = subprocess.Popen([sys.executable, "-m", "agent.cli", "run", "--config",
-                                  str(tmp_path / "agent.yaml")], stdout=log, stderr=log)
-        try:
+        with running_agent(tmp_path / "agent.yaml", tmp_path / "agent.log"):
             def tail() -> str:
                 return (tmp_path / "agent.log").read_text()[-3000:]
 
-            assert _wait(lambda: THIRD_PARTY_ANNOTATION in api.annotations, 30), tail()
+            assert wait(lambda: THIRD_PARTY_ANNOTATION in api.annotations, 30), tail()
             entries = parse_third_party_allocations(api.annotations[THIRD_PARTY_ANNOTATION])
             reported = entries["coloc-agent-yarn"]
             assert reported == LIVE_TOTAL, reported
@@ -139,7 +125,7 @@ def test_agent_process_reports_only_live_yarn_containers(real_root: RealRoot, tm
                 return (("scheduler", "yarn"),) in m.get("coloc_batch_requested_cpu_cores", {}) and bool(
                     m.get("coloc_ledger_allocations"))
 
-            assert _wait(metrics_ready, 30), tail()
+            assert wait(metrics_ready, 30), tail()
             time.sleep(1.5)  # a few more ticks: the figures must hold, not just appear
             m = _scrape(port)
             yarn_label = (("scheduler", "yarn"),)
@@ -163,11 +149,3 @@ def test_agent_process_reports_only_live_yarn_containers(real_root: RealRoot, tm
             # Within the 8-core origin: nothing was killed.
             for c in WITH_PROCESS:
                 assert len(real_root.pids(f"besteffort/hadoop-yarn/{c}")) == 1, (c, tail())
-        finally:
-            agent.send_signal(signal.SIGTERM)
-            try:
-                agent.wait(15)
-            except subprocess.TimeoutExpired:
-                agent.kill()
-                agent.wait()
-            log.close()
