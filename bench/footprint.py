@@ -3,12 +3,15 @@
     python bench/footprint.py [--quick] [--workloads 200] [--seconds 30]
 
 The agent runs as it runs on a node: one `coloc-agent run` process (default config: 1 s tick, fast path on;
-standalone mode: no Kubernetes, but the node API's gRPC server listens on its unix socket as on a node)
-in its own cgroup `agent/` under a unique bench root, managing
-the node cgroup root `node/` beside it. Phases, each measured for --seconds after a settling pause:
-  - `0`:   no workload cgroups;
+standalone mode: no Kubernetes, but the node API serves its unix socket as on a node, its gRPC server
+started only while a client is connected, `api.idle_stop_s` at its default) in its own cgroup `agent/`
+under a unique bench root, managing the node cgroup root `node/` beside it. Phases, each measured for
+--seconds after a settling pause:
+  - `0`:   no workload cgroups, no API client;
   - `N`:   --workloads workload cgroups, each with two sleeping processes: half HP pods directly under
-           the node root, half BE pods under `besteffort/` (as the kubelet lays them out);
+           the node root, half BE pods under `besteffort/` (as the kubelet lays them out); no API client;
+  - `N_watch`: the same, with one client (its own process) holding a Watch stream open, as a scheduler's
+           node-side client does: the gRPC server runs throughout;
   - `N_eager_kube`: the same, with the agent started with the `kubernetes` client imported up front
            (what every agent paid before it was imported lazily), for RSS side by side.
 Measured from /proc for the agent's process (all its threads): CPU as % of one core (schedstat run time),
@@ -17,10 +20,12 @@ wake-ups/s (voluntary context switches: each is a sleep ended by a wake-up), RSS
 wake-ups/s, RSS ≤ 50 MB at N. Preemptions (involuntary switches) are reported apart, `preempted_per_s`:
 they used to be counted as wake-ups too, but they measure the machine's other load (20-60/s while a 12 ms
 tick meets other load on a shared 2-CPU machine, ~0 on a quiet one), not the agent waking up.
-Wake-ups are also split into gRPC core's threads (`event_engine`, `grpc_global_timer`, `lifeguard`: they
-wake on their own, 3-9 times a second with no call) and the agent's own (`python`: the loop, 2/s calm), so
-a change to either shows. The settling pause (≥ 6 s after start) covers the agent's one-off release of
-start-up heap (5 s after start, agent/cli/run.py), so RSS is the steady state, not start-up's peak.
+Wake-ups are also split into gRPC core's threads (`event_engine`, `grpc_global_timer`, `lifeguard`: while
+the gRPC server runs they wake on their own, 3-9 times a second with no call; with no client there are
+none) and the agent's own (`python`: the loop, 2/s calm), so a change to either shows. The budget is
+judged at `N` (no client); `N_watch` is reported beside it. The settling pause (≥ 6 s after start)
+covers the agent's one-off release of start-up heap (5 s after start, agent/cli/run.py), so RSS is the
+steady state, not start-up's peak.
 Needs root and writable cgroups. Last line: one JSON object.
 """
 
@@ -50,6 +55,16 @@ TARGET_CPU_PERCENT = 1.0
 TARGET_WAKEUPS_PER_S = 5.0
 TARGET_RSS_MB = 50.0
 GRPC_THREADS = ("event_engine", "grpc_global_tim", "lifeguard")  # comm names are cut at 15 characters
+WATCHER = ("import asyncio, sys\n"
+           "from agent.api.client import AgentClient\n"
+           "async def main():\n"
+           "    async with AgentClient(sys.argv[1]) as c:\n"
+           "        stream = c.watch(send_initial=True)\n"
+           "        await anext(stream)\n"
+           "        print('watching', flush=True)\n"
+           "        async for _ in stream:\n"
+           "            pass\n"
+           "asyncio.run(main())\n")
 EAGER_KUBE = ("import sys, runpy, kubernetes.client, kubernetes.config; sys.argv[0] = 'coloc-agent'; "
               "runpy.run_module('agent.cli', run_name='__main__')")
 
@@ -188,19 +203,43 @@ def stop_agent(proc: subprocess.Popen[bytes]) -> None:
         proc.wait(10)
 
 
+def start_watcher(sock: Path, log: Path) -> subprocess.Popen[bytes]:
+    """A Watch held open from another process; returns once its first batch arrived."""
+    with log.open("ab") as f:
+        proc = subprocess.Popen([sys.executable, "-c", WATCHER, str(sock)], stdout=subprocess.PIPE, stderr=f,
+                                cwd=REPO)
+    assert proc.stdout is not None
+    if proc.stdout.readline().strip() != b"watching":
+        proc.kill()
+        proc.wait(10)
+        raise RuntimeError(f"the watcher got no first batch:\n{log.read_text()[-2000:]}")
+    return proc
+
+
 def phase(root: RealRoot, d: Path, name: str, seconds: float, settle: float, eager: bool = False,
-          ) -> dict[str, Any]:
+          watch: bool = False) -> dict[str, Any]:
     port = free_port()
     cfg = write_config(d, f"{root.name}/node", port)
     log = d / "agent.log"
     proc = start_agent(root, cfg, log, eager)
+    watcher = None
     try:
         wait_ready(port, proc, log)
-        progress(f"phase {name}: agent pid {proc.pid} ticking; settling {settle:.0f} s, then {seconds:.0f} s")
+        if watch:
+            watcher = start_watcher(d / "agent.sock", log)
+        progress(f"phase {name}: agent pid {proc.pid} ticking{' with a Watch open' if watch else ''}; "
+                 f"settling {settle:.0f} s, then {seconds:.0f} s")
         time.sleep(settle)
         out = measure(proc.pid, port, seconds)
+        if watcher is not None and watcher.poll() is not None:
+            raise RuntimeError(f"the watcher ended during the phase:\n{log.read_text()[-2000:]}")
     finally:
+        if watcher is not None:
+            watcher.kill()
+            watcher.wait(10)
         stop_agent(proc)
+    out["grpc_core_wakeups_per_s"] = round(sum(v for k, v in out["wakeups_per_s_by_thread"].items()
+                                               if k.startswith(GRPC_THREADS)), 2)
     progress(f"phase {name}: {out}")
     return out
 
@@ -214,6 +253,7 @@ def run(args: argparse.Namespace, root: RealRoot, d: Path) -> dict[str, Any]:
     add_workloads(root, args.workloads)
     n = str(args.workloads)
     res[n] = phase(root, d, n, args.seconds, args.settle)
+    res[f"{n}_watch"] = phase(root, d, f"{n}_watch", args.seconds, args.settle, watch=True)
     res[f"{n}_eager_kube"] = phase(root, d, f"{n}_eager_kube", max(2.0, args.seconds / 3), args.settle,
                                    eager=True)
     at = res[n]
@@ -221,8 +261,8 @@ def run(args: argparse.Namespace, root: RealRoot, d: Path) -> dict[str, Any]:
     for key in ("cpu_percent", "wakeups_per_s", "rss_mb", "rss_anon_mb"):
         res[key] = at[key]
     res["loop_thread_wakeups_per_s"] = at["wakeups_per_s_by_thread"].get("python", 0.0)
-    res["grpc_core_wakeups_per_s"] = round(sum(v for k, v in at["wakeups_per_s_by_thread"].items()
-                                               if k.startswith(GRPC_THREADS)), 2)
+    res["grpc_core_wakeups_per_s"] = at["grpc_core_wakeups_per_s"]
+    res["wakeups_per_s_with_watch"] = res[f"{n}_watch"]["wakeups_per_s"]
     res["targets"] = {"cpu_percent": TARGET_CPU_PERCENT, "wakeups_per_s": TARGET_WAKEUPS_PER_S,
                       "rss_mb": TARGET_RSS_MB}
     res["budget_met"] = {"cpu": at["cpu_percent"] <= TARGET_CPU_PERCENT,
@@ -253,7 +293,7 @@ def main() -> int:
         root.cleanup()
         shutil.rmtree(d, ignore_errors=True)
     n = str(args.workloads)
-    for k in ("0", n, f"{n}_eager_kube"):
+    for k in ("0", n, f"{n}_watch", f"{n}_eager_kube"):
         r = out[k]
         print(f"{k + ' workloads':24} CPU {r['cpu_percent']:6.2f} % of a core  "
               f"{r['wakeups_per_s']:6.1f} wake-ups/s  RSS {r['rss_mb']:5.1f} MB (anon {r['rss_anon_mb']}, "
@@ -261,7 +301,9 @@ def main() -> int:
         print(f"{'':24} wake-ups/s by thread: {r['wakeups_per_s_by_thread']}; "
               f"preempted {r['preempted_per_s']}/s")
     print(f"wake-ups/s at {n}: gRPC core {out['grpc_core_wakeups_per_s']}, "
-          f"agent's own threads {round(out['wakeups_per_s'] - out['grpc_core_wakeups_per_s'], 2)}")
+          f"agent's own threads {round(out['wakeups_per_s'] - out['grpc_core_wakeups_per_s'], 2)}; "
+          f"with a Watch open {out['wakeups_per_s_with_watch']} "
+          f"(gRPC core {out[f'{n}_watch']['grpc_core_wakeups_per_s']})")
     met = out["budget_met"]
     print(f"budget at {n} workloads: CPU ≤ {TARGET_CPU_PERCENT} % {'met' if met['cpu'] else 'NOT met'}, "
           f"wake-ups ≤ {TARGET_WAKEUPS_PER_S}/s {'met' if met['wakeups'] else 'NOT met'}, "

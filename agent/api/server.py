@@ -5,10 +5,16 @@ reachable with looser permissions; its directory is created 0750. File permissio
 (and read); `agent.api.authz` decides who may mutate, from the peer credentials `agent.api.peergate`
 reads on each connection (gRPC itself listens on a private socket behind the gate). TCP is TLS off
 loopback (`agent.config.api`).
+
+The gRPC server behind the gate runs only while someone uses it (`api.idle_stop_s`): gRPC core's threads
+wake ~6 times a second even with no call, which alone broke the agent's wake-up budget (docs/performance.md).
+A grpc.aio server cannot be restarted, so each start builds a fresh one around the same servicers.
 """
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import contextlib
 import errno
 import grp
@@ -18,14 +24,16 @@ import shutil
 import socket
 import stat
 import tempfile
+from collections.abc import Callable, Coroutine
 from pathlib import Path
+from typing import Any
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1.health import aio as health_aio  # type: ignore[attr-defined]
 
 from agent.api.authz import AccessPolicy
-from agent.api.peergate import PeerGate
+from agent.api.peergate import OnDemand, PeerGate
 from agent.api.reflect import enable_reflection
 from agent.api.service import SERVICE, NodeAgentService, PolicySettings
 from agent.config.api import ApiConfig
@@ -33,6 +41,8 @@ from agent.published import Board
 from agent.state.ledger import Ledger
 
 log = logging.getLogger("coloc.api")
+
+IDLE_STOP_GRACE_S = 0.5  # an idle stop has no call in flight (no connection is open)
 
 class ApiStartError(Exception):
     """The server cannot start; the message says why and what to change."""
@@ -74,20 +84,73 @@ def _prepare_socket_path(path: Path, gid: int | None) -> None:
 
 
 class ApiServer:
-    def __init__(self, server: grpc.aio.Server, service: NodeAgentService,
-                 health: health_aio.HealthServicer, addresses: list[str], policy: AccessPolicy) -> None:
-        self.server = server
+    """The node API: the servicers, the gate, and the gRPC server around them while one runs."""
+
+    def __init__(self, build: Callable[[], grpc.aio.Server], service: NodeAgentService,
+                 health: health_aio.HealthServicer, policy: AccessPolicy,
+                 tcp: tuple[ApiConfig, str] | None = None) -> None:
+        self._build = build
         self.service = service
         self.health = health
-        self.addresses = addresses
+        self.addresses: list[str] = []
         self.policy = policy
         self.gate: PeerGate | None = None
         self.socket_path: Path | None = None
         self.private_dir: Path | None = None
+        self.server: grpc.aio.Server | None = None  # None while idle-stopped
+        self.starts = 0
+        self._tcp = tcp
+        self.tcp_bound: str | None = None  # host:port once bound (port 0 asks for any)
+        self._lock = asyncio.Lock()
+        self._loop = asyncio.get_running_loop()  # the servicers' loop: every server runs on it
 
     @property
     def address(self) -> str:
         return self.addresses[0]
+
+    @property
+    def private_socket(self) -> Path | None:
+        return None if self.private_dir is None else self.private_dir / "g.sock"
+
+    async def ensure_running(self) -> None:
+        """Start a fresh gRPC server unless one runs."""
+        async with self._lock:
+            if self.server is None:
+                self.server = await self._start_fresh()
+
+    async def stop_server(self, grace: float | None = IDLE_STOP_GRACE_S) -> None:
+        """Stop the gRPC server (not the gate): its threads go quiet until `ensure_running`."""
+        async with self._lock:
+            server, self.server = self.server, None
+            if server is not None:
+                await server.stop(grace)
+
+    def on_demand(self, idle_s: float) -> OnDemand:
+        """What the gate calls, from its own thread, to start and stop the server on this loop."""
+        return OnDemand(start=lambda: self._call(self.ensure_running()),
+                        stop=lambda: self._call(self.stop_server()), idle_s=idle_s)
+
+    def _call(self, coro: Coroutine[Any, Any, None]) -> concurrent.futures.Future[None]:
+        return asyncio.run_coroutine_threadsafe(coro, self._loop)
+
+    async def _start_fresh(self) -> grpc.aio.Server:
+        server = self._build()
+        try:
+            if self.private_socket is not None:
+                self.private_socket.unlink(missing_ok=True)  # left by the last server (grpc may keep it)
+                try:
+                    server.add_insecure_port(f"unix:{self.private_socket}")
+                except RuntimeError as err:
+                    raise ApiStartError(f"api.socket_path: cannot bind {self.private_socket}: {err}") from err
+            if self._tcp is not None:
+                self.tcp_bound = _serve_tcp(server, *self._tcp)
+            await server.start()
+        except BaseException:
+            await server.stop(0)
+            raise
+        self.starts += 1
+        log.debug("node API: gRPC server started", extra={"fields": {"starts": self.starts}})
+        return server
 
     async def stop(self, grace: float | None = 1.0) -> None:
         """Report NOT_SERVING, end every stream, close the listeners (the socket file is removed)."""
@@ -95,7 +158,7 @@ class ApiServer:
             await self.health.enter_graceful_shutdown()
         if self.gate is not None:
             self.gate.stop()  # no new connections; the open ones end with the server
-        await self.server.stop(grace)
+        await self.stop_server(grace)
         if self.socket_path is not None:
             self.socket_path.unlink(missing_ok=True)
         if self.private_dir is not None:
@@ -143,19 +206,12 @@ async def _serve_unix(api: ApiServer, cfg: ApiConfig, socket_path: str) -> str:
     except OSError as err:
         raise ApiStartError(f"api.socket_path: {path}: {err.strerror}") from err
     api.private_dir = private
-    try:
-        api.server.add_insecure_port(f"unix:{private / 'g.sock'}")
-    except RuntimeError as err:
-        raise ApiStartError(f"api.socket_path: cannot bind {private / 'g.sock'}: {err}") from err
-    api.gate = PeerGate(_listen_unix(path, cfg.socket_mode, gid), str(private / "g.sock"))
-    api.socket_path = path
-    api.policy.gate = api.gate
     return f"unix:{path}"
 
 
-async def start_api_server(ledger: Ledger, cfg: ApiConfig, *, board: Board | None = None,
-                           settings: PolicySettings | None = None) -> ApiServer:
-    """Serve the ledger. Raises ApiStartError naming the setting that prevents it."""
+def _build_server(cfg: ApiConfig, policy: AccessPolicy, service: NodeAgentService,
+                  health: health_aio.HealthServicer) -> grpc.aio.Server:
+    """A new gRPC server (no ports yet) around the given servicers."""
     options = [
         ("grpc.max_receive_message_length", cfg.max_message_bytes),
         ("grpc.max_send_message_length", cfg.max_message_bytes),
@@ -163,26 +219,44 @@ async def start_api_server(ledger: Ledger, cfg: ApiConfig, *, board: Board | Non
         ("grpc.so_reuseport", 0),
         *cfg.options,
     ]
-    policy = AccessPolicy(cfg, None)
     server = grpc.aio.server(options=options, maximum_concurrent_rpcs=cfg.max_concurrent_rpcs,
                              interceptors=(policy,))
+    server.add_generic_rpc_handlers((service.handler(),))
+    health_pb2_grpc.add_HealthServicer_to_server(health, server)
+    health_name = health_pb2.DESCRIPTOR.services_by_name["Health"].full_name
+    enable_reflection(server, (SERVICE, health_name))
+    return server
+
+
+async def start_api_server(ledger: Ledger, cfg: ApiConfig, *, board: Board | None = None,
+                           settings: PolicySettings | None = None) -> ApiServer:
+    """Serve the ledger. Raises ApiStartError naming the setting that prevents it."""
+    policy = AccessPolicy(cfg, None)
     service = NodeAgentService(ledger, max_streams=cfg.max_streams,
                                bookmark_interval_s=cfg.bookmark_interval_s,
                                max_events_per_message=cfg.max_events_per_message,
                                max_message_bytes=cfg.max_message_bytes, board=board, settings=settings)
-    server.add_generic_rpc_handlers((service.handler(),))
     health = health_aio.HealthServicer()
-    health_pb2_grpc.add_HealthServicer_to_server(health, server)
-    health_name = health_pb2.DESCRIPTOR.services_by_name["Health"].full_name
-    enable_reflection(server, (SERVICE, health_name))
-    api = ApiServer(server, service, health, [], policy)
+    api = ApiServer(lambda: _build_server(cfg, policy, service, health), service, health, policy,
+                    tcp=(cfg, cfg.tcp_address) if cfg.tcp_address is not None else None)
     try:
         if cfg.socket_path is not None:
             api.addresses.append(await _serve_unix(api, cfg, cfg.socket_path))
-        if cfg.tcp_address is not None:
-            api.addresses.append(_serve_tcp(server, cfg, cfg.tcp_address))
-        await server.start()
-        if api.gate is not None:
+        # Started once even when on demand: a setting that prevents serving fails the start, and gRPC's
+        # one-off initialisation is not paid by the first client (whose connect may allow only 100 ms).
+        await api.ensure_running()
+        if api.tcp_bound is not None:
+            api.addresses.append(api.tcp_bound)
+        if cfg.socket_path is not None and api.private_socket is not None:
+            gid = _gid(cfg.socket_group) if cfg.socket_group else None
+            listener = _listen_unix(Path(cfg.socket_path), cfg.socket_mode, gid)
+            api.socket_path = Path(cfg.socket_path)
+            # remote clients do not pass the gate, so with TCP the server always runs
+            idle = cfg.idle_stop_s if cfg.tcp_address is None else 0
+            if idle > 0:
+                await api.stop_server()  # nobody is connected yet
+            api.gate = PeerGate(listener, str(api.private_socket), api.on_demand(idle) if idle > 0 else None)
+            api.policy.gate = api.gate
             api.gate.start()
     except BaseException:
         await api.stop(0)
