@@ -28,9 +28,10 @@ the BE tier is lifted, unless `cpuset_quota`: then the budget is kept in milli-c
 (floor `max(min_milli_cpu, 20)`, PSI steps of `psi_shrink_percent` of capacity, no whole-CPU step), the
 cpuset is still `budget // 1000` CPUs (at least the minimum), and while the budget is below those CPUs
 the BE tier also gets a CFS quota of the budget, lifted once the budget reaches them; BE then never gets
-more than the formula allows (`granted_milli`: the lesser of the CPUs and the quota). An early note
-that a quota made HP wake-up p99 20–35× worse did not hold in `bench/interference.py` (2 CPUs, 6
-rounds): cfsQuota's pooled p99 was 1.45× and 1.47× HP alone in two runs, 0.32× and 0.47× no agent.
+more than the formula allows (`granted_milli`: the lesser of the CPUs and the quota). It is off by
+default because a quota lengthens HP's wake-up tail: on a quiet 2-CPU machine (`bench/interference.py`,
+6 rounds, every window quiet) HP wake-up p99 was 0.98× HP alone under cpuset + `cpu.idle`, 2.11× under
+`cfsQuota` and 1.85× under cpuset + quota (busy machines blur this: two noisy runs had cfsQuota at ~1.46×).
 Policy `cfsQuota`: the BE tier gets a quota of `budget` milli-cores, at least 20 (2 ms per 100 ms
 period), and every CPU in its cpuset.
 
