@@ -102,6 +102,7 @@ class ApiServer:
         self._tcp = tcp
         self.tcp_bound: str | None = None  # host:port once bound (port 0 asks for any)
         self._lock = asyncio.Lock()
+        self._closing = False  # set by `stop`: a start the gate queued before it may not run after it
         self._loop = asyncio.get_running_loop()  # the servicers' loop: every server runs on it
 
     @property
@@ -115,6 +116,8 @@ class ApiServer:
     async def ensure_running(self) -> None:
         """Start a fresh gRPC server unless one runs."""
         async with self._lock:
+            if self._closing:
+                raise ApiStartError("node API: shutting down; no new gRPC server")
             if self.server is None:
                 self.server = await self._start_fresh()
 
@@ -154,6 +157,7 @@ class ApiServer:
 
     async def stop(self, grace: float | None = 1.0) -> None:
         """Report NOT_SERVING, end every stream, close the listeners (the socket file is removed)."""
+        self._closing = True
         with contextlib.suppress(Exception):
             await self.health.enter_graceful_shutdown()
         if self.gate is not None:

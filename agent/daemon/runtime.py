@@ -33,6 +33,7 @@ from agent.sources.kubelet import KubeletSource
 from agent.sources.standalone import StandaloneScanner
 from agent.sources.yarn import NodeManagerSource
 from agent.state import Ledger, LedgerConfig
+from agent.state.ledger import read_boot_id
 from agent.state.owned_root import RootMarker
 from cgroups.discovery import Hierarchy, detect_driver, discover
 from cgroups.errors import CgroupError, InvalidValue
@@ -243,7 +244,8 @@ def build(cfg: AgentConfig, board: Board | None = None) -> Runtime:
     capacity, cpus = node_capacity(cfg)
     # The ledger first: a state directory that cannot be used stops start-up before any cgroup is made.
     ledger = open_ledger(cfg)
-    marker = RootMarker(cfg.state.path, cfg.cgroups.mount, root) if cfg.state.path else None
+    marker = (RootMarker(cfg.state.path, cfg.cgroups.mount, root, read_boot_id())
+              if cfg.state.path else None)
     made: list[str] = []
     owned = False
     try:
@@ -251,18 +253,29 @@ def build(cfg: AgentConfig, board: Board | None = None) -> Runtime:
             if marker is not None and not reader.exists(""):
                 marker.record()  # before the root exists: a crash in between leaves a marker, never an orphan
             created = setup_tiers(writer, reader, cpus, layout, made)
-            owned = created or (marker is not None and marker.claims())
+            if marker is not None and "" in made:
+                marker.record(_root_inode(reader))  # now it names this very directory, in this boot
+            owned = created or (marker is not None and marker.claims(_root_inode(reader)))
         return _assemble(cfg, board, hierarchy, reader, writer, layout, capacity, cpus, ledger, owned, marker)
     except BaseException:
-        _undo_setup(cfg, writer, reader, made, owned, marker)
+        _undo_setup(writer, reader, made, marker)
         raise
 
 
-def _undo_setup(cfg: AgentConfig, writer: CgroupWriter, reader: CgroupReader, made: list[str], owned: bool,
+def _root_inode(reader: CgroupReader) -> int | None:
+    """The root directory's inode in its first hierarchy (what a marker of a made root records)."""
+    try:
+        return os.stat(reader.dir("")).st_ino
+    except OSError:
+        return None
+
+
+def _undo_setup(writer: CgroupWriter, reader: CgroupReader, made: list[str],
                 marker: RootMarker | None) -> None:
-    """Start-up failed after the tiers were laid out: remove what this start made (all of an owned root
-    when the agent cleans up on exit), so a failed start leaves no cgroup behind."""
-    if "" in made or (owned and cfg.cgroups.cleanup_on_exit):
+    """Start-up failed after the tiers were laid out: remove what this start made, and no more. A root an
+    earlier incarnation made (`owned` by its marker) keeps the work that survived that crash: a crash loop
+    must not kill it at every failed restart; a clean exit removes it."""
+    if "" in made:
         _remove_root(writer, reader, marker)
         return
     for rel in reversed(made):

@@ -6,6 +6,7 @@ Kubernetes client stack when NodeSLO is off.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -36,7 +37,10 @@ class NodeSloError(ValueError):
 def _number(value: object, where: str) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise NodeSloError(f"{where}: expected a number, got {value!r}")
-    return float(value)
+    number = float(value)
+    if not math.isfinite(number):  # JSON has no NaN or inf, but a YAML-written object can carry them
+        raise NodeSloError(f"{where}: expected a finite number, got {value!r}")
+    return number
 
 
 def _setting(field: str, value: object, capacity: Resources) -> object:

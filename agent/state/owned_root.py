@@ -4,6 +4,11 @@ A root the agent made is removed on a clean exit (`cgroups.cleanup_on_exit`). Re
 memory loses it at a crash: the next agent finds the root, adopts it, and leaves it for good. The marker is
 written before the root is made and removed once the root is gone, so a restarted agent still knows the
 root is its own; a root it found already there (the kubelet's `kubepods`) never gets a marker.
+
+A name is not an identity: cgroups do not survive a reboot but the state directory does, and someone else
+may make a directory of the same name. So once the agent has made the root, the marker also records the
+boot id and the root directory's inode; it claims a root only when both still match. A marker written
+just before a crash, with no inode yet, claims nothing: the root is then left, never wrongly removed.
 """
 
 from __future__ import annotations
@@ -18,19 +23,23 @@ from agent.state.persist import StateStore
 
 log = logging.getLogger("coloc.state")
 
-FORMAT = "coloc-agent/owned-root/v1"
+FORMAT = "coloc-agent/owned-root/v2"
 
 
 class RootMarker:
     """`<state file>.root`: the hierarchy mount and root this agent made (and has not removed yet)."""
 
-    def __init__(self, state_path: str | Path, mount: str, root: str) -> None:
+    def __init__(self, state_path: str | Path, mount: str, root: str, boot_id: str) -> None:
         state = Path(state_path)
         self.path = state.with_name(f"{state.name}.root")
-        self._body = {"format": FORMAT, "mount": mount, "root": root.strip("/")}
+        self._body: dict[str, object] = {"format": FORMAT, "mount": mount, "root": root.strip("/"),
+                                         "boot_id": boot_id}
 
-    def claims(self) -> bool:
-        """Whether the marker names this very root (a marker for another root or mount does not count)."""
+    def claims(self, inode: int | None) -> bool:
+        """Whether the marker names this very root, made in this boot, as the directory `inode` (a marker for
+        another root, mount or boot, or one written before the root was made, does not count)."""
+        if inode is None or not self._body["boot_id"]:
+            return False
         try:
             with open(self.path, "rb") as f:
                 data = json.loads(f.read(4096))
@@ -39,11 +48,13 @@ class RootMarker:
         except (OSError, ValueError) as err:
             log.error("root marker %s is unusable (%s); the root is not taken as the agent's", self.path, err)
             return False
-        return bool(data == self._body)
+        return bool(data == {**self._body, "inode": inode})
 
-    def record(self) -> None:
-        """Durably note that the agent is about to make the root; raises StateFileError if it cannot."""
-        StateStore(self.path).write_bytes(json.dumps(self._body, sort_keys=True).encode() + b"\n")
+    def record(self, inode: int | None = None) -> None:
+        """Durably note that the agent is about to make the root (no inode yet) or has made it as the
+        directory `inode`; raises StateFileError if it cannot."""
+        body = self._body if inode is None else {**self._body, "inode": inode}
+        StateStore(self.path).write_bytes(json.dumps(body, sort_keys=True).encode() + b"\n")
 
     def clear(self) -> None:
         """The root is gone: forget it (a failure is logged; a stale marker only names a missing root)."""

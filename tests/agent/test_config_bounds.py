@@ -159,3 +159,15 @@ def test_an_out_of_range_nodeslo_value_is_refused_and_the_settings_kept(
     assert src.current is before and len(seen) == 1
     refused = [r.getMessage() for r in caplog.records if "refused" in r.getMessage()]
     assert refused and "must be" in refused[-1] and "\n" not in refused[-1], refused
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), -float("inf")], ids=["nan", "inf", "-inf"])
+def test_a_non_finite_nodeslo_number_is_refused_in_one_line(value: float,
+                                                            caplog: pytest.LogCaptureFixture) -> None:
+    """Kept out of the arithmetic (`cpuSuppressMinPercent` × capacity raised ValueError/OverflowError)."""
+    src, seen = _source(PolicyConfig())
+    for field in ("cpuSuppressMinPercent", "cpuEvictTimeWindowSeconds"):
+        assert not src.update(_doc(**{field: value}))
+        assert len(seen) == 0
+        refused = [r for r in caplog.records if "finite" in r.getMessage()]
+        assert refused and refused[-1].exc_info is None and "\n" not in refused[-1].getMessage(), refused

@@ -23,7 +23,7 @@ from apikit import short_dir
 from test_api_server import Served, admit_req, collect, serve, until_synced, workload
 
 from agent.api.client import AgentClient
-from agent.api.server import ApiServer
+from agent.api.server import ApiServer, ApiStartError
 
 IDLE_S = 1.0
 REPO = Path(__file__).resolve().parents[2]
@@ -228,3 +228,37 @@ def test_idle_stop_s_is_bounded() -> None:
     assert ApiConfig().idle_stop_s == 60
 
 
+
+
+async def test_the_first_call_waits_for_a_start_the_agents_busy_loop_delays(idle: Served) -> None:
+    """The start runs on the agent's loop, which a long tick or CPU throttling can hold: our client's first
+    call after an idle stop must wait for it, not fail after gRPC's 100 ms minimum connect timeout."""
+    assert await idle_stopped(idle.server)
+    loop = asyncio.get_running_loop()
+    outcome: list[object] = []
+
+    def call_from_another_thread() -> None:
+        async def call() -> None:
+            async with AgentClient(idle.address) as c:
+                outcome.append((await c.get_snapshot()).revision)
+
+        try:
+            asyncio.run(call())
+        except Exception as err:  # the outcome under test
+            outcome.append(err)
+
+    caller = loop.run_in_executor(None, call_from_another_thread)
+    time.sleep(0.5)  # the agent's loop is busy (blocked) while the gate asks it to start the server
+    await caller
+    assert outcome == [idle.ledger.revision], outcome
+    assert idle.server.starts == 2
+
+
+async def test_a_start_queued_before_shutdown_does_not_run_after_it(idle: Served) -> None:
+    """The gate may ask for a start just before the agent stops the API: it must not leave a fresh gRPC
+    server running after shutdown (nothing would stop it)."""
+    assert await idle_stopped(idle.server)
+    await idle.server.stop(0)
+    with pytest.raises(ApiStartError, match="shutting down"):
+        await idle.server.ensure_running()
+    assert idle.server.server is None

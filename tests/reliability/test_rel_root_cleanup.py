@@ -4,6 +4,7 @@ that fails after the tiers were laid out removes them again and exits 2 with one
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 import sys
@@ -42,6 +43,30 @@ def test_a_root_left_by_a_crash_is_removed_on_the_next_clean_exit(real_root: Rea
         assert proc.wait(timeout=30) == 0, log.read_text()[-3000:]
     assert not _left(real_root, "agent"), "a root the agent made was left after a clean exit"
     assert not (tmp_path / "state" / "state.json.root").exists()
+
+
+def test_a_marker_from_another_boot_or_directory_does_not_make_a_root_the_agents(real_root: RealRoot,
+                                                                                 tmp_path: Path) -> None:
+    """After a reboot (the state directory survives, cgroups do not) someone may make a root of the same
+    name before the agent starts: the marker's boot id or inode no longer matches, so the root is kept."""
+    port = free_port()
+    cfg = agent_config(tmp_path, f"{real_root.name}/agent", port)
+    log = tmp_path / "agent.log"
+    marker = tmp_path / "state" / "state.json.root"
+    with running_agent(cfg, log) as proc:
+        _ticking(port, log)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=10)
+    recorded = json.loads(marker.read_text())
+    assert recorded["boot_id"] and recorded["inode"], recorded
+    other_boot = "00000000-0000-4000-8000-000000000000"
+    for field, other in (("boot_id", other_boot), ("inode", recorded["inode"] + 1)):
+        marker.write_text(json.dumps({**recorded, field: other}))
+        with running_agent(cfg, log) as proc:
+            _ticking(port, log)
+            proc.terminate()
+            assert proc.wait(timeout=30) == 0, log.read_text()[-3000:]
+        assert _left(real_root, "agent"), f"a root whose marker's {field} differs was removed"
 
 
 def test_a_root_the_agent_did_not_make_is_kept(real_root: RealRoot, tmp_path: Path) -> None:
@@ -93,3 +118,29 @@ def test_a_failed_start_in_a_foreign_root_removes_only_its_tiers(real_root: Real
     _one_line(_start(cfg), str(audit))
     assert _left(real_root, "agent")
     assert not any(_left(real_root, f"agent/{t}") for t in TIERS), "the tiers made were left behind"
+
+
+def test_a_failed_restart_after_a_crash_keeps_the_work_that_survived_it(real_root: RealRoot,
+                                                                        tmp_path: Path) -> None:
+    """The root is the agent's (its marker), but this start did not make it: a crash loop of failed starts
+    must not kill the BE work that outlived the crash at every attempt. A clean exit still removes it."""
+    port = free_port()
+    cfg = agent_config(tmp_path, f"{real_root.name}/agent", port)
+    log = tmp_path / "agent.log"
+    with running_agent(cfg, log) as proc:
+        _ticking(port, log)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=10)
+    be = real_root.spawn("agent/besteffort", ["sleep", "300"])
+    audit = tmp_path / "audit-dir"
+    audit.mkdir()
+    failing = agent_config(tmp_path, f"{real_root.name}/agent", port, audit={"path": str(audit)})
+    _one_line(_start(failing), str(audit))
+    assert be.poll() is None, "a failed start killed BE work in a root it did not make"
+    assert _left(real_root, "agent/besteffort")
+    cfg = agent_config(tmp_path, f"{real_root.name}/agent", port)
+    with running_agent(cfg, log) as proc:
+        _ticking(port, log)
+        proc.terminate()
+        assert proc.wait(timeout=30) == 0, log.read_text()[-3000:]
+    assert not _left(real_root, "agent"), "the agent's own root was left after a clean exit"
