@@ -40,6 +40,17 @@ def agent_config(tmp_path: Path, root: str, port: int, **extra: Any) -> Path:
     return path
 
 
+def kubeconfig(path: Path, server: str) -> Path:
+    """A kubeconfig at `path` for the API server at `server` (a local fake: it checks no token)."""
+    path.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "test",
+        "clusters": [{"name": "test", "cluster": {"server": server}}],
+        "users": [{"name": "test", "user": {"token": "test-token"}}],
+        "contexts": [{"name": "test", "context": {"cluster": "test", "user": "test"}}],
+    }))
+    return path
+
+
 def get(url: str, timeout: float = 2.0) -> tuple[int, bytes]:
     try:
         with urllib.request.urlopen(url, timeout=timeout) as resp:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from agentproc import running_agent, wait
+from agentproc import kubeconfig, running_agent, wait
 from fakes.apiserver import FakeApiServer
 from fakes.kubelet import FakeKubelet
 from fakes.nodemanager import FakeNodeManager
@@ -25,15 +25,6 @@ from qos.batch import THIRD_PARTY_ANNOTATION, parse_third_party_allocations
 pytestmark = [pytest.mark.cgroups, pytest.mark.slow]
 
 
-
-def _kubeconfig(path: Path, server: str) -> Path:
-    path.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "test",
-        "clusters": [{"name": "test", "cluster": {"server": server}}],
-        "users": [{"name": "test", "user": {"token": "test-token"}}],
-        "contexts": [{"name": "test", "context": {"cluster": "test", "user": "test"}}],
-    }))
-    return path
 
 
 def test_agent_process_arbitrates_k8s_and_yarn_against_the_node_origin(real_root: RealRoot,
@@ -66,7 +57,7 @@ def test_agent_process_arbitrates_k8s_and_yarn_against_the_node_origin(real_root
             "sources": {
                 "kubelet": {"url": kubelet.url, "token_file": "", "timeout_s": 1, "resync_s": 1},
                 "yarn": {"url": nm.url, "timeout_s": 1, "resync_s": 1},
-                "kube_api": {"kubeconfig": str(_kubeconfig(tmp_path / "kubeconfig", api.url))},
+                "kube_api": {"kubeconfig": str(kubeconfig(tmp_path / "kubeconfig", api.url))},
                 "reporting": {"mode": "annotation", "resync_s": 10},  # read and written at start
             },
         }

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from agentproc import kubeconfig
 
 NODESLO = ("nodeslos", "node-a")
 
@@ -32,17 +33,6 @@ def wait(pred: Callable[[], bool], timeout: float, every: float = 0.1) -> bool:
             return True
         time.sleep(every)
     return False
-
-
-def kubeconfig(tmp: Path, server_url: str) -> Path:
-    path = tmp / "kubeconfig"
-    path.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "t",
-        "clusters": [{"name": "t", "cluster": {"server": server_url}}],
-        "users": [{"name": "t", "user": {"token": "x"}}],
-        "contexts": [{"name": "t", "context": {"cluster": "t", "user": "t"}}],
-    }))
-    return path
 
 
 def nodeslo(rv: str, **strategy: Any) -> dict[str, Any]:
@@ -70,7 +60,7 @@ def agent_config(tmp: Path, root: str, api_url: str, *, resync_s: float, metrics
         "policies": policies or {},
         "sources": {
             "kubelet": {"enabled": False},
-            "kube_api": {"kubeconfig": str(kubeconfig(tmp, api_url))},
+            "kube_api": {"kubeconfig": str(kubeconfig(tmp / "kubeconfig", api_url))},
             "reporting": {"mode": "off"},
             "nodeslo": {"enabled": True, "resync_s": resync_s},
         },

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from agentproc import running_agent
+from agentproc import kubeconfig, running_agent
 from fakes.apiserver import FakeApiServer, schema_errors
 from fakes.kubelet import FakeKubelet
 from fakes.nodemanager import FakeNodeManager
@@ -104,19 +104,7 @@ def test_collapsed_origin_evicts_nothing_then_nodemetric_and_nodeslo(
         FakeNodeManager(nm_dir) as nm,
         FakeApiServer(tmp_path / "node.json", known) as api,
     ):
-        kubeconfig = tmp_path / "kubeconfig"
-        kubeconfig.write_text(
-            yaml.safe_dump(
-                {
-                    "apiVersion": "v1",
-                    "kind": "Config",
-                    "current-context": "t",
-                    "clusters": [{"name": "t", "cluster": {"server": api.url}}],
-                    "users": [{"name": "t", "user": {"token": "x"}}],
-                    "contexts": [{"name": "t", "context": {"cluster": "t", "user": "t"}}],
-                }
-            )
-        )
+        config_file = kubeconfig(tmp_path / "kubeconfig", api.url)
         cfg = {
             "node": {"name": "node-a", "cpus": 2, "memory": "4Gi", "scope": "cgroup-root"},
             "cgroups": {"root": real_root.name, "driver": "cgroupfs"},
@@ -130,7 +118,7 @@ def test_collapsed_origin_evicts_nothing_then_nodemetric_and_nodeslo(
             "sources": {
                 "kubelet": {"url": kubelet.url, "token_file": "", "timeout_s": 1, "resync_s": 1},
                 "yarn": {"url": nm.url, "timeout_s": 1, "resync_s": 1},
-                "kube_api": {"kubeconfig": str(kubeconfig)},
+                "kube_api": {"kubeconfig": str(config_file)},
                 "reporting": {"mode": "annotation", "resync_s": 10},
                 "nodemetric": {"min_report_interval_s": 1, "min_aggregate_s": 1},
                 "nodeslo": {"resync_s": 1},

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from agentproc import running_agent, wait
+from agentproc import kubeconfig, running_agent, wait
 from fakes.apiserver import FakeApiServer
 from fakes.kubelet import FakeKubelet
 from payloadkit import FIX, fixture_pod, podlist_body
@@ -77,12 +77,7 @@ def test_over_cap_kubelet_body_leaves_the_source_stale_and_evicts_nothing(real_r
         FakeApiServer(FIX / "apiserver" / "node.json", known) as api,
     ):
         kubelet.body = big
-        kubeconfig = tmp_path / "kubeconfig"
-        kubeconfig.write_text(yaml.safe_dump({
-            "apiVersion": "v1", "kind": "Config", "current-context": "t",
-            "clusters": [{"name": "t", "cluster": {"server": api.url}}],
-            "users": [{"name": "t", "user": {"token": "t"}}],
-            "contexts": [{"name": "t", "context": {"cluster": "t", "user": "t"}}]}))
+        config_file = kubeconfig(tmp_path / "kubeconfig", api.url)
         cfg = {
             "node": {"name": "node-a", "cpus": 2, "memory": "4Gi"},
             "cgroups": {"root": real_root.name, "driver": "cgroupfs"},
@@ -96,7 +91,7 @@ def test_over_cap_kubelet_body_leaves_the_source_stale_and_evicts_nothing(real_r
             "sources": {
                 "kubelet": {"url": kubelet.url, "token_file": "", "timeout_s": 2, "resync_s": 1,
                             "stale_after_s": 3},
-                "kube_api": {"kubeconfig": str(kubeconfig)},
+                "kube_api": {"kubeconfig": str(config_file)},
                 "reporting": {"mode": "annotation", "resync_s": 10},
             },
         }

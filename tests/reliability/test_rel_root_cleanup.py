@@ -27,20 +27,23 @@ def _ticking(port: int, log: Path) -> None:
     assert wait(lambda: metric(port, "coloc_ticks_total") >= 2, 30), log.read_text()[-3000:]
 
 
+def _run_then(cfg: Path, port: int, log: Path, sig: signal.Signals) -> None:
+    """Run the agent until it ticks, then end it with `sig`: SIGKILL is a crash, SIGTERM a clean exit."""
+    with running_agent(cfg, log) as proc:
+        _ticking(port, log)
+        proc.send_signal(sig)
+        code = proc.wait(timeout=30)
+    assert sig is signal.SIGKILL or code == 0, log.read_text()[-3000:]
+
+
 def test_a_root_left_by_a_crash_is_removed_on_the_next_clean_exit(real_root: RealRoot,
                                                                    tmp_path: Path) -> None:
     port = free_port()
     cfg = agent_config(tmp_path, f"{real_root.name}/agent", port)
     log = tmp_path / "agent.log"
-    with running_agent(cfg, log) as proc:
-        _ticking(port, log)
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(timeout=10)
+    _run_then(cfg, port, log, signal.SIGKILL)
     assert _left(real_root, "agent"), "the killed agent's root should still be there"
-    with running_agent(cfg, log) as proc:
-        _ticking(port, log)
-        proc.terminate()
-        assert proc.wait(timeout=30) == 0, log.read_text()[-3000:]
+    _run_then(cfg, port, log, signal.SIGTERM)
     assert not _left(real_root, "agent"), "a root the agent made was left after a clean exit"
     assert not (tmp_path / "state" / "state.json.root").exists()
 
@@ -53,19 +56,13 @@ def test_a_marker_from_another_boot_or_directory_does_not_make_a_root_the_agents
     cfg = agent_config(tmp_path, f"{real_root.name}/agent", port)
     log = tmp_path / "agent.log"
     marker = tmp_path / "state" / "state.json.root"
-    with running_agent(cfg, log) as proc:
-        _ticking(port, log)
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(timeout=10)
+    _run_then(cfg, port, log, signal.SIGKILL)
     recorded = json.loads(marker.read_text())
     assert recorded["boot_id"] and recorded["inode"], recorded
     other_boot = "00000000-0000-4000-8000-000000000000"
     for field, other in (("boot_id", other_boot), ("inode", recorded["inode"] + 1)):
         marker.write_text(json.dumps({**recorded, field: other}))
-        with running_agent(cfg, log) as proc:
-            _ticking(port, log)
-            proc.terminate()
-            assert proc.wait(timeout=30) == 0, log.read_text()[-3000:]
+        _run_then(cfg, port, log, signal.SIGTERM)
         assert _left(real_root, "agent"), f"a root whose marker's {field} differs was removed"
 
 
@@ -127,10 +124,7 @@ def test_a_failed_restart_after_a_crash_keeps_the_work_that_survived_it(real_roo
     port = free_port()
     cfg = agent_config(tmp_path, f"{real_root.name}/agent", port)
     log = tmp_path / "agent.log"
-    with running_agent(cfg, log) as proc:
-        _ticking(port, log)
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(timeout=10)
+    _run_then(cfg, port, log, signal.SIGKILL)
     be = real_root.spawn("agent/besteffort", ["sleep", "300"])
     audit = tmp_path / "audit-dir"
     audit.mkdir()
@@ -139,8 +133,5 @@ def test_a_failed_restart_after_a_crash_keeps_the_work_that_survived_it(real_roo
     assert be.poll() is None, "a failed start killed BE work in a root it did not make"
     assert _left(real_root, "agent/besteffort")
     cfg = agent_config(tmp_path, f"{real_root.name}/agent", port)
-    with running_agent(cfg, log) as proc:
-        _ticking(port, log)
-        proc.terminate()
-        assert proc.wait(timeout=30) == 0, log.read_text()[-3000:]
+    _run_then(cfg, port, log, signal.SIGTERM)
     assert not _left(real_root, "agent"), "the agent's own root was left after a clean exit"

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from agentproc import running_agent, wait
+from agentproc import kubeconfig, running_agent, wait
 from fakes.apiserver import FakeApiServer
 from fakes.nodemanager import FakeNodeManager
 from prometheus_client.parser import text_string_to_metric_families
@@ -41,15 +41,6 @@ def _free_port() -> int:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
 
-
-def _kubeconfig(path: Path, server: str) -> Path:
-    path.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "test",
-        "clusters": [{"name": "test", "cluster": {"server": server}}],
-        "users": [{"name": "test", "user": {"token": "test-token"}}],
-        "contexts": [{"name": "test", "context": {"cluster": "test", "user": "test"}}],
-    }))
-    return path
 
 
 def _scrape(port: int) -> dict[str, dict[tuple[tuple[str, str], ...], float]]:
@@ -100,7 +91,7 @@ def test_agent_process_reports_only_live_yarn_containers(real_root: RealRoot, tm
             "log": {"format": "json"},
             "sources": {
                 "yarn": {"url": nm.url, "timeout_s": 1, "resync_s": 1},
-                "kube_api": {"kubeconfig": str(_kubeconfig(tmp_path / "kubeconfig", api.url))},
+                "kube_api": {"kubeconfig": str(kubeconfig(tmp_path / "kubeconfig", api.url))},
                 "reporting": {"mode": "annotation", "resync_s": 10},  # read and written at start
             },
         }
