@@ -46,3 +46,6 @@ _.get_logger  # agent/daemon/logs.py: the structured logger for embedders of the
 _.wakeups
 _.psi_wakeups
 _.last_snapshot  # agent/daemon/loop.py: the bench reads the last snapshot it acted on
+
+# Overrides of grpclib's own methods (called by grpclib, not by us).
+_._protocol_factory  # agent/api/server.py: our connection protocol with the stream limit

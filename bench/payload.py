@@ -35,7 +35,7 @@ import urllib.request
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(REPO / "tests"), str(REPO / "tests" / "payload")]
+sys.path[:0] = [str(REPO), str(REPO / "tests"), str(REPO / "tests" / "payload")]
 
 import psutil  # noqa: E402
 import yaml  # noqa: E402

@@ -31,7 +31,7 @@ import uuid
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(REPO / "tests"), str(REPO / "tests" / "api")]
+sys.path[:0] = [str(REPO), str(REPO / "tests"), str(REPO / "tests" / "api")]
 
 import grpc  # noqa: E402
 from agentfleet import Agent, start_all, stop_all  # noqa: E402

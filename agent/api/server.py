@@ -1,40 +1,40 @@
-"""The gRPC server: `coloc.v1.NodeAgent`, health and reflection, on a unix socket (TCP only when asked).
+"""The node API server: `coloc.v1.NodeAgent`, health and reflection, on a unix socket (TCP only when asked).
 
 The socket file gets its mode and group between bind and listen, so there is no window in which it is
 reachable with looser permissions; its directory is created 0750. File permissions decide who may connect
-(and read); `agent.api.authz` decides who may mutate, from the peer credentials `agent.api.peergate`
-reads on each connection (gRPC itself listens on a private socket behind the gate). TCP is TLS off
-loopback (`agent.config.api`).
+(and read); `agent.api.authz` decides who may mutate, from the peer credentials (SO_PEERCRED) of each
+call's connection. TCP is TLS off loopback (`agent.config.api`).
 
-The gRPC server behind the gate runs only while someone uses it (`api.idle_stop_s`): gRPC core's threads
-wake ~6 times a second even with no call, which alone broke the agent's wake-up budget (docs/performance.md).
-A grpc.aio server cannot be restarted, so each start builds a fresh one around the same servicers.
+The server is grpclib: pure asyncio on the agent's event loop, no thread of its own, so an idle API and a
+held Watch cost no wake-up beyond the messages sent (docs/dependencies.md has the measurements).
 """
 
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextlib
 import errno
 import grp
 import logging
 import os
-import shutil
 import socket
+import ssl
 import stat
-import tempfile
-from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
-import grpc
-from grpc_health.v1 import health_pb2, health_pb2_grpc
-from grpc_health.v1.health import aio as health_aio  # type: ignore[attr-defined]
+from grpc_health.v1 import health_pb2
+from grpclib.const import Handler
+from grpclib.protocol import H2Protocol
+from grpclib.server import Handler as ConnectionHandler
+from grpclib.server import Server
+from h2.settings import SettingCodes
 
-from agent.api.authz import AccessPolicy
-from agent.api.peergate import OnDemand, PeerGate
-from agent.api.reflect import enable_reflection
+from agent.api.authz import MUTATIONS, AccessPolicy
+from agent.api.health import SERVICE as HEALTH_SERVICE
+from agent.api.health import HealthService
+from agent.api.reflect import V1_SERVICE_NAME, V1ALPHA_SERVICE_NAME, ReflectionService
+from agent.api.rpc import Limits, Method, PassThrough, method_table
 from agent.api.service import SERVICE, NodeAgentService, PolicySettings
 from agent.config.api import ApiConfig
 from agent.published import Board
@@ -42,7 +42,6 @@ from agent.state.ledger import Ledger
 
 log = logging.getLogger("coloc.api")
 
-IDLE_STOP_GRACE_S = 0.5  # an idle stop has no call in flight (no connection is open)
 
 class ApiStartError(Exception):
     """The server cannot start; the message says why and what to change."""
@@ -83,90 +82,75 @@ def _prepare_socket_path(path: Path, gid: int | None) -> None:
     raise ApiStartError(f"api.socket_path: another process is serving on {path}")
 
 
-class ApiServer:
-    """The node API: the servicers, the gate, and the gRPC server around them while one runs."""
+class _Protocol(H2Protocol):
+    """grpclib's connection, announcing our stream limit (h2's default is 100 per connection)."""
 
-    def __init__(self, build: Callable[[], grpc.aio.Server], service: NodeAgentService,
-                 health: health_aio.HealthServicer, policy: AccessPolicy,
-                 tcp: tuple[ApiConfig, str] | None = None) -> None:
-        self._build = build
+    max_streams = 100
+
+    def connection_made(self, transport: Any) -> None:
+        super().connection_made(transport)
+        self.connection._connection.update_settings({SettingCodes.MAX_CONCURRENT_STREAMS: self.max_streams})
+        self.connection.flush()
+
+
+class _Server(Server):
+    def __init__(self, mapping: dict[str, Handler], max_streams: int) -> None:
+        super().__init__([_Table(mapping)], codec=PassThrough())
+        self._max_streams = max_streams
+
+    def _protocol_factory(self) -> H2Protocol:  # grpclib's, with our protocol (grpclib pinned)
+        self.__gc_step__()
+        handler = ConnectionHandler(self._mapping, self._codec, self._status_details_codec, self.__dispatch__)
+        self._handlers.add(handler)
+        proto = _Protocol(handler, self._config, self._h2_config)
+        proto.max_streams = self._max_streams
+        return proto
+
+
+class _Table:
+    def __init__(self, mapping: dict[str, Handler]) -> None:
+        self._mapping = mapping
+
+    def __mapping__(self) -> dict[str, Handler]:
+        return self._mapping
+
+
+class ApiServer:
+    """The node API: the servicers and the servers (unix socket, TCP) that answer them."""
+
+    def __init__(self, service: NodeAgentService, health: HealthService, policy: AccessPolicy,
+                 mapping: dict[str, Handler], cfg: ApiConfig) -> None:
         self.service = service
         self.health = health
-        self.addresses: list[str] = []
         self.policy = policy
-        self.gate: PeerGate | None = None
+        self.addresses: list[str] = []
         self.socket_path: Path | None = None
-        self.private_dir: Path | None = None
-        self.server: grpc.aio.Server | None = None  # None while idle-stopped
-        self.starts = 0
-        self._tcp = tcp
         self.tcp_bound: str | None = None  # host:port once bound (port 0 asks for any)
-        self._lock = asyncio.Lock()
-        self._closing = False  # set by `stop`: a start the gate queued before it may not run after it
-        self._loop = asyncio.get_running_loop()  # the servicers' loop: every server runs on it
+        self._mapping = mapping
+        self._cfg = cfg
+        self._servers: list[Server] = []
 
     @property
     def address(self) -> str:
         return self.addresses[0]
 
-    @property
-    def private_socket(self) -> Path | None:
-        return None if self.private_dir is None else self.private_dir / "g.sock"
-
-    async def ensure_running(self) -> None:
-        """Start a fresh gRPC server unless one runs."""
-        async with self._lock:
-            if self._closing:
-                raise ApiStartError("node API: shutting down; no new gRPC server")
-            if self.server is None:
-                self.server = await self._start_fresh()
-
-    async def stop_server(self, grace: float | None = IDLE_STOP_GRACE_S) -> None:
-        """Stop the gRPC server (not the gate): its threads go quiet until `ensure_running`."""
-        async with self._lock:
-            server, self.server = self.server, None
-            if server is not None:
-                await server.stop(grace)
-
-    def on_demand(self, idle_s: float) -> OnDemand:
-        """What the gate calls, from its own thread, to start and stop the server on this loop."""
-        return OnDemand(start=lambda: self._call(self.ensure_running()),
-                        stop=lambda: self._call(self.stop_server()), idle_s=idle_s)
-
-    def _call(self, coro: Coroutine[Any, Any, None]) -> concurrent.futures.Future[None]:
-        return asyncio.run_coroutine_threadsafe(coro, self._loop)
-
-    async def _start_fresh(self) -> grpc.aio.Server:
-        server = self._build()
-        try:
-            if self.private_socket is not None:
-                self.private_socket.unlink(missing_ok=True)  # left by the last server (grpc may keep it)
-                try:
-                    server.add_insecure_port(f"unix:{self.private_socket}")
-                except RuntimeError as err:
-                    raise ApiStartError(f"api.socket_path: cannot bind {self.private_socket}: {err}") from err
-            if self._tcp is not None:
-                self.tcp_bound = _serve_tcp(server, *self._tcp)
-            await server.start()
-        except BaseException:
-            await server.stop(0)
-            raise
-        self.starts += 1
-        log.debug("node API: gRPC server started", extra={"fields": {"starts": self.starts}})
-        return server
+    async def serve(self, sock: socket.socket, tls: ssl.SSLContext | None = None) -> None:
+        server = _Server(self._mapping, self._cfg.max_concurrent_rpcs)
+        self._servers.append(server)
+        await server.start(sock=sock, backlog=socket.SOMAXCONN, ssl=tls)
 
     async def stop(self, grace: float | None = 1.0) -> None:
-        """Report NOT_SERVING, end every stream, close the listeners (the socket file is removed)."""
-        self._closing = True
+        """Report NOT_SERVING, end every call, close the listeners (the socket file is removed)."""
         with contextlib.suppress(Exception):
             await self.health.enter_graceful_shutdown()
-        if self.gate is not None:
-            self.gate.stop()  # no new connections; the open ones end with the server
-        await self.stop_server(grace)
+        servers, self._servers = self._servers, []
+        for server in servers:
+            server.close()
+        for server in servers:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(server.wait_closed(), max(grace or 0, 0.1) + 1)
         if self.socket_path is not None:
             self.socket_path.unlink(missing_ok=True)
-        if self.private_dir is not None:
-            shutil.rmtree(self.private_dir, ignore_errors=True)
 
 
 def _listen_unix(path: Path, mode: int, gid: int | None) -> socket.socket:
@@ -183,85 +167,76 @@ def _listen_unix(path: Path, mode: int, gid: int | None) -> socket.socket:
     return sock
 
 
-def _tls_credentials(cfg: ApiConfig) -> grpc.ServerCredentials:
-    def read(setting: str, name: str | None) -> bytes | None:
-        if name is None:
-            return None
-        try:
-            return Path(name).read_bytes()
-        except OSError as err:
-            raise ApiStartError(f"api.{setting}: cannot read {name}: {err.strerror}") from err
-
-    cert, key = read("tls_cert_file", cfg.tls_cert_file), read("tls_key_file", cfg.tls_key_file)
-    ca = read("tls_client_ca_file", cfg.tls_client_ca_file)
-    assert cert is not None and key is not None
-    # With a client CA every TCP client must present a certificate it signed (grpc-python cannot ask for
-    # one only on some methods); without, TLS clients may read but not mutate.
-    return grpc.ssl_server_credentials([(key, cert)], root_certificates=ca,
-                                       require_client_auth=ca is not None)
-
-
-async def _serve_unix(api: ApiServer, cfg: ApiConfig, socket_path: str) -> str:
-    path = Path(socket_path)
-    gid = _gid(cfg.socket_group) if cfg.socket_group else None
+def _tls_context(cfg: ApiConfig) -> ssl.SSLContext:
+    """TLS 1.2+ with HTTP/2 by ALPN; with a client CA every TCP client must present a certificate it
+    signed (then it may mutate); without, TLS clients may read but not mutate."""
+    for setting in ("tls_cert_file", "tls_key_file", "tls_client_ca_file"):
+        name = getattr(cfg, setting)
+        if name is not None:
+            try:
+                Path(name).read_bytes()
+            except OSError as err:
+                raise ApiStartError(f"api.{setting}: cannot read {name}: {err.strerror}") from err
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    ctx.set_alpn_protocols(["h2"])
+    assert cfg.tls_cert_file is not None and cfg.tls_key_file is not None
     try:
-        _prepare_socket_path(path, gid)
-        private = Path(tempfile.mkdtemp(prefix=".coloc-grpc-", dir=path.parent))  # 0700: the agent only
-    except OSError as err:
-        raise ApiStartError(f"api.socket_path: {path}: {err.strerror}") from err
-    api.private_dir = private
-    return f"unix:{path}"
+        ctx.load_cert_chain(cfg.tls_cert_file, cfg.tls_key_file)
+    except ssl.SSLError as err:
+        raise ApiStartError(f"api.tls_cert_file / api.tls_key_file: not a PEM certificate chain and its "
+                            f"key: {err}") from err
+    if cfg.tls_client_ca_file is not None:
+        try:
+            ctx.load_verify_locations(cafile=cfg.tls_client_ca_file)
+        except ssl.SSLError as err:
+            raise ApiStartError(f"api.tls_client_ca_file: not a PEM CA certificate: {err}") from err
+        ctx.verify_mode = ssl.CERT_REQUIRED
+    return ctx
 
 
-def _build_server(cfg: ApiConfig, policy: AccessPolicy, service: NodeAgentService,
-                  health: health_aio.HealthServicer) -> grpc.aio.Server:
-    """A new gRPC server (no ports yet) around the given servicers."""
-    options = [
-        ("grpc.max_receive_message_length", cfg.max_message_bytes),
-        ("grpc.max_send_message_length", cfg.max_message_bytes),
-        ("grpc.max_concurrent_streams", cfg.max_concurrent_rpcs),
-        ("grpc.so_reuseport", 0),
-        *cfg.options,
-    ]
-    server = grpc.aio.server(options=options, maximum_concurrent_rpcs=cfg.max_concurrent_rpcs,
-                             interceptors=(policy,))
-    server.add_generic_rpc_handlers((service.handler(),))
-    health_pb2_grpc.add_HealthServicer_to_server(health, server)
-    health_name = health_pb2.DESCRIPTOR.services_by_name["Health"].full_name
-    enable_reflection(server, (SERVICE, health_name))
-    return server
+def _mapping(cfg: ApiConfig, policy: AccessPolicy, service: NodeAgentService, health: HealthService
+             ) -> dict[str, Handler]:
+    """Every method the server answers, the mutations behind the access policy."""
+    limits = Limits(cfg.max_message_bytes, cfg.max_concurrent_rpcs)
+    codec = PassThrough()
+    methods = service.methods()
+    guarded = {name: Method(policy.guard(name, m.func), m.cardinality, m.request, m.reply)
+               if name in MUTATIONS else m for name, m in methods.items()}
+    reflection = ReflectionService((SERVICE, HEALTH_SERVICE))
+    return {**method_table(SERVICE, guarded, limits, codec),
+            **method_table(HEALTH_SERVICE, health.methods(), limits, codec),
+            **method_table(V1ALPHA_SERVICE_NAME, reflection.methods(), limits, codec),
+            **method_table(V1_SERVICE_NAME, reflection.methods(), limits, codec)}
 
 
 async def start_api_server(ledger: Ledger, cfg: ApiConfig, *, board: Board | None = None,
                            settings: PolicySettings | None = None) -> ApiServer:
     """Serve the ledger. Raises ApiStartError naming the setting that prevents it."""
-    policy = AccessPolicy(cfg, None)
+    policy = AccessPolicy(cfg)
     service = NodeAgentService(ledger, max_streams=cfg.max_streams,
                                bookmark_interval_s=cfg.bookmark_interval_s,
                                max_events_per_message=cfg.max_events_per_message,
                                max_message_bytes=cfg.max_message_bytes, board=board, settings=settings)
-    health = health_aio.HealthServicer()
-    api = ApiServer(lambda: _build_server(cfg, policy, service, health), service, health, policy,
-                    tcp=(cfg, cfg.tcp_address) if cfg.tcp_address is not None else None)
+    health = HealthService()
+    api = ApiServer(service, health, policy, _mapping(cfg, policy, service, health), cfg)
     try:
         if cfg.socket_path is not None:
-            api.addresses.append(await _serve_unix(api, cfg, cfg.socket_path))
-        # Started once even when on demand: a setting that prevents serving fails the start, and gRPC's
-        # one-off initialisation is not paid by the first client (whose connect may allow only 100 ms).
-        await api.ensure_running()
-        if api.tcp_bound is not None:
-            api.addresses.append(api.tcp_bound)
-        if cfg.socket_path is not None and api.private_socket is not None:
+            path = Path(cfg.socket_path)
             gid = _gid(cfg.socket_group) if cfg.socket_group else None
-            listener = _listen_unix(Path(cfg.socket_path), cfg.socket_mode, gid)
-            api.socket_path = Path(cfg.socket_path)
-            # remote clients do not pass the gate, so with TCP the server always runs
-            idle = cfg.idle_stop_s if cfg.tcp_address is None else 0
-            if idle > 0:
-                await api.stop_server()  # nobody is connected yet
-            api.gate = PeerGate(listener, str(api.private_socket), api.on_demand(idle) if idle > 0 else None)
-            api.policy.gate = api.gate
-            api.gate.start()
+            try:
+                _prepare_socket_path(path, gid)
+            except OSError as err:
+                raise ApiStartError(f"api.socket_path: {path}: {err.strerror}") from err
+            listener = _listen_unix(path, cfg.socket_mode, gid)
+            api.socket_path = path
+            await api.serve(listener)
+            api.addresses.append(f"unix:{path}")
+        if cfg.tcp_address is not None:
+            tls = _tls_context(cfg) if cfg.tls_cert_file is not None else None
+            sock, api.tcp_bound = _bind_tcp(cfg.tcp_address)
+            await api.serve(sock, tls)
+            api.addresses.append(api.tcp_bound)
     except BaseException:
         await api.stop(0)
         raise
@@ -271,13 +246,18 @@ async def start_api_server(ledger: Ledger, cfg: ApiConfig, *, board: Board | Non
     return api
 
 
-def _serve_tcp(server: grpc.aio.Server, cfg: ApiConfig, address: str) -> str:
+def _bind_tcp(address: str) -> tuple[socket.socket, str]:
+    host, _, port = address.rpartition(":")
     try:
-        if cfg.tls_cert_file is not None:
-            port = server.add_secure_port(address, _tls_credentials(cfg))
-        else:
-            port = server.add_insecure_port(address)
-    except RuntimeError as err:
+        family, kind, proto, _, sockaddr = socket.getaddrinfo(
+            host.strip("[]") or None, int(port), type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
+        sock = socket.socket(family, kind, proto)
+    except (OSError, ValueError) as err:
         raise ApiStartError(f"api.tcp_address: cannot bind {address}: {err}") from err
-    host = address.rsplit(":", 1)[0]
-    return f"{host}:{port}"
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(sockaddr)
+    except OSError as err:
+        sock.close()
+        raise ApiStartError(f"api.tcp_address: cannot bind {address}: {err.strerror}") from err
+    return sock, f"{host}:{sock.getsockname()[1]}"

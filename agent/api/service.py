@@ -1,7 +1,7 @@
-"""The `coloc.v1.NodeAgent` handlers over the ledger (grpc.aio; runs on the ledger's event loop thread).
+"""The `coloc.v1.NodeAgent` handlers over the ledger (grpclib; on the ledger's event loop).
 
-GetSnapshot and Watch return pre-serialized bytes (`agent.api.wire`), so they are registered with a
-pass-through serializer; the other methods use the generated messages.
+GetSnapshot and Watch return pre-serialized bytes (`agent.api.wire`), which the codec sends as they are;
+the other methods return the generated messages.
 """
 
 from __future__ import annotations
@@ -12,11 +12,11 @@ import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any, NoReturn
 
-import grpc
-from google.protobuf.message import DecodeError
+from grpclib.const import Cardinality
 
 from agent.api import convert
 from agent.api.coloc.v1 import agent_pb2 as pb
+from agent.api.rpc import REASON_KEY, Call, Method, Status
 from agent.api.wire import Encoder
 from agent.decommission.controller import DrainReply, request_drain, request_recommission
 from agent.published import Board, Published, source_states
@@ -44,71 +44,37 @@ PolicySettings = Callable[[], tuple[PolicyConfig, Mapping[str, str]]]
 
 SERVICE = "coloc.v1.NodeAgent"
 
-# Trailing metadata key carrying a machine-readable reason next to the status code.
-REASON_KEY = "coloc-reason"
-
 # How long a dropped watcher's stream may take to deliver what was queued before it is ended by force.
 DROP_GRACE_S = 5.0
 
-_CODES: list[tuple[type[LedgerError], grpc.StatusCode, str]] = [
-    (InvalidRequest, grpc.StatusCode.INVALID_ARGUMENT, "invalid_argument"),
-    (RevisionAhead, grpc.StatusCode.INVALID_ARGUMENT, "revision_ahead"),
-    (StaleEpoch, grpc.StatusCode.FAILED_PRECONDITION, "stale_epoch"),
-    (LifecycleError, grpc.StatusCode.FAILED_PRECONDITION, "lifecycle"),
-    (RevisionGone, grpc.StatusCode.OUT_OF_RANGE, "revision_gone"),
-    (WatcherDropped, grpc.StatusCode.RESOURCE_EXHAUSTED, "watcher_dropped"),
-    (StateFileError, grpc.StatusCode.UNAVAILABLE, "not_durable"),
+_CODES: list[tuple[type[LedgerError], Status, str]] = [
+    (InvalidRequest, Status.INVALID_ARGUMENT, "invalid_argument"),
+    (RevisionAhead, Status.INVALID_ARGUMENT, "revision_ahead"),
+    (StaleEpoch, Status.FAILED_PRECONDITION, "stale_epoch"),
+    (LifecycleError, Status.FAILED_PRECONDITION, "lifecycle"),
+    (RevisionGone, Status.OUT_OF_RANGE, "revision_gone"),
+    (WatcherDropped, Status.RESOURCE_EXHAUSTED, "watcher_dropped"),
+    (StateFileError, Status.UNAVAILABLE, "not_durable"),
 ]
 
 
-def status_of(err: LedgerError) -> tuple[grpc.StatusCode, str]:
+def status_of(err: LedgerError) -> tuple[Status, str]:
     for cls, code, reason in _CODES:
         if isinstance(err, cls):
             return code, reason
-    return grpc.StatusCode.INTERNAL, "internal"
+    return Status.INTERNAL, "internal"
 
 
-async def abort(context: grpc.aio.ServicerContext[Any, Any], code: grpc.StatusCode, reason: str,
+async def abort(context: Call, code: Status, reason: str,
                 message: str) -> NoReturn:
     context.set_trailing_metadata(((REASON_KEY, reason),))
     await context.abort(code, message)
     raise AssertionError("unreachable")  # abort raises
 
 
-async def _abort(context: grpc.aio.ServicerContext[Any, Any], err: LedgerError) -> NoReturn:
+async def _abort(context: Call, err: LedgerError) -> NoReturn:
     code, reason = status_of(err)
     await abort(context, code, reason, str(err))
-
-
-class Malformed:
-    """A request whose bytes are not its message: refused as INVALID_ARGUMENT by the handler, where grpc
-    would otherwise answer UNKNOWN with a parser traceback in the log."""
-
-    def __init__(self, cls: Any, err: Exception) -> None:
-        self.message = f"request: not a valid {cls.DESCRIPTOR.full_name}: {str(err)[:200]}"
-
-    def HasField(self, name: str) -> bool:
-        return False
-
-    async def refuse(self, context: grpc.aio.ServicerContext[Any, Any]) -> NoReturn:
-        await abort(context, grpc.StatusCode.INVALID_ARGUMENT, "invalid_argument", self.message)
-
-
-def _parser(cls: Any) -> Callable[[bytes], Any]:
-    def parse(data: bytes) -> Any:
-        try:
-            return cls.FromString(data)
-        except DecodeError as err:
-            return Malformed(cls, err)
-    return parse
-
-
-def _refusing_malformed(fn: Callable[..., Any]) -> Callable[..., Any]:
-    async def checked(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
-        if isinstance(request, Malformed):
-            await request.refuse(context)
-        return await fn(request, context)
-    return checked
 
 
 class NodeAgentService:
@@ -133,37 +99,29 @@ class NodeAgentService:
 
     # ---- registration ---------------------------------------------------------------------------------
 
-    def handler(self) -> grpc.GenericRpcHandler[Any, Any]:
-        def raw(data: bytes) -> bytes:
-            return data
+    def methods(self) -> dict[str, Method]:
+        def unary(fn: Any, req: Any, resp: Any = None) -> Method:
+            return Method(fn, Cardinality.UNARY_UNARY, req, resp)
 
-        def unary(fn: Callable[..., Any], req: Any, resp: Any = None) -> grpc.RpcMethodHandler[Any, Any]:
-            return grpc.unary_unary_rpc_method_handler(
-                _refusing_malformed(fn), request_deserializer=_parser(req),
-                response_serializer=raw if resp is None else resp.SerializeToString)
-
-        return grpc.method_handlers_generic_handler(SERVICE, {
-            "GetSnapshot": unary(self.get_snapshot, pb.GetSnapshotRequest),
-            "Watch": grpc.unary_stream_rpc_method_handler(
-                self.watch, request_deserializer=_parser(pb.WatchRequest), response_serializer=raw),
+        return {
+            "GetSnapshot": unary(self.get_snapshot, pb.GetSnapshotRequest, pb.Snapshot),
+            "Watch": Method(self.watch, Cardinality.UNARY_STREAM, pb.WatchRequest, pb.WatchResponse),
             "AckRecovery": unary(self.ack_recovery, pb.AckRecoveryRequest, pb.AckRecoveryResponse),
             "Admit": unary(self.admit, pb.AdmitRequest, pb.AdmitResponse),
             "GetStatus": unary(self.get_status, pb.GetStatusRequest, pb.Status),
             "Drain": unary(self.drain, pb.DrainRequest, pb.DrainResponse),
             "Recommission": unary(self.recommission, pb.RecommissionRequest, pb.DrainResponse),
-        })
+        }
 
     # ---- reads ----------------------------------------------------------------------------------------
 
-    async def get_snapshot(self, request: pb.GetSnapshotRequest, context: grpc.aio.ServicerContext[Any, Any]
+    async def get_snapshot(self, request: pb.GetSnapshotRequest, context: Call
                            ) -> bytes:
         return self._enc.snapshot(self._ledger.view())
 
-    async def watch(self, request: pb.WatchRequest, context: grpc.aio.ServicerContext[Any, Any]
+    async def watch(self, request: pb.WatchRequest, context: Call
                     ) -> AsyncIterator[bytes]:
         ledger = self._ledger
-        if isinstance(request, Malformed):
-            await request.refuse(context)
         start = await self._check_watch(request, context)
         limit = min(request.max_events_per_message or self._max_events, self._max_events)
         # Backlog (or view) and subscription are taken in one step of the event loop: no gap, no overlap.
@@ -203,23 +161,23 @@ class NodeAgentService:
                 asyncio.get_running_loop().call_later(DROP_GRACE_S, _cancel_unless_done, task)
         return dropped
 
-    async def _check_watch(self, request: pb.WatchRequest, context: grpc.aio.ServicerContext[Any, Any]
+    async def _check_watch(self, request: pb.WatchRequest, context: Call
                            ) -> str:
         """Abort a Watch this agent cannot serve; else which start it asked for."""
         if self.streams >= self._max_streams:
-            await abort(context, grpc.StatusCode.RESOURCE_EXHAUSTED, "too_many_streams",
+            await abort(context, Status.RESOURCE_EXHAUSTED, "too_many_streams",
                         f"too many watch streams (limit {self._max_streams}); retry later")
         start = request.WhichOneof("start")
         if start is None:
-            await abort(context, grpc.StatusCode.INVALID_ARGUMENT, "invalid_argument",
+            await abort(context, Status.INVALID_ARGUMENT, "invalid_argument",
                         "start: set either from_revision or send_initial")
         if start == "from_revision" and not request.incarnation:
-            await abort(context, grpc.StatusCode.INVALID_ARGUMENT, "invalid_argument",
+            await abort(context, Status.INVALID_ARGUMENT, "invalid_argument",
                         "incarnation: required with from_revision (revisions are per incarnation)")
         if request.incarnation and request.incarnation != self._ledger.identity.incarnation:
             await self._wrong_incarnation(request.incarnation, context)
         if start == "send_initial" and not request.send_initial:
-            await abort(context, grpc.StatusCode.INVALID_ARGUMENT, "invalid_argument",
+            await abort(context, Status.INVALID_ARGUMENT, "invalid_argument",
                         "send_initial: must be true when set")
         return start
 
@@ -253,7 +211,7 @@ class NodeAgentService:
             out.append(Encoder.watch_response(cur))
         return out
 
-    async def get_status(self, request: pb.GetStatusRequest, context: grpc.aio.ServicerContext[Any, Any]
+    async def get_status(self, request: pb.GetStatusRequest, context: Call
                          ) -> pb.Status:
         ledger = self._ledger
         view = ledger.view()
@@ -309,10 +267,10 @@ class NodeAgentService:
 
     # ---- mutations ------------------------------------------------------------------------------------
 
-    async def _epoch(self, fence: pb.Fence, has_fence: bool, context: grpc.aio.ServicerContext[Any, Any]
+    async def _epoch(self, fence: pb.Fence, has_fence: bool, context: Call
                      ) -> int:
         if not has_fence:
-            await abort(context, grpc.StatusCode.INVALID_ARGUMENT, "invalid_argument",
+            await abort(context, Status.INVALID_ARGUMENT, "invalid_argument",
                         "fence: required on every mutating call")
         try:
             check_epoch(fence.scheduler_epoch)
@@ -321,27 +279,27 @@ class NodeAgentService:
         return fence.scheduler_epoch
 
     async def _check_incarnation(self, given: str, required: bool,
-                                 context: grpc.aio.ServicerContext[Any, Any]) -> None:
+                                 context: Call) -> None:
         if not given and required:
-            await abort(context, grpc.StatusCode.INVALID_ARGUMENT, "invalid_argument",
+            await abort(context, Status.INVALID_ARGUMENT, "invalid_argument",
                         "incarnation: required")
         if given and given != self._ledger.identity.incarnation:
             await self._wrong_incarnation(given, context)
 
-    async def _wrong_incarnation(self, given: str, context: grpc.aio.ServicerContext[Any, Any]) -> NoReturn:
+    async def _wrong_incarnation(self, given: str, context: Call) -> NoReturn:
         mine = self._ledger.identity.incarnation
-        await abort(context, grpc.StatusCode.FAILED_PRECONDITION, "incarnation_mismatch",
+        await abort(context, Status.FAILED_PRECONDITION, "incarnation_mismatch",
                     f"incarnation: {given} is not this agent's incarnation {mine} "
                     "(the agent restarted); take a new snapshot")
 
-    async def _durable(self, context: grpc.aio.ServicerContext[Any, Any]) -> None:
+    async def _durable(self, context: Call) -> None:
         try:
             await self._ledger.flush()
         except StateFileError as err:
-            await abort(context, grpc.StatusCode.UNAVAILABLE, "not_durable",
+            await abort(context, Status.UNAVAILABLE, "not_durable",
                         f"recorded but not yet durable ({err}); retry the same request")
 
-    async def ack_recovery(self, request: pb.AckRecoveryRequest, context: grpc.aio.ServicerContext[Any, Any]
+    async def ack_recovery(self, request: pb.AckRecoveryRequest, context: Call
                            ) -> pb.AckRecoveryResponse:
         epoch = await self._epoch(request.fence, request.HasField("fence"), context)
         await self._check_incarnation(request.incarnation, True, context)
@@ -353,12 +311,12 @@ class NodeAgentService:
         return pb.AckRecoveryResponse(lifecycle=convert.LIFECYCLE_TO_PB[result.lifecycle],
                                       revision=result.revision)
 
-    async def admit(self, request: pb.AdmitRequest, context: grpc.aio.ServicerContext[Any, Any]
+    async def admit(self, request: pb.AdmitRequest, context: Call
                     ) -> pb.AdmitResponse:
         epoch = await self._epoch(request.fence, request.HasField("fence"), context)
         await self._check_incarnation(request.incarnation, False, context)
         if not request.HasField("allocation"):
-            await abort(context, grpc.StatusCode.INVALID_ARGUMENT, "invalid_argument", "allocation: required")
+            await abort(context, Status.INVALID_ARGUMENT, "invalid_argument", "allocation: required")
         try:
             result = self._ledger.admit(convert.admit_request_from(request.allocation), epoch)
         except LedgerError as err:
@@ -374,11 +332,11 @@ class NodeAgentService:
             out.allocation.CopyFrom(convert.allocation_pb(result.allocation))
         return out
 
-    async def drain(self, request: pb.DrainRequest, context: grpc.aio.ServicerContext[Any, Any]
+    async def drain(self, request: pb.DrainRequest, context: Call
                     ) -> pb.DrainResponse:
         epoch = await self._epoch(request.fence, request.HasField("fence"), context)
         if request.mode not in (pb.DRAIN_MODE_GRACEFUL, pb.DRAIN_MODE_FORCEFUL):
-            await abort(context, grpc.StatusCode.INVALID_ARGUMENT, "invalid_argument",
+            await abort(context, Status.INVALID_ARGUMENT, "invalid_argument",
                         f"mode: must be DRAIN_MODE_GRACEFUL or DRAIN_MODE_FORCEFUL, got {request.mode}")
         try:
             result = request_drain(self._ledger, epoch, graceful=request.mode == pb.DRAIN_MODE_GRACEFUL,
@@ -389,7 +347,7 @@ class NodeAgentService:
         await self._durable(context)
         return _drain_response(result)
 
-    async def recommission(self, request: pb.RecommissionRequest, context: grpc.aio.ServicerContext[Any, Any]
+    async def recommission(self, request: pb.RecommissionRequest, context: Call
                            ) -> pb.DrainResponse:
         epoch = await self._epoch(request.fence, request.HasField("fence"), context)
         try:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import importlib
 import sys
-from importlib.metadata import PackageNotFoundError, version
+
+from agent import __version__
 
 COMMANDS: dict[str, tuple[str, str]] = {
     "run": ("agent.cli.run", "run the agent (--config FILE)"),
@@ -25,14 +26,6 @@ def usage() -> str:
     return "\n".join(lines)
 
 
-def package_version() -> str:
-    """The installed distribution's version (pyproject.toml), not a copy kept in the code."""
-    try:
-        return version("coloc-agent")
-    except PackageNotFoundError:
-        return "unknown (not installed)"
-
-
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if not args:
@@ -42,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
         print(usage())
         return 0
     if args[0] in ("-V", "--version"):
-        print(f"coloc-agent {package_version()}")
+        print(f"coloc-agent {__version__}")
         return 0
     name, rest = args[0], args[1:]
     if name not in COMMANDS:

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import importlib.metadata
 import json
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
+from agent import __version__
 from agent.recovery.cluster import Cluster, NodeState
 from agent.recovery.driver import Progress, Recovery, RecoveryConfig, SchedulerState
 from agent.recovery.yunikorn import si_messages
@@ -121,13 +121,6 @@ async def run(addresses: list[str], cfg: RecoveryConfig, follow_s: float, quiet:
     return rec
 
 
-def _version() -> str:
-    try:
-        return importlib.metadata.version("coloc-agent")
-    except importlib.metadata.PackageNotFoundError:
-        return ""
-
-
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="coloc-agent recover", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -167,7 +160,7 @@ def main(argv: list[str]) -> int:
         return 2
     rec = asyncio.run(run(addresses, cfg, args.follow, args.quiet))
     if args.json_yunikorn:
-        si = si_messages(rec.cluster, args.rm_id, version=_version(), policy_group=args.policy_group,
+        si = si_messages(rec.cluster, args.rm_id, version=__version__, policy_group=args.policy_group,
                          queue=args.queue)
         for note in si.notes:
             print(f"coloc-agent recover: --json-yunikorn: {note}", file=sys.stderr)

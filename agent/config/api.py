@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 __all__ = ["DEFAULT_SOCKET", "ApiConfig", "is_loopback"]
 
@@ -33,11 +33,6 @@ class ApiConfig:
     max_concurrent_rpcs: int = 1024  # everything in flight, streams included
     bookmark_interval_s: float = 5.0
     max_events_per_message: int = 512
-    # Stop the gRPC server behind the unix socket after this long with no connection (its threads wake
-    # ~6/s even with no call); the next connection starts a fresh one. 0: never stop. With tcp_address
-    # set the server always runs.
-    idle_stop_s: float = 60.0
-    options: tuple[tuple[str, int], ...] = field(default_factory=tuple)
 
     def __post_init__(self) -> None:
         if self.socket_path is None and self.tcp_address is None:
@@ -62,9 +57,6 @@ class ApiConfig:
                              f"got {self.bookmark_interval_s}")
         if not 1 <= self.max_events_per_message <= 100_000:
             raise ValueError("api.max_events_per_message: must be in [1, 100000]")
-        if not (self.idle_stop_s == 0 or 1 <= self.idle_stop_s <= 86400):
-            raise ValueError(f"api.idle_stop_s: must be 0 (never stop) or in [1, 86400], "
-                             f"got {self.idle_stop_s}")
 
     def _check_tls(self) -> None:
         for name in ("tls_cert_file", "tls_key_file", "tls_client_ca_file"):

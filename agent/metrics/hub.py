@@ -10,10 +10,10 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from importlib import metadata
 
 from prometheus_client import CollectorRegistry, Histogram, ProcessCollector
 
+from agent import __version__
 from agent.config.metrics import MetricsConfig
 from agent.metrics.collector import ColocCollector, LedgerView
 from agent.metrics.health import HealthConfig
@@ -22,13 +22,6 @@ from agent.metrics.tally import ActionTally
 from agent.published import Board, Published
 
 TICK_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
-
-
-def agent_version() -> str:
-    try:
-        return metadata.version("coloc-agent")
-    except metadata.PackageNotFoundError:
-        return "unknown"
 
 
 class MetricsHub:
@@ -42,7 +35,7 @@ class MetricsHub:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.config = config or MetricsConfig()
-        self.version = version or agent_version()
+        self.version = version or __version__
         self.registry = CollectorRegistry(auto_describe=False)
         self.actions = ActionTally()
         self._clock = clock

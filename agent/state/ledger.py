@@ -8,15 +8,15 @@ bounded queue each. What cannot be re-derived from the sources is persisted (`ag
 from __future__ import annotations
 
 import asyncio
-import importlib.metadata
 import logging
 import time
 import uuid
 from collections import Counter, deque
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
+from agent import __version__
 from agent.state import lifecycle
 from agent.state.errors import InvalidRequest, RevisionAhead, StaleEpoch, StateFileError
 from agent.state.lifecycle import Trigger
@@ -52,14 +52,6 @@ WAKE_SLICE = 32  # watchers woken per event-loop pass: a due tick waits behind a
 _SOURCE_NAMES = {s.value: s for s in Source}
 
 
-def package_version() -> str:
-    """This agent's version from its installed package metadata ("" when run from a bare checkout)."""
-    try:
-        return importlib.metadata.version("coloc-agent")
-    except importlib.metadata.PackageNotFoundError:
-        return ""
-
-
 @dataclass(frozen=True, slots=True)
 class LedgerConfig:
     """`state_path` None keeps nothing on disk (only for tools and tests that want a throwaway ledger).
@@ -73,7 +65,7 @@ class LedgerConfig:
     pending_launch_ttl_s: float = 300.0
     incarnation_history: int = 16
     request_id_history: int = 256
-    agent_version: str = field(default_factory=package_version)
+    agent_version: str = __version__
     await_scheduler_ack: bool = True
     # Epochs are bounded by the wall clock: no epoch above now (in ms, as `coloc-agent recover` uses) plus
     # this skew is taken, however many calls try. A per-call step would bound one call only; this bounds
