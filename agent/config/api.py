@@ -5,6 +5,7 @@ from __future__ import annotations
 import ipaddress
 import os
 from dataclasses import dataclass
+from typing import ClassVar
 
 __all__ = ["DEFAULT_SOCKET", "ApiConfig", "is_loopback"]
 
@@ -33,6 +34,12 @@ class ApiConfig:
     max_concurrent_rpcs: int = 1024  # everything in flight, streams included
     bookmark_interval_s: float = 5.0
     max_events_per_message: int = 512
+
+    # Settings of earlier versions, refused with what became of them.
+    RETIRED: ClassVar[dict[str, str]] = {
+        "idle_stop_s": "the API server (grpclib) has no idle cost to stop; it always serves",
+        "options": "grpcio server options; the server is grpclib, whose limits are the api.max_* settings",
+    }
 
     def __post_init__(self) -> None:
         if self.socket_path is None and self.tcp_address is None:

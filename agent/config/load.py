@@ -128,6 +128,9 @@ def from_mapping(cls: type[T], data: object, where: str = "") -> T:
     unknown = sorted(set(map(str, data)) - set(fields))
     if unknown:
         prefix = f"{where}." if where else ""
+        retired: dict[str, str] = getattr(cls, "RETIRED", {})
+        if unknown[0] in retired:
+            raise ConfigError(f"{prefix}{unknown[0]}: no longer a setting ({retired[unknown[0]]}); delete it")
         raise ConfigError(
             f"{prefix}{_key(unknown[0])}: unknown field (known: {', '.join(sorted(fields))})"
         )

@@ -96,3 +96,11 @@ def test_a_source_is_on_only_when_its_section_is_there(tmp_path: Path) -> None:
 def test_non_finite_and_degenerate_values_are_refused(tmp_path: Path, text: str, field: str) -> None:
     with pytest.raises(ConfigError, match=field.replace(".", r"\.")):
         load_config(write(tmp_path, text))
+
+
+@pytest.mark.parametrize("key", ["idle_stop_s", "options"])
+def test_a_retired_api_setting_is_refused_saying_what_became_of_it(tmp_path: Path, key: str) -> None:
+    p = tmp_path / "agent.yaml"
+    p.write_text(f"api:\n  {key}: 60\n")
+    with pytest.raises(ConfigError, match=rf"api\.{key}: no longer a setting \(.*grpclib.*\); delete it"):
+        load_config(p)
