@@ -52,11 +52,12 @@ class CgroupSample(NamedTuple):
 
     `at` is time.monotonic(). Memory fields are None where the cgroup has no memory accounting
     (the v2 root, or the memory controller not enabled there); `memory_limit_bytes` None also
-    means unlimited. Pressure is kept as the file's bytes (b"" where the kernel has no pressure
-    file for this cgroup) and parsed by `cpu_pressure` / `memory_pressure` on access: the loop
-    needs PSI of a few HP cgroups, not of every BE container, and parsing it costs more than
-    reading it. (A NamedTuple because it is the cheapest immutable record to build: 0.2 µs against
-    1.8 µs for a frozen dataclass, measured here; this object is built once per cgroup per tick.)
+    means unlimited (or not read: `memory_limit=False`). Pressure is kept as the file's bytes
+    (b"" where the kernel has no pressure file for this cgroup, or it is not read) and parsed by
+    `cpu_pressure` / `memory_pressure` on access: the loop needs PSI of a few HP cgroups, not of
+    every BE container, and parsing it costs more than reading it. (A NamedTuple because it is
+    the cheapest immutable record to build: 0.2 µs against 1.8 µs for a frozen dataclass, measured
+    here; this object is built once per cgroup per tick.)
     """
 
     at: float
@@ -163,15 +164,27 @@ class CgroupReader:
     """Reads cgroups named relative to `root` (a path inside every hierarchy, "" for the top).
 
     `psi=False` skips the two pressure files (a reader for the many BE cgroups, where nobody looks
-    at pressure); `count_pids` adds `pids.current` to every sample (one more read per cgroup).
+    at pressure); `memory_psi=False` skips only `memory.pressure`, `memory_limit=False` the memory
+    limit file (their sample fields are then b"" and None: one read per cgroup less each, for a
+    sampler that does not use them); `count_pids` adds `pids.current` to every sample (one more
+    read per cgroup).
     """
 
     def __init__(
-        self, hierarchy: Hierarchy, root: str, *, psi: bool = True, count_pids: bool = False
+        self,
+        hierarchy: Hierarchy,
+        root: str,
+        *,
+        psi: bool = True,
+        memory_psi: bool = True,
+        memory_limit: bool = True,
+        count_pids: bool = False,
     ) -> None:
         self.hierarchy = hierarchy
         self.root = check_rel(root, "cgroup root")
         self.psi = psi
+        self.memory_psi = memory_psi
+        self.memory_limit = memory_limit
         self.count_pids = count_pids
         self._v2 = hierarchy.mode == "v2"
         self._parse_cpu = _cpu_v2 if self._v2 else _cpu_v1
@@ -221,9 +234,9 @@ class CgroupReader:
             f"{cpu_dir}/{n[_CPUSTAT]}" if n[_CPUSTAT] else "",
             f"{mem_dir}/{n[_MEM]}",
             f"{mem_dir}/{n[_MEMSTAT]}",
-            f"{mem_dir}/{n[_LIMIT]}",
+            f"{mem_dir}/{n[_LIMIT]}" if self.memory_limit else "",
             f"{psi_dir}/{n[_PSI_CPU]}" if psi_dir else "",
-            f"{psi_dir}/{n[_PSI_MEM]}" if psi_dir else "",
+            f"{psi_dir}/{n[_PSI_MEM]}" if psi_dir and self.memory_psi else "",
             f"{join(self._pids, rel)}/{n[_PIDS]}" if self.count_pids and self._pids else "",
         ]
 
@@ -312,6 +325,29 @@ class CgroupReader:
             self.forget(rel)
             raise from_oserror(e, self.dir(rel), "read") from None
 
+    def cpu_usage(self, rel: str) -> tuple[float, int]:
+        """(`at`, `cpu_usage_ns`) of `sample(rel)`, reading the usage file only (the fast path polls the
+        tiers' CPU between ticks); anything unusual takes the full `sample`, which raises what it raises."""
+        cg = self._cgroups.get(rel)
+        if cg is not None:
+            at = _monotonic()
+            try:
+                return at, self._parse_cpu(_pread(cg.fds[_USAGE], 512, 0), b"")[0]
+            except (OSError, ValueError, IndexError):
+                pass
+        s = self.sample(rel)
+        return s.at, s.cpu_usage_ns
+
+    def cpu_psi_raw(self, rel: str) -> bytes:
+        """`sample(rel).cpu_psi_raw`, reading that one file (the fast path polls a few HP cgroups' stall)."""
+        cg = self._cgroups.get(rel)
+        if cg is not None and cg.fds[_PSI_CPU] >= 0:
+            try:
+                return _pread(cg.fds[_PSI_CPU], 256, 0)
+            except OSError:
+                pass  # gone, or made again: `sample` tells which
+        return self.sample(rel).cpu_psi_raw
+
     def _read(self, cg: _Cgroup, rel: str) -> CgroupSample:
         # The hot path: every line here runs once per cgroup per tick, hence the inlined parsing.
         fds = cg.fds
@@ -380,14 +416,18 @@ class CgroupReader:
 
     def children(self, rel: str = "") -> list[str]:
         """Paths (relative to the root, like `rel`) of the direct child cgroups of `rel`, sorted."""
-        path = self.dir(rel)
         rel = check_rel(rel)
+        path = join(self._anchor, rel)
         try:
             with os.scandir(path) as it:
-                names = sorted(e.name for e in it if e.is_dir(follow_symlinks=False))
+                names = [e.name for e in it if e.is_dir(follow_symlinks=False)]
         except OSError as e:
             raise from_oserror(e, path, "list") from None
-        return [join(rel, n) if rel else n for n in names]
+        names.sort()
+        if not rel:
+            return names
+        prefix = rel + "/"
+        return [prefix + n for n in names]
 
     def walk(self, rel: str = "", max_depth: int = 8) -> list[str]:
         """`rel` and every cgroup below it (pre-order), skipping ones that vanish while listing."""

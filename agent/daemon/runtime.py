@@ -238,7 +238,8 @@ def build(cfg: AgentConfig, board: Board | None = None) -> Runtime:
     """Everything but the async parts (sources' refresh tasks, API server, metrics server)."""
     hierarchy = discover(base=Path(cfg.cgroups.mount))
     root = cfg.cgroups.root.strip("/")
-    reader = CgroupReader(hierarchy, root)
+    # The collector samples with it and uses neither the memory limit nor memory pressure.
+    reader = CgroupReader(hierarchy, root, memory_psi=False, memory_limit=False)
     writer = CgroupWriter(hierarchy, root)
     layout = make_layout(cfg, hierarchy)
     capacity, cpus = node_capacity(cfg)
@@ -299,7 +300,7 @@ def _assemble(cfg: AgentConfig, board: Board | None, hierarchy: Hierarchy, reade
               if cfg.network.enabled else None)
     collector = Collector(reader, TierPaths(root="", besteffort=be_tier), capacity, cpus,
                           cfg.node.scope, cfg.loop.interval_s,
-                          be_reader=CgroupReader(hierarchy, root, psi=False),
+                          be_reader=CgroupReader(hierarchy, root, psi=False, memory_limit=False),
                           network=_egress_reader(shaper, sources))
     audit = AuditLog(cfg.audit.path)
     evictors = make_evictors(cfg, layout, reader, writer, api_client)

@@ -44,56 +44,86 @@ class StandaloneScanner:
         self._dir_of = cgroup_dir
         self._scan_yarn = scan_yarn  # off when the NodeManager source lists the containers
         self._by_cgroup = {w.cgroup.strip("/"): w for w in cfg.workloads}
-        self._first_seen: dict[str, float] = {}
+        # A cgroup's workload is the same every tick while it stays listed (its start time is its first
+        # sighting's): it is built once, not once per tick (hundreds of cgroups, every second), and the
+        # whole list only when a directory listing changed.
+        self._known: dict[str, Workload] = {}
+        self._listed: dict[str, list[str]] | None = None  # the listing `_scanned` was built from
+        self._scanned: list[Workload] = []
         self._warned: set[str] = set()
 
     def _started(self, rel: str) -> float:
-        if rel not in self._first_seen:
-            try:
-                self._first_seen[rel] = os.stat(self._dir_of(rel)).st_ctime
-            except OSError:
-                self._first_seen[rel] = time.time()
-        return self._first_seen[rel]
+        try:
+            return os.stat(self._dir_of(rel)).st_ctime
+        except OSError:
+            return time.time()
 
     def _make(self, rel: str, tier: Tier, be: bool, source: Source,
               app_id: str | None = None, seq: int | None = None) -> Workload:
+        known = self._known.get(rel)
+        if known is not None:
+            return known
         conf = self._by_cgroup.get(rel)
         default_prio = self._cfg.be_priority if be else self._cfg.hp_priority
         prio = conf.priority if conf and conf.priority is not None else default_prio
         req = Resources(conf.milli_cpu, parse_bytes(conf.memory, "memory")) if conf else Resources()
         key = f"yarn/{rel.rsplit('/', 1)[-1]}" if source is Source.YARN else f"local/{rel}"
-        return Workload(key=key, name=rel.rsplit("/", 1)[-1], source=source, tier=tier, be=be, priority=prio,
-                        cgroup=rel, requests=req, started_at=self._started(rel), app_id=app_id,
-                        container_seq=seq)
+        w = self._known[rel] = Workload(
+            key=key, name=rel.rsplit("/", 1)[-1], source=source, tier=tier, be=be, priority=prio, cgroup=rel,
+            requests=req, started_at=self._started(rel), app_id=app_id, container_seq=seq)
+        return w
 
     def scan(self) -> list[Workload]:
+        """The workloads under the root now. The directories are listed at every call (a cgroup made
+        before it is in its answer); the list is built again only when a listing changed."""
+        listing = self._listing()
+        if listing != self._listed:
+            self._scanned = self._build(listing)
+            self._listed = listing
+        return list(self._scanned)
+
+    def _listing(self) -> dict[str, list[str]]:
+        """Child names of the root and of each directory below it that holds workloads."""
+        root = self._children("")
+        listing = {"": root}
+        for name in root:
+            if name == self._be:
+                listing[name] = be = self._children(name)
+                if self._scan_yarn and self._yarn in be:
+                    yarn = f"{name}/{self._yarn}"
+                    listing[yarn] = self._children(yarn)
+            elif name == self._burstable:
+                listing[name] = self._children(name)
+        return listing
+
+    def _build(self, listing: dict[str, list[str]]) -> list[Workload]:
         out: list[Workload] = []
         seen: set[str] = set()
-        for name in self._children(""):
+        for name in listing[""]:
             if name == self._be:
-                for child in self._children(self._be):
-                    rel = f"{self._be}/{child}"
+                for child in listing[name]:
+                    rel = f"{name}/{child}"
                     if child == self._yarn:
                         if self._scan_yarn:
-                            out.extend(self._yarn_containers(rel, seen))
+                            out.extend(self._yarn_containers(rel, listing[rel], seen))
                     else:
                         out.append(self._make(rel, Tier.BESTEFFORT, True, Source.LOCAL))
                         seen.add(rel)
             elif name == self._burstable:
-                for child in self._children(self._burstable):
-                    rel = f"{self._burstable}/{child}"
+                for child in listing[name]:
+                    rel = f"{name}/{child}"
                     out.append(self._make(rel, Tier.BURSTABLE, False, Source.LOCAL))
                     seen.add(rel)
             else:
                 out.append(self._make(name, Tier.GUARANTEED, False, Source.LOCAL))
                 seen.add(name)
-        for gone in set(self._first_seen) - seen:
-            del self._first_seen[gone]
+        for gone in self._known.keys() - seen:
+            del self._known[gone]
         return out
 
-    def _yarn_containers(self, yarn_rel: str, seen: set[str]) -> list[Workload]:
+    def _yarn_containers(self, yarn_rel: str, names: list[str], seen: set[str]) -> list[Workload]:
         out = []
-        for child in self._children(yarn_rel):
+        for child in names:
             rel = f"{yarn_rel}/{child}"
             parsed = parse_yarn_container(child)
             if parsed is None:

@@ -24,6 +24,7 @@ from cgroups.parsers import (
     parse_proc_stat,
     parse_procs,
     parse_psi,
+    psi_some_total,
 )
 
 # Captured from kernel 6.18 on this machine (v1 cpu.stat) and from the kernel's documented v2 format.
@@ -90,6 +91,36 @@ def test_psi_with_and_without_full() -> None:
     assert (psi.full_avg10, psi.full_total_us) == (0.10, 42)
     some_only = parse_psi(b"some avg10=1.00 avg60=2.00 avg300=3.00 total=9\n")
     assert some_only.full_avg10 is None and some_only.some_total_us == 9
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"some avg10=0.39 avg60=0.73 avg300=1.28 total=7593379\n"
+        b"full avg10=0.10 avg60=0.20 avg300=0.30 total=42\n",
+        b"some avg10=100.00 avg60=0.00 avg300=0.00 total=0\n",
+        b"some avg10=1 avg60=2.5 avg300=3e1 total=12\n",  # not the kernel's shape, still what parse_psi reads
+        b"some  avg10=0.00 avg60=0.00 avg300=0.00 total=5",
+    ],
+)
+def test_psi_some_total_is_parse_psi_some_total(data: bytes) -> None:
+    assert psi_some_total(data) == parse_psi(data).some_total_us
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"some avg10=0.00 avg60=0.00 avg300=0.00 total=x\n",
+        b"some avg10=0.00 avg60=0.00 avg300=0.00 total=5\nfull avg10=0.00 avg60=0.00 total=1\n",
+        b"",
+    ],
+)
+def test_psi_some_total_refuses_what_parse_psi_refuses(data: bytes) -> None:
+    with pytest.raises(UnknownFormat):
+        parse_psi(data, "cpu.pressure")
+    with pytest.raises(UnknownFormat) as err:
+        psi_some_total(data, "cpu.pressure")
+    assert "cpu.pressure" in str(err.value)
 
 
 def test_procs_meminfo_proc_stat() -> None:

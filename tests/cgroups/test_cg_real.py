@@ -19,6 +19,7 @@ from realcg import RealRoot
 
 from cgroups.errors import CgroupBusy, CgroupError, CgroupGone, InvalidValue
 from cgroups.node import NodeCpuMeter, read_meminfo
+from cgroups.parsers import parse_psi
 from cgroups.reader import CgroupReader, CgroupSample, cpu_milli, throttled_ratio
 from cgroups.settings import CpuQuota, Cpuset
 from cgroups.writer import CgroupWriter
@@ -255,6 +256,52 @@ def test_vanished_cgroup_is_gone_and_a_recreated_one_is_read_again(real_root: Re
     assert reader.walk("besteffort") == ["besteffort"]
     real_root.mkcg(rel)
     assert reader.sample(rel).cpu_usage_ns == 0  # the same name made again: a fresh cgroup
+
+
+def test_a_reader_can_leave_out_the_memory_limit_and_memory_pressure(real_root: RealRoot) -> None:
+    _v1(real_root, "memory")
+    rel = real_root.mkcg("besteffort/lean")
+    assert CgroupWriter(real_root.hierarchy, real_root.name).set_memory_limit(rel, 48 << 20)
+    real_root.spawn(rel, SLEEP)
+    full = CgroupReader(real_root.hierarchy, real_root.name)
+    lean = CgroupReader(real_root.hierarchy, real_root.name, memory_psi=False, memory_limit=False)
+    names = {f.rsplit("/", 1)[1] for f in lean.files(rel)}
+    assert set(names) == {f.rsplit("/", 1)[1] for f in full.files(rel)} - {
+        "memory.limit_in_bytes", "memory.pressure"}
+    a, b = full.sample(rel), lean.sample(rel)
+    assert a.memory_limit_bytes == 48 << 20 and b.memory_limit_bytes is None and b.memory_psi_raw == b""
+    assert (b.cpu_usage_ns, b.nr_periods) == (a.cpu_usage_ns, a.nr_periods)  # a sleeper: counters hold still
+    assert b.memory_working_set_bytes is not None
+    if real_root.hierarchy.unified is not None:
+        assert "cpu.pressure" in names and b.cpu_pressure is not None
+
+
+def test_single_file_reads_agree_with_sample_and_see_a_cgroup_go_and_come_back(real_root: RealRoot) -> None:
+    rel = real_root.mkcg("burstable/quiet")
+    sleeper = real_root.spawn(rel, SLEEP)
+    reader = CgroupReader(real_root.hierarchy, real_root.name)
+    first = reader.cpu_usage(rel)  # a cgroup not read before: through `sample`
+    s = reader.sample(rel)
+    at, usage = reader.cpu_usage(rel)  # then from the kept usage descriptor alone
+    assert first[1] == usage == s.cpu_usage_ns and at >= s.at  # a sleeper: its counter holds still
+    raw = reader.cpu_psi_raw(rel)
+    assert bool(raw) == bool(s.cpu_psi_raw) == (real_root.hierarchy.unified is not None)
+    if raw:
+        assert parse_psi(raw).some_total_us == parse_psi(s.cpu_psi_raw).some_total_us
+    sleeper.kill()
+    sleeper.wait()
+    assert _until(lambda: not real_root.pids(rel))
+    writer = CgroupWriter(real_root.hierarchy, real_root.name)
+    writer.rmdir(rel)
+    with pytest.raises(CgroupGone):  # the kept descriptor is dead, and no cgroup of that name is there
+        reader.cpu_psi_raw(rel) if raw else reader.cpu_usage(rel)
+    real_root.mkcg(rel)  # the same name made again: read afresh, not through dead descriptors
+    assert reader.cpu_usage(rel)[1] == 0
+    writer.rmdir(rel)
+    real_root.mkcg(rel)
+    assert reader.cpu_usage(rel)[1] == 0
+    if raw:
+        assert parse_psi(reader.cpu_psi_raw(rel)).some_total_us == 0
 
 
 @pytest.mark.xdist_group("cpu")
