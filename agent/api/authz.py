@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from agent.api.rpc import REASON_KEY, Call, Status
+from agent.api.rpc import REASON_KEY, Call, Malformed, Status
 from agent.config.api import ApiConfig
 
 log = logging.getLogger("coloc.api.audit")
@@ -82,6 +82,8 @@ class AccessPolicy:
                                  "(api.mutate_uids / api.mutate_gids, or a TLS client certificate)")
             log.info("%s by %s (scheduler %r)", method, who.describe(), scheduler,
                      extra={"fields": {**fields, "allowed": True}})
+            if isinstance(request, Malformed):  # parsed only for callers that may mutate
+                await request.refuse(call)
             return await behaviour(request, call)
         return guarded
 

@@ -81,5 +81,7 @@ def _files(request: rpb.ServerReflectionRequest, file: FileDescriptor) -> rpb.Se
 
 
 def _error(request: rpb.ServerReflectionRequest, status: Status) -> rpb.ServerReflectionResponse:
-    return rpb.ServerReflectionResponse(original_request=request, error_response=rpb.ErrorResponse(
-        error_code=status.value, error_message=status.name.lower().replace("_", " ")))
+    error = rpb.ErrorResponse(error_code=status.value, error_message=status.name.lower().replace("_", " "))
+    if not isinstance(request, rpb.ServerReflectionRequest):  # a request that did not parse
+        return rpb.ServerReflectionResponse(error_response=error)
+    return rpb.ServerReflectionResponse(original_request=request, error_response=error)

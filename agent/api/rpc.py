@@ -23,6 +23,9 @@ __all__ = ["Aborted", "Call", "Limits", "Method", "PassThrough", "Status", "meth
 
 REASON_KEY = "coloc-reason"
 _PREFIX = struct.Struct(">?I")
+# A message whose prefix has come must follow within this: a stalled body would hold its call slot and its
+# buffer for as long as the connection lives (grpclib times nothing out on its own).
+BODY_TIMEOUT_S = 30.0
 
 
 
@@ -88,23 +91,28 @@ class Malformed:
 
 
 class Limits:
-    """What grpc core enforced for us: the largest message each way and the calls in flight."""
+    """What grpc core enforced for us: the largest message each way, the calls in flight, and (ours) the
+    request bytes being received at once, which without a cap is calls × the largest message."""
 
     def __init__(self, max_message_bytes: int, max_calls: int) -> None:
         self.max_message_bytes = max_message_bytes
         self.max_calls = max_calls
         self.in_flight = 0
+        self.max_receiving_bytes = max(4 * max_message_bytes, 64 << 20)
+        self.receiving_bytes = 0
 
 
 class Method:
     """One RPC: its behaviour, cardinality and message types."""
 
-    def __init__(self, func: Callable[..., Any], cardinality: Cardinality,
-                 request: Any, reply: Any) -> None:
+    def __init__(self, func: Callable[..., Any], cardinality: Cardinality, request: Any, reply: Any,
+                 refuse_malformed: bool = True) -> None:
         self.func = func
         self.cardinality = cardinality
         self.request = request
         self.reply = reply
+        # False: `func` refuses a Malformed request itself (the access policy decides and audits first)
+        self.refuse_malformed = refuse_malformed
 
 
 def method_table(service: str, methods: dict[str, Method], limits: Limits,
@@ -130,8 +138,9 @@ def _serve(m: Method, limits: Limits, codec: CodecBase) -> Callable[[Stream[Any,
         except asyncio.CancelledError:
             # Ended by the agent (a dropped watcher, shutdown): tell the client instead of leaving its
             # stream open with no trailers.
-            with contextlib.suppress(Exception):
-                stream._stream.reset_nowait()
+            if stream._stream.closable:
+                with contextlib.suppress(Exception):
+                    stream._stream.reset_nowait()
             raise
         finally:
             limits.in_flight -= 1
@@ -147,7 +156,7 @@ async def _run(m: Method, stream: Stream[Any, Any], call: Call, limits: Limits, 
     request = await _recv(stream, m.request, limits, codec)
     if request is None:
         raise Aborted(Status.INVALID_ARGUMENT, "request: no message")
-    if isinstance(request, Malformed):
+    if m.refuse_malformed and isinstance(request, Malformed):
         await request.refuse(call)
     if m.cardinality is Cardinality.UNARY_STREAM:
         async with contextlib.aclosing(m.func(request, call)) as replies:
@@ -177,7 +186,19 @@ async def _recv(stream: Stream[Any, Any], cls: Any, limits: Limits, codec: Codec
     if size > limits.max_message_bytes:
         raise Aborted(Status.RESOURCE_EXHAUSTED, f"request: {size} bytes, more than api.max_message_bytes "
                                                  f"({limits.max_message_bytes})")
-    data = await raw.recv_data(size)
+    if limits.receiving_bytes + size > limits.max_receiving_bytes:
+        raise Aborted(Status.RESOURCE_EXHAUSTED, f"request: {size} more bytes would put over "
+                                                 f"{limits.max_receiving_bytes} in receipt at once; "
+                                                 "retry later")
+    limits.receiving_bytes += size
+    try:
+        async with asyncio.timeout(BODY_TIMEOUT_S):
+            data = await raw.recv_data(size)
+    except TimeoutError:
+        raise Aborted(Status.DEADLINE_EXCEEDED, f"request: its {size} bytes did not arrive within "
+                                                f"{BODY_TIMEOUT_S:.0f} s") from None
+    finally:
+        limits.receiving_bytes -= size
     if len(data) != size:
         raise Aborted(Status.INVALID_ARGUMENT, f"request: {len(data)} of {size} bytes before the end")
     return codec.decode(data, cls)

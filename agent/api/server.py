@@ -21,16 +21,12 @@ import socket
 import ssl
 import stat
 from pathlib import Path
-from typing import Any
 
 from grpc_health.v1 import health_pb2
 from grpclib.const import Handler
-from grpclib.protocol import H2Protocol
-from grpclib.server import Handler as ConnectionHandler
-from grpclib.server import Server
-from h2.settings import SettingCodes
 
 from agent.api.authz import MUTATIONS, AccessPolicy
+from agent.api.connection import GuardedServer
 from agent.api.health import SERVICE as HEALTH_SERVICE
 from agent.api.health import HealthService
 from agent.api.reflect import V1_SERVICE_NAME, V1ALPHA_SERVICE_NAME, ReflectionService
@@ -82,39 +78,6 @@ def _prepare_socket_path(path: Path, gid: int | None) -> None:
     raise ApiStartError(f"api.socket_path: another process is serving on {path}")
 
 
-class _Protocol(H2Protocol):
-    """grpclib's connection, announcing our stream limit (h2's default is 100 per connection)."""
-
-    max_streams = 100
-
-    def connection_made(self, transport: Any) -> None:
-        super().connection_made(transport)
-        self.connection._connection.update_settings({SettingCodes.MAX_CONCURRENT_STREAMS: self.max_streams})
-        self.connection.flush()
-
-
-class _Server(Server):
-    def __init__(self, mapping: dict[str, Handler], max_streams: int) -> None:
-        super().__init__([_Table(mapping)], codec=PassThrough())
-        self._max_streams = max_streams
-
-    def _protocol_factory(self) -> H2Protocol:  # grpclib's, with our protocol (grpclib pinned)
-        self.__gc_step__()
-        handler = ConnectionHandler(self._mapping, self._codec, self._status_details_codec, self.__dispatch__)
-        self._handlers.add(handler)
-        proto = _Protocol(handler, self._config, self._h2_config)
-        proto.max_streams = self._max_streams
-        return proto
-
-
-class _Table:
-    def __init__(self, mapping: dict[str, Handler]) -> None:
-        self._mapping = mapping
-
-    def __mapping__(self) -> dict[str, Handler]:
-        return self._mapping
-
-
 class ApiServer:
     """The node API: the servicers and the servers (unix socket, TCP) that answer them."""
 
@@ -128,14 +91,18 @@ class ApiServer:
         self.tcp_bound: str | None = None  # host:port once bound (port 0 asks for any)
         self._mapping = mapping
         self._cfg = cfg
-        self._servers: list[Server] = []
+        self._servers: list[GuardedServer] = []
+        self.limits: Limits | None = None  # the calls in flight and bytes in receipt, across servers
 
     @property
     def address(self) -> str:
         return self.addresses[0]
 
     async def serve(self, sock: socket.socket, tls: ssl.SSLContext | None = None) -> None:
-        server = _Server(self._mapping, self._cfg.max_concurrent_rpcs)
+        # One connection may hold a quarter of the calls in flight (so one client cannot lock out the
+        # rest), or h2's usual 100 where a quarter is fewer.
+        limit = self._cfg.max_concurrent_rpcs
+        server = GuardedServer(self._mapping, max(limit // 4, min(100, limit)))
         self._servers.append(server)
         await server.start(sock=sock, backlog=socket.SOMAXCONN, ssl=tls)
 
@@ -145,7 +112,7 @@ class ApiServer:
             await self.health.enter_graceful_shutdown()
         servers, self._servers = self._servers, []
         for server in servers:
-            server.close()
+            server.close_all()
         for server in servers:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(server.wait_closed(), max(grace or 0, 0.1) + 1)
@@ -195,13 +162,13 @@ def _tls_context(cfg: ApiConfig) -> ssl.SSLContext:
     return ctx
 
 
-def _mapping(cfg: ApiConfig, policy: AccessPolicy, service: NodeAgentService, health: HealthService
+def _mapping(limits: Limits, policy: AccessPolicy, service: NodeAgentService, health: HealthService
              ) -> dict[str, Handler]:
     """Every method the server answers, the mutations behind the access policy."""
-    limits = Limits(cfg.max_message_bytes, cfg.max_concurrent_rpcs)
     codec = PassThrough()
     methods = service.methods()
-    guarded = {name: Method(policy.guard(name, m.func), m.cardinality, m.request, m.reply)
+    guarded = {name: Method(policy.guard(name, m.func), m.cardinality, m.request, m.reply,
+                            refuse_malformed=False)
                if name in MUTATIONS else m for name, m in methods.items()}
     reflection = ReflectionService((SERVICE, HEALTH_SERVICE))
     return {**method_table(SERVICE, guarded, limits, codec),
@@ -219,7 +186,9 @@ async def start_api_server(ledger: Ledger, cfg: ApiConfig, *, board: Board | Non
                                max_events_per_message=cfg.max_events_per_message,
                                max_message_bytes=cfg.max_message_bytes, board=board, settings=settings)
     health = HealthService()
-    api = ApiServer(service, health, policy, _mapping(cfg, policy, service, health), cfg)
+    limits = Limits(cfg.max_message_bytes, cfg.max_concurrent_rpcs)
+    api = ApiServer(service, health, policy, _mapping(limits, policy, service, health), cfg)
+    api.limits = limits
     try:
         if cfg.socket_path is not None:
             path = Path(cfg.socket_path)

@@ -91,7 +91,10 @@ async def test_a_cpu_hog_stalling_hp_wakes_the_loop_through_a_psi_trigger(real_r
     if real_root.hierarchy.unified is None:
         pytest.skip("no cgroup2 mount: no PSI")
     real_root.mkcg("hp")
-    real_root.spawn("hp", BUSY)
+    # HP busy on every CPU: once BE's hogs take their share, HP's tasks wait whatever the CPU controller's
+    # weights (with one HP task, a fair share of 1 CPU of 2 could leave it unstalled, and the test flaky).
+    for _ in range(os.cpu_count() or 2):
+        real_root.spawn("hp", BUSY)
     rt = build(_config(real_root.name, UNPRIVILEGED_TRIGGER))
     hp_pressure = str(real_root.path("unified", "hp") / "cpu.pressure")
 
