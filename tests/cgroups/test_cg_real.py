@@ -268,9 +268,10 @@ def test_a_reader_can_leave_out_the_memory_limit_and_memory_pressure(real_root: 
     names = {f.rsplit("/", 1)[1] for f in lean.files(rel)}
     assert set(names) == {f.rsplit("/", 1)[1] for f in full.files(rel)} - {
         "memory.limit_in_bytes", "memory.pressure"}
-    a, b = full.sample(rel), lean.sample(rel)
+    a, b, c = full.sample(rel), lean.sample(rel), full.sample(rel)
     assert a.memory_limit_bytes == 48 << 20 and b.memory_limit_bytes is None and b.memory_psi_raw == b""
-    assert (b.cpu_usage_ns, b.nr_periods) == (a.cpu_usage_ns, a.nr_periods)  # a sleeper: counters hold still
+    # the same counters (the sleeper may still be starting up: they only grow between the full samples)
+    assert a.cpu_usage_ns <= b.cpu_usage_ns <= c.cpu_usage_ns and a.nr_periods <= b.nr_periods <= c.nr_periods
     assert b.memory_working_set_bytes is not None
     if real_root.hierarchy.unified is not None:
         assert "cpu.pressure" in names and b.cpu_pressure is not None
