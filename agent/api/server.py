@@ -102,7 +102,7 @@ class ApiServer:
         # One connection may hold a quarter of the calls in flight (so one client cannot lock out the
         # rest), or h2's usual 100 where a quarter is fewer.
         limit = self._cfg.max_concurrent_rpcs
-        server = GuardedServer(self._mapping, max(limit // 4, min(100, limit)))
+        server = GuardedServer(self._mapping, max(limit // 4, min(100, limit)), self._cfg.max_connections)
         self._servers.append(server)
         await server.start(sock=sock, backlog=socket.SOMAXCONN, ssl=tls)
 

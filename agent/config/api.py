@@ -32,6 +32,7 @@ class ApiConfig:
     max_streams: int = 128  # concurrent Watch streams
     max_message_bytes: int = 16 << 20
     max_concurrent_rpcs: int = 1024  # everything in flight, streams included
+    max_connections: int = 4096  # open at once; one more is closed at once (each holds a descriptor)
     bookmark_interval_s: float = 5.0
     max_events_per_message: int = 512
 
@@ -57,6 +58,8 @@ class ApiConfig:
         if not self.max_streams < self.max_concurrent_rpcs <= 1_000_000:
             raise ValueError("api.max_concurrent_rpcs: must exceed max_streams (or open watches starve "
                              "calls) and be at most 1000000")
+        if not 1 <= self.max_connections <= 1_000_000:
+            raise ValueError(f"api.max_connections: must be in [1, 1000000], got {self.max_connections}")
         if not 4096 <= self.max_message_bytes <= 1 << 30:
             raise ValueError(f"api.max_message_bytes: must be in [4096, 2^30], got {self.max_message_bytes}")
         if not 0.05 <= self.bookmark_interval_s <= 3600:

@@ -353,3 +353,37 @@ async def test_a_malformed_mutation_from_a_caller_who_may_not_mutate_is_denied_a
         finally:
             await s.server.stop(0)
             await s.ledger.close()
+
+
+def test_connections_past_max_connections_are_closed_and_the_room_comes_back() -> None:
+    with short_dir() as d:
+        s, stop = _serve_in_thread(d, max_connections=3)
+        try:
+            held = [_h2_client(s.address) for _ in range(3)]
+            for sock, conn in held:  # each is served: the server's SETTINGS come
+                assert any(isinstance(e, h2.events.RemoteSettingsChanged)
+                           for e in _events_until(sock, conn, h2.events.RemoteSettingsChanged))
+            extra, conn = _h2_client(s.address)
+            with extra:
+                extra.settimeout(5)
+                with contextlib.suppress(ConnectionResetError):  # closed at once, nothing sent
+                    assert extra.recv(100) == b""
+            held[0][0].close()
+            end = time.monotonic() + 5
+            status = None
+            while status is None and time.monotonic() < end:
+                with contextlib.suppress(grpc.aio.AioRpcError):
+                    status = asyncio.run(_health(s.address))
+            assert status == health_pb2.HealthCheckResponse.SERVING
+            for sock, _ in held[1:]:
+                sock.close()
+        finally:
+            stop()
+
+
+def test_max_connections_is_bounded() -> None:
+    from agent.config.api import ApiConfig
+
+    for bad in (0, 1_000_001):
+        with pytest.raises(ValueError, match=r"api\.max_connections"):
+            ApiConfig(max_connections=bad)
