@@ -28,7 +28,6 @@ _PREFIX = struct.Struct(">?I")
 BODY_TIMEOUT_S = 30.0
 
 
-
 class Aborted(Exception):
     """Ends a call with a status, a message and the call's trailing metadata."""
 

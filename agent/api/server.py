@@ -82,7 +82,7 @@ class ApiServer:
     """The node API: the servicers and the servers (unix socket, TCP) that answer them."""
 
     def __init__(self, service: NodeAgentService, health: HealthService, policy: AccessPolicy,
-                 mapping: dict[str, Handler], cfg: ApiConfig) -> None:
+                 mapping: dict[str, Handler], limits: Limits, cfg: ApiConfig) -> None:
         self.service = service
         self.health = health
         self.policy = policy
@@ -92,7 +92,7 @@ class ApiServer:
         self._mapping = mapping
         self._cfg = cfg
         self._servers: list[GuardedServer] = []
-        self.limits: Limits | None = None  # the calls in flight and bytes in receipt, across servers
+        self.limits = limits  # the calls in flight and bytes in receipt, across servers
 
     @property
     def address(self) -> str:
@@ -121,7 +121,7 @@ class ApiServer:
 
 
 def _listen_unix(path: Path, mode: int, gid: int | None) -> socket.socket:
-    """The public socket, its mode and group set before it listens; the gate accepts on it."""
+    """The public socket, its mode and group set before it listens; the server accepts on it."""
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         sock.bind(str(path))
@@ -187,8 +187,7 @@ async def start_api_server(ledger: Ledger, cfg: ApiConfig, *, board: Board | Non
                                max_message_bytes=cfg.max_message_bytes, board=board, settings=settings)
     health = HealthService()
     limits = Limits(cfg.max_message_bytes, cfg.max_concurrent_rpcs)
-    api = ApiServer(service, health, policy, _mapping(limits, policy, service, health), cfg)
-    api.limits = limits
+    api = ApiServer(service, health, policy, _mapping(limits, policy, service, health), limits, cfg)
     try:
         if cfg.socket_path is not None:
             path = Path(cfg.socket_path)
