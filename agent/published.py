@@ -46,6 +46,19 @@ class ActionRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class KnobOverride:
+    """A knob the agent holds, found changed by another writer and re-asserted (docs/coexistence.md)."""
+
+    at: float  # wall clock of the re-assert
+    knob: str  # cpuset | cpu_quota | memory_limit | ...
+    cgroup: str  # relative to the agent's root
+    writer: str  # systemd | unknown
+    found: str
+    wanted: str
+    off_for_s: float | None  # how long it was off at most: since a tick last read it right (None: unknown)
+
+
+@dataclass(frozen=True, slots=True)
 class Counters:
     """Monotonic counts since the process started; label tuples are low-cardinality enums."""
 
@@ -57,6 +70,9 @@ class Counters:
     admissions_refused: Mapping[str, int] = field(default_factory=dict)  # reason -> n
     cgroup_writes: int = 0
     cgroup_write_errors: int = 0
+    knob_overrides: Mapping[tuple[str, str], int] = field(default_factory=dict)  # (knob, writer) -> n
+    systemd_sets: int = 0  # knobs also set as systemd unit properties
+    systemd_errors: int = 0  # systemd calls that failed (the file alone was written)
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +94,7 @@ class Published:
     sources_synced: bool = False
     dry_run: bool = False
     counters: Counters = Counters()
+    knob_overrides: tuple[KnobOverride, ...] = ()  # the latest few, oldest first
     be_cpu_floor_milli: int | None = None  # the least suppression will leave BE (for "suppressed to floor")
     settings_sources: Mapping[str, str] = field(default_factory=dict)  # policy setting -> yaml | NodeSLO
     fast_path_mode: str = ""  # "psi-trigger" | "adaptive-poll" | "off" (agent/daemon/psi_wake.py)

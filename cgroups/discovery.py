@@ -237,3 +237,26 @@ def detect_driver(
         f"cannot tell the cgroup driver: neither {top / (kubepods + '.slice')} nor {top / kubepods} exists;"
         " set the driver (cgroupfs or systemd) in the configuration"
     )
+
+
+def resolve_root(hierarchy: Hierarchy, root: str, driver: str = "auto") -> str:
+    """The agent's root as it exists on this node: `kubepods` (cgroupfs) and `kubepods.slice` (systemd) name
+    the same kubepods cgroup for the kubelet's two drivers, so a root named for one resolves to the other
+    when only that one exists (a DaemonSet config then works on either kind of node). With a driver set,
+    its own name is tried first; when neither exists the configured root is kept."""
+    root = check_rel(root.strip("/"), "cgroup root")
+    if not root:
+        return root
+    parent, _, leaf = root.rpartition("/")
+    base = leaf.removesuffix(".slice")
+    names = [leaf] + [n for n in (base, f"{base}.slice") if n != leaf]
+    if driver == "systemd":
+        names.sort(key=lambda n: not n.endswith(".slice"))
+    elif driver == "cgroupfs":
+        names.sort(key=lambda n: n.endswith(".slice"))
+    top = _probe_dir(hierarchy)
+    for name in names:
+        rel = join(parent, name) if parent else name
+        if (top / rel).is_dir():
+            return rel
+    return root

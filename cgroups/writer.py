@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import logging
 import os
 import signal
 import time
+from collections import Counter, deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from cgroups.discovery import Hierarchy
 from cgroups.errors import CgroupError, CgroupGone, InvalidValue, from_oserror
@@ -34,6 +36,10 @@ from cgroups.settings import (
     shares_to_weight,
 )
 
+if TYPE_CHECKING:
+    from cgroups.systemd import SystemdUnits
+
+log = logging.getLogger("coloc.cgroups")
 V = TypeVar("V")
 BESTEFFORT_SHARES = 2  # the kubelet's cpu.shares for the BestEffort tier and its pods
 DEFAULT_CONTROLLERS = ("cpu", "cpuacct", "cpuset", "memory", "freezer", "pids")
@@ -47,6 +53,28 @@ class WriterStats:
     reasserted: int  # writes that restored a value something else had changed
     errors: int
     last_write_latency_s: float | None
+    systemd_sets: int = 0  # knobs set through systemd (SetUnitProperties) as well as in the file
+    systemd_errors: int = 0  # systemd refused or was unreachable: the file alone was written
+
+
+@dataclass(frozen=True, slots=True)
+class Override:
+    """A knob this writer had set, found holding another value when it set it again (another writer's)."""
+
+    knob: str
+    cgroup: str
+    found: str
+    wanted: str
+    writer: str  # systemd | unknown
+    at: float  # time.monotonic() of the re-assert
+
+
+def _show(value: object) -> str:
+    if isinstance(value, frozenset):
+        return ",".join(map(str, sorted(value)))
+    if isinstance(value, CpuMax):
+        return f"{'max' if value.quota_us is None else value.quota_us} {value.period_us}"
+    return "max" if value is None else str(value)
 
 
 # -- the writer ---------------------------------------------------------------------------------------
@@ -60,9 +88,11 @@ class CgroupWriter:
     """
 
     def __init__(
-        self, hierarchy: Hierarchy, root: str, *, controllers: Sequence[str] = DEFAULT_CONTROLLERS
+        self, hierarchy: Hierarchy, root: str, *, controllers: Sequence[str] = DEFAULT_CONTROLLERS,
+        units: SystemdUnits | None = None,
     ) -> None:
         self.hierarchy = hierarchy
+        self.units = units  # set: knobs of a systemd unit go through systemd too (cgroups/systemd.py)
         self.root = check_rel(root, "cgroup root")
         self.controllers = tuple(c for c in controllers if c in hierarchy.v1)
         self._bases: dict[str, str] = {}
@@ -71,6 +101,9 @@ class CgroupWriter:
         self._weights: dict[str, int] = {}  # raw cpu.shares/cpu.weight a cgroup had before we made it idle
         self._writes = self._skipped = self._reasserted = self._errors = 0
         self._latency: float | None = None
+        self._systemd_sets = self._systemd_errors = 0
+        self.overrides: deque[Override] = deque(maxlen=64)
+        self.override_counts: Counter[tuple[str, str]] = Counter()  # (knob, writer) -> re-asserts
 
     # -- paths -------------------------------------------------------------------------------------
 
@@ -139,7 +172,8 @@ class CgroupWriter:
 
     @property
     def stats(self) -> WriterStats:
-        return WriterStats(self._writes, self._skipped, self._reasserted, self._errors, self._latency)
+        return WriterStats(self._writes, self._skipped, self._reasserted, self._errors, self._latency,
+                           self._systemd_sets, self._systemd_errors)
 
     # -- read-compare-write ------------------------------------------------------------------------
 
@@ -153,9 +187,53 @@ class CgroupWriter:
             return False
         if key in self._cache and knob.equal(self._cache[key], wanted):
             self._reasserted += 1
+            self._note_override(knob, rel, current, wanted)
+        self._through_systemd(knob, rel, wanted)
         knob.write(self, rel, current, wanted)
         self._cache[key] = wanted
         return True
+
+    def _note_override(self, knob: Knob[V], rel: str, current: V, wanted: V) -> None:
+        writer = "unknown"
+        if self.units is not None and self.units.owns(rel) and not self._systemd_holds(knob):
+            writer = "systemd"  # systemd re-applies its own value of a knob it has no property of ours for
+        event = Override(knob.name, rel, _show(current), _show(wanted), writer, time.monotonic())
+        self.overrides.append(event)
+        self.override_counts[(knob.name, writer)] += 1
+        log.warning("a knob we hold was changed by another writer; re-asserted",
+                    extra={"fields": {"knob": knob.name, "cgroup": rel, "found": event.found,
+                                      "wanted": event.wanted, "writer": writer}})
+
+    def _systemd_holds(self, knob: Knob[Any]) -> bool:
+        """Whether systemd has a property for `knob` here (cpuset only on v2: systemd has no v1 cpuset)."""
+        if knob is CPUSET:
+            return not self.hierarchy.is_v1("cpuset")
+        return knob in (QUOTA, MEM_LIMIT, MEM_HIGH)
+
+    def _through_systemd(self, knob: Knob[V], rel: str, wanted: V) -> None:
+        """Set the knob as a runtime property of the unit too, so systemd keeps it (daemon-reload, a
+        set-property, a child unit starting would otherwise put systemd's value back); the file is then
+        written as well, as the kubelet's systemd driver does, so the value is in place at once."""
+        if self.units is None or not self._systemd_holds(knob) or not self.units.owns(rel):
+            return
+        from cgroups.systemd import SystemdError, cpu_mask, memory_property, quota_properties
+
+        if knob is CPUSET:
+            assert isinstance(wanted, frozenset)
+            props = [("AllowedCPUs", ("ay", cpu_mask(wanted)))]
+        elif knob is QUOTA:
+            assert isinstance(wanted, CpuMax)
+            props = quota_properties(wanted.quota_us, wanted.period_us)
+        else:
+            props = memory_property("MemoryMax" if knob is MEM_LIMIT else "MemoryHigh",
+                                    wanted)  # type: ignore[arg-type]
+        try:
+            self.units.set_properties(rel, props)
+            self._systemd_sets += 1
+        except SystemdError as err:
+            self._systemd_errors += 1
+            log.warning("systemd did not take a unit property; the file alone is written",
+                        extra={"fields": {"knob": knob.name, "cgroup": rel, "error": str(err)}})
 
     def set_cpu_quota(self, rel: str, quota_us: int | None, period_us: int = 100_000) -> bool:
         s = CpuQuota(rel, quota_us, period_us)
@@ -166,10 +244,12 @@ class CgroupWriter:
         return self._set(SHARES, s.rel, self._shares_value(s.shares))
 
     def set_cpuset(self, rel: str, cpus: Iterable[int], *, descendants: bool = False) -> bool:
-        """Set cpuset.cpus; with `descendants`, every cgroup below too (v1 refuses to shrink a
-        parent below a child's set, so the BE tier's children must follow it)."""
+        """Set cpuset.cpus; with `descendants` on v1, every cgroup below too (v1 refuses to shrink a
+        parent below a child's set, so the BE tier's children must follow it). v2 bounds a child by its
+        parent's effective set, so there the cgroups below (pod slices, a runtime's delegated container
+        scopes, whose cpusets belong to the runtime) are never written."""
         wanted = tuple(sorted(set(cpus)))
-        if not descendants:
+        if not descendants or not self.hierarchy.is_v1("cpuset"):
             s = Cpuset(rel, wanted)
             return self._set(CPUSET, s.rel, frozenset(s.cpus))
         rels = self._subtree("cpuset", check_rel(rel))
@@ -275,6 +355,8 @@ class CgroupWriter:
             del self._cache[key]
         for r in [r for r in self._weights if r == rel or r.startswith(prefix) or not rel]:
             del self._weights[r]
+        if self.units is not None:
+            self.units.forget(rel)
 
     def _subtree(self, ctrl: str, rel: str) -> list[str]:
         out = [rel]

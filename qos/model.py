@@ -95,6 +95,7 @@ class BeTierState:
     quota_milli_cpu: int | None = None
     cpu_idle: bool | None = None
     memory_high_bytes: int | None = None
+    missing: str = ""  # why there is no BE tier to act on ("" when there is): the agent is not ready
 
 
 @dataclass(frozen=True, slots=True)

@@ -70,8 +70,14 @@ class CgroupConfig:
     yarn_hierarchy: str = "hadoop-yarn"
     setup_tiers: bool = False
     cleanup_on_exit: bool = False
+    # How to reach systemd when the kubelet uses its driver (knobs of a unit are set through systemd so that
+    # it keeps them): "auto" (systemd's private socket, then the system bus), "off", or a socket path.
+    systemd_bus: str = "auto"
 
     def __post_init__(self) -> None:
+        if self.systemd_bus not in ("auto", "off") and not self.systemd_bus.startswith("/"):
+            raise ConfigError(f"cgroups.systemd_bus: must be auto, off or an absolute socket path, "
+                              f"got {self.systemd_bus!r}")
         try:
             ok = bool(check_rel(self.root.rstrip("/"), "cgroups.root"))
         except PathOutsideRoot:

@@ -137,6 +137,8 @@ class Collector:
         )
         node_u, system_u = self._node_usage(root_u, stale)
         knobs = self._be_knobs()
+        if knobs.missing:
+            stale.setdefault("cgroups", knobs.missing)
         self._forget_unseen(sampled.seen)
         if self.errors:
             more = f" (and {len(self.errors) - 1} more)" if len(self.errors) > 1 else ""
@@ -304,6 +306,9 @@ class Collector:
         return node, system
 
     def _be_knobs(self) -> BeTierState:
+        tier = self._tiers.besteffort
+        if not self._reader.exists(tier):
+            return BeTierState(missing=f"no BE tier to act on: {self._reader.dir(tier)} does not exist")
         try:
             k = self._reader.read_knobs(self._tiers.besteffort)
         except CgroupError:

@@ -180,7 +180,11 @@ class TickLoop:
                 admissions_refused=dict(self._outputs.admissions_refused()),
                 cgroup_writes=ex.cgroup_writes,
                 cgroup_write_errors=ex.cgroup_write_errors,
+                knob_overrides=ex.override_counts,
+                systemd_sets=ex.systemd_counts[0],
+                systemd_errors=ex.systemd_counts[1],
             ),
+            knob_overrides=tuple(ex.overrides),
         )
 
     def _eviction_refused(self, key: str) -> None:

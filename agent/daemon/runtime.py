@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
 import time
@@ -17,6 +18,7 @@ if TYPE_CHECKING:
     from kubernetes import client
 
     from agent.executors.htb import EgressShaper
+    from cgroups.systemd import SystemdUnits
 
 from agent.config.agent import AgentConfig
 from agent.daemon.audit import AuditLog
@@ -35,7 +37,7 @@ from agent.sources.yarn import NodeManagerSource
 from agent.state import Ledger, LedgerConfig
 from agent.state.ledger import read_boot_id
 from agent.state.owned_root import RootMarker
-from cgroups.discovery import Hierarchy, detect_driver, discover
+from cgroups.discovery import Hierarchy, detect_driver, discover, resolve_root
 from cgroups.errors import CgroupError, InvalidValue
 from cgroups.layout import Layout
 from cgroups.reader import CgroupReader
@@ -179,13 +181,49 @@ class LedgerFeed:
                 self._ledger.notice("suppression", r.reason, {"knob": r.kind, "value": r.target})
 
 
-def make_layout(cfg: AgentConfig, hierarchy: Hierarchy) -> Layout:
-    override = None if cfg.cgroups.driver == "auto" else cfg.cgroups.driver
+def agent_root(cfg: AgentConfig, hierarchy: Hierarchy) -> str:
+    """`cgroups.root` as it exists here (`kubepods` ↔ `kubepods.slice`: cgroups/discovery.py)."""
+    configured = cfg.cgroups.root.strip("/")
+    if cfg.cgroups.setup_tiers:
+        return configured  # the agent lays the root out itself, as named
     try:
-        driver = detect_driver(hierarchy, root=cfg.cgroups.root.strip("/"), override=override)
+        root = resolve_root(hierarchy, configured, cfg.cgroups.driver)
+    except (CgroupError, OSError):
+        return configured
+    if root != configured:
+        log.info("cgroups.root resolved for this node's cgroup driver",
+                 extra={"fields": {"configured": configured, "root": root}})
+    return root
+
+
+def systemd_units(cfg: AgentConfig, hierarchy: Hierarchy, layout: Layout) -> SystemdUnits | None:
+    """On the systemd driver, the knobs of a tier or pod that is a systemd unit go through systemd
+    (cgroups/systemd.py); None elsewhere, or when systemd cannot be reached (then files only, said once)."""
+    if layout.driver != "systemd" or cfg.cgroups.systemd_bus == "off" or cfg.cgroups.setup_tiers:
+        return None
+    from cgroups.systemd import SystemdUnits
+
+    # systemd names a unit's cgroup by its path from the hierarchy's root, as the agent's root is named.
+    units = SystemdUnits("/" + cfg.cgroups.root.strip("/"),
+                         "" if cfg.cgroups.systemd_bus == "auto" else cfg.cgroups.systemd_bus)
+    if not units.available():
+        log.warning("the systemd driver is in use but systemd does not answer over D-Bus: knobs go to the "
+                    "cgroup files only, and systemd will put its own values back on daemon-reload or a pod "
+                    "start (mount /run/systemd into the agent's container)",
+                    extra={"fields": {"bus": cfg.cgroups.systemd_bus}})
+        return None
+    return units
+
+
+def make_layout(cfg: AgentConfig, hierarchy: Hierarchy, root: str | None = None) -> Layout:
+    override = None if cfg.cgroups.driver == "auto" else cfg.cgroups.driver
+    root = cfg.cgroups.root.strip("/") if root is None else root
+    kubepods = root.rsplit("/", 1)[-1].removesuffix(".slice") or "kubepods"
+    try:
+        driver = detect_driver(hierarchy, kubepods, root=root, override=override)
     except (CgroupError, OSError):
         driver = "cgroupfs"
-    return Layout(driver, yarn_hierarchy=cfg.cgroups.yarn_hierarchy)
+    return Layout(driver, kubepods=kubepods, yarn_hierarchy=cfg.cgroups.yarn_hierarchy)
 
 
 def make_sources(cfg: AgentConfig, layout: Layout, reader: CgroupReader, hierarchy: Hierarchy,
@@ -237,11 +275,12 @@ def make_evictors(cfg: AgentConfig, layout: Layout, reader: CgroupReader, writer
 def build(cfg: AgentConfig, board: Board | None = None) -> Runtime:
     """Everything but the async parts (sources' refresh tasks, API server, metrics server)."""
     hierarchy = discover(base=Path(cfg.cgroups.mount))
-    root = cfg.cgroups.root.strip("/")
+    root = agent_root(cfg, hierarchy)
+    cfg = dataclasses.replace(cfg, cgroups=dataclasses.replace(cfg.cgroups, root=root))
     # The collector samples with it and uses neither the memory limit nor memory pressure.
     reader = CgroupReader(hierarchy, root, memory_psi=False, memory_limit=False)
-    writer = CgroupWriter(hierarchy, root)
     layout = make_layout(cfg, hierarchy)
+    writer = CgroupWriter(hierarchy, root, units=systemd_units(cfg, hierarchy, layout))
     capacity, cpus = node_capacity(cfg)
     # The ledger first: a state directory that cannot be used stops start-up before any cgroup is made.
     ledger = open_ledger(cfg)
@@ -308,18 +347,21 @@ def _assemble(cfg: AgentConfig, board: Board | None, hierarchy: Hierarchy, reade
         writer, be_tier, evictors,
         dry_run=cfg.eviction.dry_run, rate_per_s=cfg.eviction.rate_per_minute / 60.0,
         burst=cfg.eviction.burst, recheck_cooldown_s=cfg.eviction.recheck_cooldown_s, audit=audit,
-        now=time.monotonic())
+        now=time.monotonic(), tier_owned=cfg.cgroups.setup_tiers)
     executor.network = shaper
     board = board or Board()
     hub = MetricsHub(cfg.metrics)
     drain = DrainController(ledger, _has_processes(reader))
     net_policy = cfg.network.policy if cfg.network.enabled else None
-    pipeline = build_pipeline(cfg.policies, cfg.batch, net_policy)
+    if cfg.policies.suppression.cpu_idle and not cfg.cgroups.setup_tiers:
+        log.info("cpu.idle stays off: the kubelet owns the BE tier (cgroups.setup_tiers is false) and writes "
+                 "its cpu.shares, which the kernel refuses on an idle cgroup; BE is suppressed by its cpuset")
+    pipeline = build_pipeline(idle_rule(cfg.policies, cfg.cgroups.setup_tiers), cfg.batch, net_policy)
     if api_client is not None and cfg.sources.nodeslo.enabled:
         from agent.sources.nodeslo import NodeSloSource
 
         def use(settings: PolicyConfig) -> None:  # between ticks (same event loop): same names, same states
-            pipeline.policies = policies(settings, cfg.batch, net_policy)
+            pipeline.policies = policies(idle_rule(settings, cfg.cgroups.setup_tiers), cfg.batch, net_policy)
         sources.nodeslo = NodeSloSource(cfg.sources.nodeslo, api_client, cfg.node.node_name, cfg.policies,
                                         capacity, use, max_body_bytes=cfg.sources.kube_api.max_body_bytes)
     inputs = TickInputs(collector, sources.list, origin_annotation=lambda: sources.origin_annotation,
@@ -335,6 +377,15 @@ def _assemble(cfg: AgentConfig, board: Board | None, hierarchy: Hierarchy, reade
     loop = TickLoop(inputs, pipeline, executor, outputs, timing)
     return Runtime(cfg, hierarchy, reader, writer, collector, sources, executor, loop, board, audit,
                    capacity, cpus, hub, ledger, drain, owned, network=shaper, marker=marker)
+
+
+def idle_rule(settings: PolicyConfig, tier_owned: bool) -> PolicyConfig:
+    """Suppression does not ask for `cpu.idle` on a tier the kubelet owns (the executor would refuse it:
+    agent/executors/be_knobs.py says why)."""
+    if tier_owned or not settings.suppression.cpu_idle:
+        return settings
+    suppression = dataclasses.replace(settings.suppression, cpu_idle=False)
+    return dataclasses.replace(settings, suppression=suppression)
 
 
 def _egress_reader(shaper: EgressShaper | None,

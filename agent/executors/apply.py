@@ -13,14 +13,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-from agent.executors.be_knobs import BeKnobs
+from agent.executors.be_knobs import BeKnobs, IdleRefused
 from agent.executors.ratelimit import TokenBucket
-from agent.published import ActionRecord, Outcome
+from agent.published import ActionRecord, KnobOverride, Outcome
 from cgroups.errors import CgroupError
 from cgroups.writer import CgroupWriter
 from qos.actions import (
@@ -34,7 +34,7 @@ from qos.actions import (
     SetBeEgressCeiling,
     SetBeEgressSources,
 )
-from qos.membership import Membership
+from qos.membership import Membership, tier_level
 from qos.model import NodeSnapshot, Source, Workload
 
 if TYPE_CHECKING:
@@ -75,10 +75,14 @@ class ActionExecutor:
         recheck_cooldown_s: float,
         audit: AuditSink,
         now: float,
+        tier_owned: bool,
     ) -> None:
         self._writer = writer
         self._be_tier = be_tier
-        self._be = BeKnobs(writer, be_tier, CFS_PERIOD_US, MIN_QUOTA_US)
+        self._be = BeKnobs(writer, be_tier, CFS_PERIOD_US, MIN_QUOTA_US, tier_owned=tier_owned)
+        self._refused_idle = False
+        self.overrides: deque[KnobOverride] = deque(maxlen=16)
+        self._ok_at: dict[str, float] = {}  # knob -> when a tick last read it at the wanted value
         self._dry_last: dict[str, str] = {}  # knob kind -> the last dry-run target recorded
         self._evictors = evictors
         self.dry_run = dry_run
@@ -111,8 +115,37 @@ class ActionExecutor:
         self._audit(rec)
         return rec
 
+    @property
+    def systemd_counts(self) -> tuple[int, int]:
+        """(knobs set through systemd, systemd calls that failed)."""
+        st = self._writer.stats
+        return st.systemd_sets, st.systemd_errors
+
+    @property
+    def override_counts(self) -> dict[tuple[str, str], int]:
+        return dict(self._writer.override_counts)
+
+    def _watch_overrides(self, snapshot: NodeSnapshot, before: int) -> None:
+        """Stamp this tick's re-asserts with how long the knob was off; note when the tier read right."""
+        now, wall = time.monotonic(), time.time()
+        fresh = self._writer.stats.reasserted - before
+        for ev in list(self._writer.overrides)[-fresh:] if fresh > 0 else []:
+            ok = self._ok_at.get(ev.knob)
+            self.overrides.append(KnobOverride(wall, ev.knob, ev.cgroup, ev.writer, ev.found, ev.wanted,
+                                               None if ok is None else round(now - ok, 3)))
+        tier = snapshot.be_tier
+        if self._be.cpuset is not None and set(tier.cpuset) == set(self._be.cpuset):
+            self._ok_at["cpuset"] = now
+
     def execute(self, actions: Sequence[Action], snapshot: NodeSnapshot) -> list[ActionRecord]:
         """Carry out one tick's actions; evictions that pass the guards continue as tasks."""
+        before = self._writer.stats.reasserted
+        try:
+            return self._execute(actions, snapshot)
+        finally:
+            self._watch_overrides(snapshot, before)
+
+    def _execute(self, actions: Sequence[Action], snapshot: NodeSnapshot) -> list[ActionRecord]:
         records: list[ActionRecord] = []
         members = self._be.decide(snapshot)
         for action in actions:
@@ -154,6 +187,8 @@ class ActionExecutor:
                 changed = self._be.set_quota(quota, members)
             elif isinstance(action, SetBeCpuIdle):
                 kind, target, numbers = ActionKind.SET_BE_CPU_IDLE, str(int(action.idle)), {}
+                if action.idle and not self._be.tier_owned:
+                    return self._idle_refused(action)
                 if self.dry_run:
                     return self._dry("suppression", kind, target, action.reason, numbers)
                 changed = self._be.set_idle(action.idle, members)
@@ -169,6 +204,20 @@ class ActionExecutor:
         if members.split:
             reason, numbers = self._split_note(reason, numbers, members)
         return self._record("suppression", kind, target, Outcome.APPLIED, reason, numbers)
+
+    def _idle_refused(self, action: SetBeCpuIdle) -> ActionRecord | None:
+        """The coexistence rule (be_knobs.py): recorded and logged once, counted every time."""
+        self.holds[("suppression", "cpu_idle_on_kubelet_tier")] += 1
+        if self._refused_idle:
+            return None
+        self._refused_idle = True
+        try:
+            self._be.set_idle(True, tier_level(self._be_tier))
+        except IdleRefused as err:
+            log.warning("cpu.idle refused", extra={"fields": {"tier": self._be_tier, "why": str(err)}})
+            return self._record("suppression", ActionKind.SET_BE_CPU_IDLE, self._be_tier, Outcome.SKIPPED,
+                                f"{err} ({action.reason})")
+        return None  # pragma: no cover - set_idle refuses whenever the tier is not owned
 
     def _dry(self, policy: str, kind: str, target: str, reason: str,
              numbers: Mapping[str, float]) -> ActionRecord | None:

@@ -1,5 +1,14 @@
 """Write the BE CPU knobs on the members `qos.membership` chose: the BE tier, or its non-protected children.
 
+The rule every knob here obeys (docs/coexistence.md): no write of another writer may fail because of a value
+we hold, while we run, after a clean exit or after a crash. `cpu.idle = 1` makes the kernel refuse any
+`cpu.shares` / `cpu.weight` write on that cgroup (EINVAL), and the kubelet writes the BestEffort tier's shares
+at start-up (fatal when refused: Koordinator #2732) and every minute, each pod's at creation and resize, the
+runtime each container's, the NodeManager each YARN container's. So `cpu.idle` is written only on a tier this
+agent laid out itself (`tier_owned`: `cgroups.setup_tiers`, no kubelet); on a kubelet's tier it is refused
+here whatever a policy asks. Idle below the tier would be no help anyway: the kernel weighs SCHED_IDLE
+against HP at the level where the two meet (the tier's own entity), not below it.
+
 Split (a protected pod below the tier): the tier keeps every CPU, no quota and `cpu.idle` 0; each member
 subtree gets the cpuset, `cpu.idle` and its part of the quota; the spared children get every CPU, no quota
 and `cpu.idle` 0 back. Tier level: the tier gets the knobs, its whole subtree the cpuset, and the children
@@ -21,12 +30,18 @@ from qos.model import NodeSnapshot
 log = logging.getLogger("coloc.executor")
 
 
+class IdleRefused(CgroupError):
+    """`cpu.idle` asked for on a tier another writer sets weights on: refused, nothing written."""
+
+
 class BeKnobs:
     """The BE knobs' members and wanted values; every write goes through the writer (read-compare-write)."""
 
-    def __init__(self, writer: CgroupWriter, tier: str, period_us: int, min_quota_us: int) -> None:
+    def __init__(self, writer: CgroupWriter, tier: str, period_us: int, min_quota_us: int, *,
+                 tier_owned: bool) -> None:
         self._w = writer
         self.tier = tier
+        self.tier_owned = tier_owned
         self._period_us = period_us
         self._min_quota_us = min_quota_us
         self.applied: Membership | None = tier_level(tier)  # None: re-apply everything next tick
@@ -84,6 +99,11 @@ class BeKnobs:
         return changed or spared or cut
 
     def set_idle(self, idle: bool, m: Membership) -> bool:
+        if idle and not self.tier_owned:
+            raise IdleRefused(
+                f"cpu.idle not set on {self.tier!r}: the kubelet writes the BestEffort tier's and its pods' "
+                "cpu.shares, and the kernel refuses them on an idle cgroup (a kubelet restart would fail); "
+                "cpu.idle is used only on a tier the agent lays out itself (cgroups.setup_tiers)")
         self.idle = idle
         if not m.split:
             changed = self._w.set_cpu_idle(self.tier, idle, keep_weight=True)

@@ -545,7 +545,31 @@ class ColocCollector(Collector):
         writes.add_metric([], c.cgroup_writes if c else 0)
         write_errors = CounterMetricFamily("coloc_cgroup_write_errors", "cgroup writes that failed.")
         write_errors.add_metric([], c.cgroup_write_errors if c else 0)
-        return [evictions, failures, holds, refused, protected, writes, write_errors]
+        return [evictions, failures, holds, refused, protected, writes, write_errors,
+                *self._coexistence_families(p)]
+
+    @staticmethod
+    def _coexistence_families(p: Published | None) -> list[Metric]:
+        """Knobs another writer changed (re-asserted), and knobs held through systemd (coexistence docs)."""
+        c = p.counters if p is not None else None
+        overrides = CounterMetricFamily(
+            "coloc_knob_overrides", "Knobs the agent holds that another writer changed (then re-asserted), "
+            "by knob and writer (systemd, unknown).", labels=["knob", "writer"])
+        for (knob, writer), n in sorted((c.knob_overrides if c else {}).items()):
+            overrides.add_metric([knob, writer], n)
+        off = GaugeMetricFamily("coloc_knob_override_off_seconds",
+                                "How long the latest override of each knob left it off, at most.",
+                                labels=["knob"])
+        latest = {o.knob: o for o in (p.knob_overrides if p is not None else ()) if o.off_for_s is not None}
+        for knob, o in sorted(latest.items()):
+            off.add_metric([knob], o.off_for_s or 0.0)
+        sets = CounterMetricFamily("coloc_systemd_property_sets",
+                                   "Knobs also set as a systemd unit's runtime property (systemd driver).")
+        sets.add_metric([], c.systemd_sets if c else 0)
+        errors = CounterMetricFamily("coloc_systemd_errors",
+                                     "systemd calls that failed (the cgroup file alone was written).")
+        errors.add_metric([], c.systemd_errors if c else 0)
+        return [overrides, off, sets, errors]
 
     def _action_families(self, p: Published | None, _: LedgerFigures | None) -> Iterable[Metric]:
         tally = self._actions.get()

@@ -75,6 +75,9 @@ def readiness(published: Published | None, now: float, persistence_error: str | 
     if not published.sources_synced:
         return Verdict(False, {"status": "not_ready", "reason": "sources not synced yet", "stale": stale,
                                "sources": sources})
+    missing = published.snapshot.be_tier.missing if published.snapshot is not None else ""
+    if missing:
+        return Verdict(False, {"status": "not_ready", "reason": missing, "sources": sources})
     if persistence_error:
         reason = f"state file not writable: {persistence_error}"
         return Verdict(False, {"status": "not_ready", "reason": reason,

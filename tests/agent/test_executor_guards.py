@@ -43,7 +43,7 @@ def _executor(tmp_path: Path, rec: Recorder, *, dry_run: bool = False, burst: in
     writer = CgroupWriter(Hierarchy.v2(tmp_path), "cg")
     sink = audit.append if audit is not None else (lambda _r: None)
     return ActionExecutor(writer, "besteffort", {Source.LOCAL: rec}, dry_run=dry_run, rate_per_s=0.001,
-                          burst=burst, recheck_cooldown_s=60.0, audit=sink, now=0.0)
+                          burst=burst, recheck_cooldown_s=60.0, audit=sink, now=0.0, tier_owned=True)
 
 
 def _evict(key: str) -> Evict:

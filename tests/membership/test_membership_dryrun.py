@@ -43,7 +43,7 @@ async def test_dry_run_records_each_knob_once_per_change_and_writes_nothing(real
     audit: list[ActionRecord] = []
     writer = CgroupWriter(real_root.hierarchy, real_root.name)
     ex = ActionExecutor(writer, "besteffort", {}, dry_run=True, rate_per_s=1.0, burst=1,
-                        recheck_cooldown_s=1.0, audit=audit.append, now=time.monotonic())
+                        recheck_cooldown_s=1.0, audit=audit.append, now=time.monotonic(), tier_owned=True)
 
     tick: list[Action] = [SetBeCpuset((1,), "re-assert"), SetBeCpuIdle(True, "re-assert"),
                           SetBeCpuQuota(500, "q")]

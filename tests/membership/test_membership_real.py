@@ -86,7 +86,7 @@ def _node(real_root: RealRoot) -> tuple[int, ...]:
 def _executor(real_root: RealRoot, audit: list[ActionRecord], *, dry_run: bool = False) -> ActionExecutor:
     writer = CgroupWriter(real_root.hierarchy, real_root.name)
     return ActionExecutor(writer, TIER, {}, dry_run=dry_run, rate_per_s=1.0, burst=1, recheck_cooldown_s=1.0,
-                          audit=audit.append, now=time.monotonic())
+                          audit=audit.append, now=time.monotonic(), tier_owned=True)
 
 
 def _tree(real_root: RealRoot) -> dict[str, int]:

@@ -38,7 +38,7 @@ def _executor(tmp_path: Path, rec: Recorder, audit: list[ActionRecord], *,
     (tmp_path / "cg").mkdir(exist_ok=True)
     writer = CgroupWriter(Hierarchy.v2(tmp_path), "cg")
     return ActionExecutor(writer, "besteffort", {Source.K8S: rec}, dry_run=dry_run, rate_per_s=1.0, burst=10,
-                          recheck_cooldown_s=60.0, audit=audit.append, now=time.monotonic())
+                          recheck_cooldown_s=60.0, audit=audit.append, now=time.monotonic(), tier_owned=True)
 
 
 def _refusals(ex: ActionExecutor) -> dict[str, float]:

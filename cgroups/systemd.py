@@ -1,0 +1,234 @@
+"""Set a systemd unit's cgroup properties at runtime over D-Bus, as the kubelet's systemd driver does.
+
+On a node whose kubelet uses the systemd cgroup driver, the QoS tiers and pods are systemd slices. systemd
+writes its own value of a property back into the cgroup on `daemon-reload`, on a `set-property` of any other
+property of the unit and when a child unit starts below it, so a value written only to the file is lost
+within seconds of the next pod start. A value set with `SetUnitProperties(runtime=true)` is systemd's own:
+it survives all three, until reboot or until it is set again.
+
+Only the knobs systemd has a property for go this way (`cpuset.cpus` → `AllowedCPUs`, v2 only; the CFS
+quota → `CPUQuotaPerSecUSec` + `CPUQuotaPeriodUSec`; `memory.max` → `MemoryMax`; `memory.high` →
+`MemoryHigh`). A cgroup is treated as a unit only when systemd itself says that unit's `ControlGroup` is that
+very cgroup: a hand-made tree whose names end in `.slice` is never sent to systemd.
+
+The client speaks D-Bus through jeepney (pure Python) over systemd's private socket (no bus daemon needed,
+root only) or the system bus. Calls are synchronous with a short timeout: they happen only when a value
+changes, not every tick.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from jeepney import DBusAddress, HeaderFields, Message, MessageType, new_method_call
+from jeepney.io.blocking import DBusConnectionBase, prep_socket
+
+log = logging.getLogger("coloc.systemd")
+
+PRIVATE_SOCKET = "/run/systemd/private"
+SYSTEM_BUS = "/run/dbus/system_bus_socket"
+USEC_INFINITY = 2**64 - 1  # systemd's "no limit" for usec and byte properties
+_MANAGER = DBusAddress("/org/freedesktop/systemd1", bus_name="org.freedesktop.systemd1",
+                       interface="org.freedesktop.systemd1.Manager")
+_BUS = DBusAddress("/org/freedesktop/DBus", bus_name="org.freedesktop.DBus",
+                   interface="org.freedesktop.DBus")
+_UNIT_SUFFIXES = (".slice", ".scope", ".service")
+
+
+class SystemdError(Exception):
+    """systemd could not be reached, or refused a call; the message says which and why."""
+
+
+def cpu_mask(cpus: Iterable[int]) -> bytes:
+    """`AllowedCPUs` as systemd takes it over D-Bus: little-endian bits, CPU n is bit n % 8 of byte n // 8."""
+    cpus = sorted(set(cpus))
+    if not cpus:
+        return b""
+    if cpus[0] < 0:
+        raise ValueError(f"CPU numbers must be ≥ 0, got {cpus[0]}")
+    out = bytearray(cpus[-1] // 8 + 1)
+    for c in cpus:
+        out[c // 8] |= 1 << (c % 8)
+    return bytes(out)
+
+
+def quota_properties(quota_us: int | None, period_us: int) -> list[tuple[str, tuple[str, Any]]]:
+    """The CFS quota as systemd's properties: per-second quota (infinity = none) and the period."""
+    per_sec = USEC_INFINITY if quota_us is None else quota_us * 1_000_000 // period_us
+    return [("CPUQuotaPerSecUSec", ("t", per_sec)), ("CPUQuotaPeriodUSec", ("t", period_us))]
+
+
+def memory_property(name: str, limit_bytes: int | None) -> list[tuple[str, tuple[str, Any]]]:
+    return [(name, ("t", USEC_INFINITY if limit_bytes is None else limit_bytes))]
+
+
+def unit_name(rel: str) -> str | None:
+    """The unit a cgroup path names by its last component (`a.slice/b.slice` → `b.slice`), if any."""
+    leaf = rel.rstrip("/").rsplit("/", 1)[-1]
+    return leaf if leaf.endswith(_UNIT_SUFFIXES) and len(leaf) > 6 else None
+
+
+class _Connection(DBusConnectionBase):  # type: ignore[misc]
+    """One D-Bus connection: a method call and its reply (no signals, no filters)."""
+
+    def call(self, msg: Message, timeout_s: float) -> tuple[Any, ...]:
+        serial = next(self.outgoing_serial)
+        data, _ = self._serialise(msg, serial)
+        self.sock.settimeout(timeout_s)
+        self.sock.sendall(data)
+        deadline = time.monotonic() + timeout_s
+        while True:
+            reply = self._receive(deadline)
+            if reply.header.fields.get(HeaderFields.reply_serial) != serial:
+                continue  # a signal or a stray reply: not ours
+            if reply.header.message_type == MessageType.error:
+                name = reply.header.fields.get(HeaderFields.error_name, "error")
+                detail = reply.body[0] if reply.body else ""
+                raise SystemdError(f"{msg.header.fields.get(HeaderFields.member)}: {name}: {detail}")
+            return tuple(reply.body)
+
+
+@dataclass
+class SystemdUnits:
+    """The units of one cgroup mount: which cgroups are units, and setting their properties at runtime.
+
+    `mount_root` is the cgroup path (as systemd names it, from the mount's root) that the agent's relative
+    paths start from: `/kubepods.slice` when the agent's root is `kubepods.slice`.
+    """
+
+    mount_root: str
+    socket_path: str = ""
+    timeout_s: float = 2.0
+
+    def __post_init__(self) -> None:
+        self._conn: _Connection | None = None
+        self._units: dict[str, bool] = {}  # rel -> whether systemd owns that cgroup as a unit
+        self.errors = 0
+
+    # -- connection --------------------------------------------------------------------------------
+
+    def _connect(self) -> _Connection:
+        if self._conn is not None:
+            return self._conn
+        paths = [self.socket_path] if self.socket_path else [PRIVATE_SOCKET, SYSTEM_BUS]
+        errors = []
+        for path in paths:
+            try:
+                sock = prep_socket(path, False, timeout=self.timeout_s)
+            except (OSError, TimeoutError, ValueError) as err:
+                errors.append(f"{path}: {err}")
+                continue
+            conn = _Connection(sock)
+            # A bus daemon wants Hello first; systemd's own socket is no bus and does not.
+            if os.path.basename(path) != "private":
+                try:
+                    conn.call(new_method_call(_BUS, "Hello"), self.timeout_s)
+                except (OSError, TimeoutError, SystemdError) as err:
+                    conn.close()
+                    errors.append(f"{path}: Hello: {err}")
+                    continue
+            self._conn = conn
+            return conn
+        raise SystemdError("cannot reach systemd over D-Bus (" + "; ".join(errors) + ")")
+
+    def _call(self, msg: Message) -> tuple[Any, ...]:
+        conn = self._connect()
+        try:
+            return conn.call(msg, self.timeout_s)
+        except (OSError, TimeoutError) as err:
+            self.errors += 1
+            self.close()
+            raise SystemdError(f"D-Bus call to systemd failed: {err}") from None
+        except SystemdError:
+            self.errors += 1
+            raise
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    def available(self) -> bool:
+        """True when systemd answers (its version is read)."""
+        try:
+            self.version()
+        except SystemdError:
+            return False
+        return True
+
+    def version(self) -> str:
+        props = DBusAddress("/org/freedesktop/systemd1", bus_name="org.freedesktop.systemd1",
+                            interface="org.freedesktop.DBus.Properties")
+        body = self._call(new_method_call(props, "Get", "ss", (_MANAGER.interface, "Version")))
+        return str(body[0][1])
+
+    # -- units ---------------------------------------------------------------------------------------
+
+    def cgroup_path(self, rel: str) -> str:
+        base = self.mount_root.rstrip("/")
+        return f"{base}/{rel}" if rel else (base or "/")
+
+    def owns(self, rel: str) -> bool:
+        """Whether `rel` is a unit systemd manages (its ControlGroup is this cgroup); remembered per path."""
+        known = self._units.get(rel)
+        if known is not None:
+            return known
+        name = unit_name(rel)
+        owned = False
+        if name is not None:
+            try:
+                owned = self._control_group(name) == self.cgroup_path(rel)
+            except SystemdError as err:
+                log.info("cgroup is not a systemd unit we can set", extra={"fields": {"cgroup": rel,
+                                                                                       "why": str(err)}})
+                owned = False
+        self._units[rel] = owned
+        return owned
+
+    def forget(self, rel: str) -> None:
+        prefix = rel + "/"
+        for r in [r for r in self._units if r == rel or r.startswith(prefix) or not rel]:
+            del self._units[r]
+
+    def _control_group(self, unit: str) -> str:
+        (path,) = self._call(new_method_call(_MANAGER, "GetUnit", "s", (unit,)))
+        props = DBusAddress(str(path), bus_name="org.freedesktop.systemd1",
+                            interface="org.freedesktop.DBus.Properties")
+        for iface in ("org.freedesktop.systemd1.Slice", "org.freedesktop.systemd1.Scope",
+                      "org.freedesktop.systemd1.Service"):
+            try:
+                (value,) = self._call(new_method_call(props, "Get", "ss", (iface, "ControlGroup")))
+            except SystemdError:
+                continue
+            return str(value[1])
+        raise SystemdError(f"unit {unit} has no ControlGroup")
+
+    def set_properties(self, rel: str, properties: Sequence[tuple[str, tuple[str, Any]]]) -> None:
+        """`SetUnitProperties(unit, runtime=true, ...)` on the unit of `rel` (`owns` must accept it)."""
+        name = unit_name(rel)
+        if name is None:
+            raise SystemdError(f"{rel!r} names no systemd unit")
+        self._call(new_method_call(_MANAGER, "SetUnitProperties", "sba(sv)", (name, True, list(properties))))
+        log.debug("unit property set",
+                  extra={"fields": {"unit": name, "properties": [p[0] for p in properties]}})
+
+    def unit_properties(self, rel: str, names: Sequence[str]) -> dict[str, Any]:
+        """Read some of a unit's properties (tests and diagnostics)."""
+        name = unit_name(rel)
+        if name is None:
+            raise SystemdError(f"{rel!r} names no systemd unit")
+        (path,) = self._call(new_method_call(_MANAGER, "GetUnit", "s", (name,)))
+        props = DBusAddress(str(path), bus_name="org.freedesktop.systemd1",
+                            interface="org.freedesktop.DBus.Properties")
+        iface = {"slice": "Slice", "scope": "Scope", "service": "Service"}[name.rsplit(".", 1)[1]]
+        out: dict[str, Any] = {}
+        for prop in names:
+            get = new_method_call(props, "Get", "ss", (f"org.freedesktop.systemd1.{iface}", prop))
+            (value,) = self._call(get)
+            out[prop] = value[1]
+        return out
