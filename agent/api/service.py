@@ -253,6 +253,11 @@ class NodeAgentService:
                 out.recent_actions.append(pb.ActionRecord(at_unix_ms=convert.ms(r.at), policy=r.policy,
                                                           kind=r.kind, target=r.target, outcome=r.outcome,
                                                           reason=r.reason))
+            out.not_ready_reason = pub.snapshot.be_tier.missing if pub.snapshot is not None else ""
+            for o in pub.knob_overrides[-n:]:
+                out.knob_overrides.append(pb.KnobOverride(
+                    at_unix_ms=convert.ms(o.at), knob=o.knob, cgroup=o.cgroup, writer=o.writer, found=o.found,
+                    wanted=o.wanted, has_off_for=o.off_for_s is not None, off_for_s=o.off_for_s or 0.0))
         out.settings.extend(self._setting_rows(pub))
         return out
 

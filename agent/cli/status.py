@@ -43,6 +43,16 @@ def _lifecycle_lines(st: pb.Status) -> list[str]:
     return lines
 
 
+def _override_lines(st: pb.Status) -> list[str]:
+    """Knobs another writer changed and the agent put back: which, by whom if known, how long off."""
+    lines = ["overridden  (knobs another writer changed; re-asserted)"] if st.knob_overrides else []
+    for o in st.knob_overrides:
+        off = f"off ≤ {o.off_for_s:.1f}s" if o.has_off_for else "off for ?"
+        lines.append(f"  {_when(o.at_unix_ms)} {o.knob:12} {o.cgroup}  by {o.writer}: "
+                     f"found {o.found}, wanted {o.wanted}, {off}")
+    return lines
+
+
 def _source_lines(st: pb.Status) -> list[str]:
     """Each source's age and, when its data is not trusted (nothing is evicted on it), why."""
     if not st.sources:
@@ -90,8 +100,11 @@ def render(st: pb.Status) -> str:
         lines.append(f"loop        tick {st.tick}, {st.tick_age_s:.1f}s ago"
                      + (f", fast path {st.fast_path_mode}" if st.fast_path_mode else "")
                      + (f" ({st.fast_path_reason})" if st.fast_path_reason else ""))
+    if st.not_ready_reason:
+        lines.append(f"NOT READY   {st.not_ready_reason}")
     lines += _source_lines(st)
     lines += _settings_lines(st)
+    lines += _override_lines(st)
     egress = [a for a in st.recent_actions if a.kind == "set_be_egress_ceiling"]
     if egress:  # BE egress control is on: its last ceiling (bits/s) and why
         lines.append(f"egress      BE ceiling {int(egress[-1].target) / 1e6:.1f} Mbit/s "

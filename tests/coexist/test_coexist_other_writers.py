@@ -17,6 +17,8 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import sys
 import uuid
 from pathlib import Path
 
@@ -113,6 +115,12 @@ class OtherWriters:
         self.kubelet_qos_tiers()
 
 
+def _status(tmp_path: Path) -> str:
+    argv = [sys.executable, "-m", "agent.cli", "status", "--socket", str(tmp_path / "agent.sock")]
+    out = subprocess.run(argv, check=False, capture_output=True, text=True, timeout=30)
+    return out.stdout + out.stderr
+
+
 def _lay_out_node(root: RealRoot) -> None:
     """What the kubelet has made before the agent starts: the tiers (BestEffort shares 2)."""
     for rel in ("burstable", "besteffort", "besteffort/hadoop-yarn"):
@@ -178,6 +186,8 @@ def test_a_knob_changed_by_another_writer_is_re_asserted_and_counted(real_root: 
         assert wait(lambda: metric(port, name) >= 1, 5)
         off = metric(port, 'coloc_knob_override_off_seconds{knob="cpuset"}')
         assert 0 <= off < 5
+        status = _status(tmp_path)
+        assert "overridden" in status and "cpuset" in status and "by unknown" in status, status
     log_text = (tmp_path / "agent.log").read_text()
     assert "changed by another writer" in log_text
 
@@ -212,3 +222,4 @@ def test_a_root_named_for_the_other_driver_resolves_and_a_node_without_a_tier_is
         code, body = get(f"http://127.0.0.1:{port}/readyz")
         assert code == 503
         assert json.loads(body)["reason"].startswith("no BE tier to act on")
+        assert "NOT READY   no BE tier to act on" in _status(bare)

@@ -967,6 +967,8 @@ class Status(_message.Message):
     FAST_PATH_MODE_FIELD_NUMBER: _builtins.int
     FAST_PATH_REASON_FIELD_NUMBER: _builtins.int
     SETTINGS_FIELD_NUMBER: _builtins.int
+    NOT_READY_REASON_FIELD_NUMBER: _builtins.int
+    KNOB_OVERRIDES_FIELD_NUMBER: _builtins.int
     revision: _builtins.int
     applications: _builtins.int
     watchers: _builtins.int
@@ -987,6 +989,8 @@ class Status(_message.Message):
     """How the loop's fast path is woken: "psi-trigger" (kernel PSI events), "adaptive-poll" or "off"."""
     fast_path_reason: _builtins.str
     """Why the fast path polls or is off instead of taking PSI triggers (e.g. the kernel refused the trigger)."""
+    not_ready_reason: _builtins.str
+    """Why the agent is not ready to act ("" when it is), e.g. no BE tier found under its cgroup root."""
     @_builtins.property
     def identity(self) -> Global___Identity: ...
     @_builtins.property
@@ -1006,6 +1010,10 @@ class Status(_message.Message):
     @_builtins.property
     def settings(self) -> _containers.RepeatedCompositeFieldContainer[Global___SettingSource]:
         """Each policy setting Koordinator's NodeSLO can set: its value in force and where it came from; by name."""
+
+    @_builtins.property
+    def knob_overrides(self) -> _containers.RepeatedCompositeFieldContainer[Global___KnobOverride]:
+        """The latest knobs another writer (systemd, the kubelet, a person) changed and the agent re-asserted."""
 
     def __init__(
         self,
@@ -1032,14 +1040,63 @@ class Status(_message.Message):
         fast_path_mode: _builtins.str = ...,
         fast_path_reason: _builtins.str = ...,
         settings: _abc.Iterable[Global___SettingSource] | None = ...,
+        not_ready_reason: _builtins.str = ...,
+        knob_overrides: _abc.Iterable[Global___KnobOverride] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["batch_allocated", b"batch_allocated", "identity", b"identity", "node", b"node"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["allocations", b"allocations", "applications", b"applications", "awaits_scheduler_ack", b"awaits_scheduler_ack", "batch_allocated", b"batch_allocated", "dropped_watchers", b"dropped_watchers", "fast_path_mode", b"fast_path_mode", "fast_path_reason", b"fast_path_reason", "identity", b"identity", "node", b"node", "recent_actions", b"recent_actions", "recent_notices", b"recent_notices", "revision", b"revision", "settings", b"settings", "sources", b"sources", "startup_problem", b"startup_problem", "state_unsaved", b"state_unsaved", "tick", b"tick", "tick_age_s", b"tick_age_s", "waiting_for", b"waiting_for", "waiting_s", b"waiting_s", "waiting_since_unix_ms", b"waiting_since_unix_ms", "watchers", b"watchers"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["allocations", b"allocations", "applications", b"applications", "awaits_scheduler_ack", b"awaits_scheduler_ack", "batch_allocated", b"batch_allocated", "dropped_watchers", b"dropped_watchers", "fast_path_mode", b"fast_path_mode", "fast_path_reason", b"fast_path_reason", "identity", b"identity", "knob_overrides", b"knob_overrides", "node", b"node", "not_ready_reason", b"not_ready_reason", "recent_actions", b"recent_actions", "recent_notices", b"recent_notices", "revision", b"revision", "settings", b"settings", "sources", b"sources", "startup_problem", b"startup_problem", "state_unsaved", b"state_unsaved", "tick", b"tick", "tick_age_s", b"tick_age_s", "waiting_for", b"waiting_for", "waiting_s", b"waiting_s", "waiting_since_unix_ms", b"waiting_since_unix_ms", "watchers", b"watchers"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___Status: _TypeAlias = Status  # noqa: Y015
+
+@_typing.final
+class KnobOverride(_message.Message):
+    """A knob the agent holds, found changed by another writer and re-asserted."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    AT_UNIX_MS_FIELD_NUMBER: _builtins.int
+    KNOB_FIELD_NUMBER: _builtins.int
+    CGROUP_FIELD_NUMBER: _builtins.int
+    WRITER_FIELD_NUMBER: _builtins.int
+    FOUND_FIELD_NUMBER: _builtins.int
+    WANTED_FIELD_NUMBER: _builtins.int
+    HAS_OFF_FOR_FIELD_NUMBER: _builtins.int
+    OFF_FOR_S_FIELD_NUMBER: _builtins.int
+    at_unix_ms: _builtins.int
+    knob: _builtins.str
+    """cpuset, cpu_quota, memory_limit, ..."""
+    cgroup: _builtins.str
+    """relative to the agent's cgroup root"""
+    writer: _builtins.str
+    """"systemd" (it put back its own value) or "unknown" """
+    found: _builtins.str
+    wanted: _builtins.str
+    has_off_for: _builtins.bool
+    """false: no tick had read it right since it was set"""
+    off_for_s: _builtins.float
+    """how long it was off, at most"""
+    def __init__(
+        self,
+        *,
+        at_unix_ms: _builtins.int = ...,
+        knob: _builtins.str = ...,
+        cgroup: _builtins.str = ...,
+        writer: _builtins.str = ...,
+        found: _builtins.str = ...,
+        wanted: _builtins.str = ...,
+        has_off_for: _builtins.bool = ...,
+        off_for_s: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["at_unix_ms", b"at_unix_ms", "cgroup", b"cgroup", "found", b"found", "has_off_for", b"has_off_for", "knob", b"knob", "off_for_s", b"off_for_s", "wanted", b"wanted", "writer", b"writer"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___KnobOverride: _TypeAlias = KnobOverride  # noqa: Y015
 
 @_typing.final
 class SettingSource(_message.Message):
