@@ -161,9 +161,14 @@ class _RefusalEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Refusal.Value
     REFUSAL_NOT_SCHEDULABLE: _Refusal.ValueType  # 1
     """lifecycle is not SCHEDULABLE"""
     REFUSAL_INSUFFICIENT_CPU: _Refusal.ValueType  # 2
+    """the request does not fit, or the node is overcommitted in CPU"""
     REFUSAL_INSUFFICIENT_MEMORY: _Refusal.ValueType  # 3
     REFUSAL_KEY_CONFLICT: _Refusal.ValueType  # 4
     """the key is held by another application"""
+    REFUSAL_BUDGET_UNKNOWN: _Refusal.ValueType  # 5
+    """The batch room is not known now: a source's data is stale, or the batch origin is unknown or held
+    (the message says which). Retry later; nothing was recorded.
+    """
 
 class Refusal(_Refusal, metaclass=_RefusalEnumTypeWrapper): ...
 
@@ -171,9 +176,14 @@ REFUSAL_UNSPECIFIED: Refusal.ValueType  # 0
 REFUSAL_NOT_SCHEDULABLE: Refusal.ValueType  # 1
 """lifecycle is not SCHEDULABLE"""
 REFUSAL_INSUFFICIENT_CPU: Refusal.ValueType  # 2
+"""the request does not fit, or the node is overcommitted in CPU"""
 REFUSAL_INSUFFICIENT_MEMORY: Refusal.ValueType  # 3
 REFUSAL_KEY_CONFLICT: Refusal.ValueType  # 4
 """the key is held by another application"""
+REFUSAL_BUDGET_UNKNOWN: Refusal.ValueType  # 5
+"""The batch room is not known now: a source's data is stale, or the batch origin is unknown or held
+(the message says which). Retry later; nothing was recorded.
+"""
 Global___Refusal: _TypeAlias = Refusal  # noqa: Y015
 
 class _DrainMode:
