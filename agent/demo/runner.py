@@ -10,8 +10,10 @@ first. A wake-up probe in the HP cgroup (every 2 ms,
 how late each wake-up was) gives HP's wake-up p99 per second and per phase: the tail, beside throughput.
 The demo's own process, the agent included, sits where the DaemonSet puts the agent: a burstable pod of
 the node (`burstable/pod-coloc-agent`, `cpu.shares` 51 for its 50m request), not in the machine's root
-cgroup. It prints a live line every second (`--quiet`: a short one every 3 s), so no phase is silent: the
-elapsed time, the phase, HP throughput and CPU, HP's wake-up p99 over the last second, and the BE budget.
+cgroup. A live line every second (`--quiet`: a short one every 3 s) comes from a printer thread of its own
+(`LiveView`), on its own timer, reading the latest state: whatever blocks the demo's work (a BE process
+that must get CPU before it can exec, a plot, a slow cleanup) never silences it. It carries the elapsed
+time, the phase, HP throughput and CPU, HP's wake-up p99 over the last second, and the BE budget.
 Then a summary and plots, and it removes everything it made, also on Ctrl-C.
 """
 
@@ -27,6 +29,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,6 +40,7 @@ from agent.daemon.runtime import BE_TIER, Runtime, build, remove_tree
 from agent.demo.spawn import move_back, move_self, spawn_in_cgroup, workload_argv
 from agent.demo.workloads import read_counter
 from agent.published import ActionRecord
+from cgroups.reader import CgroupReader
 
 YARN_APP = "1700000000000_0001"
 HP = "hp-service"
@@ -51,21 +55,23 @@ class Demo:
     tmp: Path
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     counters: list[Path] = field(default_factory=list)
-    samples: list[dict[str, float]] = field(default_factory=list)
+    samples: list[dict[str, float]] = field(default_factory=list)  # one per live line, from the printer
     t0: float = field(default_factory=time.monotonic)
     p99_ms: dict[str, float | None] = field(default_factory=dict)  # phase -> HP wake-up p99
     live: bool = True
+    phase: str = "starting"  # what the live lines say the demo is doing; set by the demo's steps
     shown_at: float = 0.0  # when the last quiet progress line was printed
+    out: threading.Lock = field(default_factory=threading.Lock)  # one writer of stdout at a time
+
+    def write(self, text: str) -> None:
+        """Print `text` (one or more lines) whole: the printer thread's lines never split it."""
+        with self.out:
+            sys.stdout.write(text + "\n")
+            sys.stdout.flush()
 
     def say(self, msg: str) -> None:
         """A progress line, prefixed with the seconds since the demo started."""
-        print(f"{time.monotonic() - self.t0:6.1f}s  {msg}", flush=True)
-
-    def cpu_ns(self, rel: str) -> int:
-        try:
-            return self.rt.reader.sample(rel).cpu_usage_ns
-        except Exception:  # not made yet, or gone: no CPU to count
-            return 0
+        self.write(f"{time.monotonic() - self.t0:6.1f}s  {msg}")
 
     @property
     def probe_file(self) -> Path:
@@ -79,15 +85,24 @@ class Demo:
         """p99 of how late the probe's wake-ups were (ms) between two offsets of its file."""
         if end <= start:
             return None
-        with self.probe_file.open("rb") as f:
-            f.seek(start)
-            data = f.read(end - start)
+        try:
+            with self.probe_file.open("rb") as f:
+                f.seek(start)
+                data = f.read(end - start)
+        except OSError:  # removed at the very end, while the printer still runs
+            return None
         late = sorted(struct.unpack(f"<{len(data) // 4}i", data[: len(data) // 4 * 4]))
         return round(late[min(len(late) - 1, int(0.99 * len(late)))] / 1e3, 3) if late else None
 
     def start(self, name: str, rel: str, argv: list[str]) -> None:
+        """Start `argv` in `rel`; returns once the child has exec'd. A child that enters a starved cgroup (BE
+        on a busy machine) may wait long for the CPU to get that far: on the event loop, use `start_bg`."""
         self.procs[name] = spawn_in_cgroup(self.rt.hierarchy, self.rt.cfg.cgroups.root, rel, argv,
                                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    async def start_bg(self, name: str, rel: str, argv: list[str]) -> None:
+        """`start` in a worker thread: the event loop (the agent's too) goes on while the child gets there."""
+        await asyncio.to_thread(self.start, name, rel, argv)
 
     def stop(self, name: str) -> None:
         p = self.procs.pop(name, None)
@@ -95,10 +110,20 @@ class Demo:
             p.kill()
             p.wait()
 
-    def start_hp(self, name: str, threads: int) -> None:
+    def stop_all(self) -> None:
+        """Kill every process first, then reap them: a killed BE process may need a while to get the CPU
+        to exit, and the others need not wait for it."""
+        procs, self.procs = list(self.procs.values()), {}
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+        for p in procs:
+            p.wait()
+
+    async def start_hp(self, name: str, threads: int) -> None:
         counter = self.tmp / f"{name}.count"
         self.counters.append(counter)
-        self.start(name, HP, workload_argv("hp", threads, counter))
+        await self.start_bg(name, HP, workload_argv("hp", threads, counter))
 
     def signal_hp(self, sig: int, names: tuple[str, ...] = ("hp-base", "hp-burst")) -> None:
         for name in names:
@@ -128,47 +153,97 @@ def _fmt_cpus(cpus: tuple[int, ...]) -> str:
     return ",".join(map(str, cpus)) if cpus else "-"
 
 
-async def measure(demo: Demo, seconds: float, phase: str) -> float:
-    """HP work units per second over `seconds`, sampled every second with a progress line (every
-    QUIET_EVERY_S when not live); the phase's HP wake-up p99 goes to `demo.p99_ms`."""
-    start_count, start = demo.hp_count(), time.monotonic()
-    last_count, last = start_count, start
-    phase_off = last_off = demo.probe_offset()
-    cpu = {"hp": demo.cpu_ns(HP), "be": demo.cpu_ns(BE_TIER)}
-    while (left := seconds - (time.monotonic() - start)) > 0.05:
-        await asyncio.sleep(min(1.0, left))
-        now, count = time.monotonic(), demo.hp_count()
-        dt = max(now - last, 1e-6)
-        rate = (count - last_count) / dt
-        last_count, last = count, now
-        used = {k: (demo.cpu_ns(rel) - cpu[k]) / 1e6 / dt for k, rel in (("hp", HP), ("be", BE_TIER))}
-        cpu = {"hp": demo.cpu_ns(HP), "be": demo.cpu_ns(BE_TIER)}
-        off = demo.probe_offset()
-        p99 = demo.probe_p99_ms(last_off, off)
-        last_off = off
+class LiveView:
+    """The live view: a thread of its own that, every `every_s` on its own clock, reads the latest state
+    (HP's work counters, the tiers' CPU, the probe's file, the agent's last publication) and prints one line
+    (`--quiet`: a short one every QUIET_EVERY_S). A demo step that blocks or keeps the main thread busy does
+    not hold it up: it shares no lock with them (its own cgroup reader; the board is read lock-free) but
+    stdout's, and Python hands it the GIL within a switch interval. Only the process's own CPU share
+    (the agent pod's) paces it."""
+
+    def __init__(self, demo: Demo, every_s: float = 1.0) -> None:
+        self.demo = demo
+        self.every_s = every_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="demo-live-view", daemon=True)
+        self._reader = CgroupReader(demo.rt.hierarchy, demo.rt.cfg.cgroups.root.strip("/"), psi=False,
+                                    memory_psi=False, memory_limit=False)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop printing (a line being printed is finished first); safe to call if never started."""
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+        self._reader.close()
+
+    def _cpu_ns(self, rel: str) -> int:
+        try:
+            return self._reader.cpu_usage(rel)[1]
+        except Exception:  # not made yet, or gone: no CPU to count
+            return 0
+
+    def _read(self) -> tuple[float, int, dict[str, int], int]:
+        """(when, HP's work count, the tiers' CPU ns, the probe file's length) now."""
+        demo = self.demo
+        return (time.monotonic(), demo.hp_count(), {k: self._cpu_ns(k) for k in (HP, BE_TIER)},
+                demo.probe_offset())
+
+    def _run(self) -> None:
+        demo = self.demo
+        prev = self._read()
+        due = prev[0] + self.every_s
+        while not self._stop.wait(max(0.0, due - time.monotonic())):
+            due += self.every_s
+            try:
+                cur = self._read()
+                if due <= cur[0]:  # this thread itself was held up past a period: one line, then on time
+                    due = cur[0] + self.every_s
+                self._line(cur[0], cur[0] - prev[0], cur[1] - prev[1],
+                           {k: cur[2][k] - prev[2][k] for k in cur[2]}, demo.probe_p99_ms(prev[3], cur[3]))
+                prev = cur
+            except Exception as err:  # a line that cannot be made is said: never a silent printer
+                demo.write(f"{time.monotonic() - demo.t0:6.1f}s  {demo.phase:<22} (live view: {err!r})")
+
+    def _line(self, now: float, dt: float, units: int, cpu_ns: dict[str, int], p99: float | None) -> None:
+        demo = self.demo
+        dt = max(dt, 1e-6)
+        phase = demo.phase
         pub = demo.rt.board.get()
         snap = pub.snapshot if pub else None
         mem = snap.node_usage.memory_working_set_bytes if snap else None
         cap = demo.rt.capacity.memory_bytes
         budget = pub.be_cpu_granted_milli if pub and pub.be_cpu_granted_milli is not None else -1
-        row = {"t": round(now - demo.t0, 1), "phase": phase, "hp_units_per_s": round(rate),
-               "hp_milli_cpu": round(used["hp"]), "be_budget_milli_cpu": budget,
+        row = {"t": round(now - demo.t0, 1), "phase": phase, "hp_units_per_s": round(units / dt),
+               "hp_milli_cpu": round(cpu_ns[HP] / 1e6 / dt), "be_budget_milli_cpu": budget,
                "be_cpus": _fmt_cpus(snap.be_tier.cpuset) if snap else "-",
-               "be_milli_cpu": round(used["be"]), "mem_pct": round(100 * mem / cap, 1) if mem else 0.0,
+               "be_milli_cpu": round(cpu_ns[BE_TIER] / 1e6 / dt),
+               "mem_pct": round(100 * mem / cap, 1) if mem and cap else 0.0,
                "evictions": sum(pub.counters.evictions.values()) if pub else 0,
                "hp_p99_ms": p99 if p99 is not None else -1.0}
         demo.samples.append({k: v for k, v in row.items() if isinstance(v, int | float)})
         grant = f"{budget:>5}m" if budget >= 0 else "    -"
         tail = f"{p99:.2f}" if p99 is not None else "-"
         if demo.live:
-            print(f"{row['t']:6.1f}s  {phase:<22} HP {row['hp_units_per_s']:>7}/s {row['hp_milli_cpu']:>5}m"
-                  f"  HP wake-up p99 {tail:>5} ms  BE budget {grant} cpus {row['be_cpus']:<4} used "
-                  f"{row['be_milli_cpu']:>5}m  mem {row['mem_pct']:>5}%  evictions {row['evictions']}",
-                  flush=True)
+            demo.write(f"{row['t']:6.1f}s  {phase:<22} HP {row['hp_units_per_s']:>7}/s "
+                       f"{row['hp_milli_cpu']:>5}m  HP wake-up p99 {tail:>5} ms  BE budget {grant} "
+                       f"cpus {row['be_cpus']:<4} used "
+                       f"{row['be_milli_cpu']:>5}m  mem {row['mem_pct']:>5}%  evictions {row['evictions']}")
         elif now - demo.shown_at >= QUIET_EVERY_S - 0.5:
             demo.shown_at = now
-            print(f"{row['t']:6.1f}s  {phase}: HP {row['hp_units_per_s']}/s, wake-up p99 {tail} ms, "
-                  f"BE budget {grant.strip()}", flush=True)
+            demo.write(f"{row['t']:6.1f}s  {phase}: HP {row['hp_units_per_s']}/s, wake-up p99 {tail} ms, "
+                       f"BE budget {grant.strip()}")
+
+
+async def measure(demo: Demo, seconds: float, phase: str) -> float:
+    """HP work units per second over `seconds` of `phase` (the live view's lines carry its name meanwhile);
+    the phase's HP wake-up p99 goes to `demo.p99_ms`."""
+    demo.phase = phase
+    start_count, start = demo.hp_count(), time.monotonic()
+    phase_off = demo.probe_offset()
+    await asyncio.sleep(seconds)
     demo.p99_ms[phase] = demo.probe_p99_ms(phase_off, demo.probe_offset())
     return (demo.hp_count() - start_count) / max(time.monotonic() - start, 1e-6)
 
@@ -204,6 +279,7 @@ async def run_demo(scale: float, memory: str, live: bool, out: Path | None,
     rt = build(demo_config(root, memory, 0.5))
     tmp = Path(tempfile.mkdtemp(prefix="coloc-demo-"))
     demo = Demo(rt, tmp, live=live)
+    view = LiveView(demo)
     stop = asyncio.Event()
     agent_task: asyncio.Task[None] | None = None
     back: list[tuple[str, str]] = []
@@ -217,18 +293,20 @@ async def run_demo(scale: float, memory: str, live: bool, out: Path | None,
                     f"hadoop-yarn/container_e01_{YARN_APP}_01_000002"):
             rt.writer.mkdir(f"{BE_TIER}/{rel}")
             rt.writer.set_cpuset(f"{BE_TIER}/{rel}", rt.cpus)
-        print(f"coloc-agent demo: private node {root}: {len(rt.cpus)} CPUs, {memory} memory; this process "
-              f"(and the agent, later) in {AGENT_POD}, cpu.shares {AGENT_SHARES}", flush=True)
+        demo.write(f"coloc-agent demo: private node {root}: {len(rt.cpus)} CPUs, {memory} memory; this "
+                   f"process (and the agent, later) in {AGENT_POD}, cpu.shares {AGENT_SHARES}")
+        demo.phase = "0 starting HP"
         demo.say("starting the HP service (2 processes, 1 thread each) and its wake-up probe (every 2 ms)")
-        demo.start_hp("hp-base", 1)
-        demo.start_hp("hp-burst", 1)
-        demo.start("hp-probe", HP, workload_argv("probe", 2, demo.probe_file))
+        view.start()  # from here on a live line every second, until everything is removed
+        await demo.start_hp("hp-base", 1)
+        await demo.start_hp("hp-burst", 1)
+        await demo.start_bg("hp-probe", HP, workload_argv("probe", 2, demo.probe_file))
         alone = await measure(demo, 6 * scale, "1 HP alone")
-        await start_slowly(demo, "BE: 5 CPU burners in besteffort/ (2 of them YARN containers)",
-                           [("be-low", "batch-low"), ("be-mid", "batch-mid"),
-                            ("yarn-am", f"hadoop-yarn/container_e01_{YARN_APP}_01_000001"),
-                            ("yarn-c2", f"hadoop-yarn/container_e01_{YARN_APP}_01_000002"),
-                            ("be-low-2", "batch-low")])
+        await start_be(demo, "BE: 5 CPU burners in besteffort/ (2 of them YARN containers)",
+                       [("be-low", "batch-low"), ("be-mid", "batch-mid"),
+                        ("yarn-am", f"hadoop-yarn/container_e01_{YARN_APP}_01_000001"),
+                        ("yarn-c2", f"hadoop-yarn/container_e01_{YARN_APP}_01_000002"),
+                        ("be-low-2", "batch-low")])
         contended = await measure(demo, 6 * scale, "2 BE, no agent")
         demo.say("starting the agent")
         agent_task = asyncio.create_task(rt.loop.run(stop))
@@ -244,61 +322,62 @@ async def run_demo(scale: float, memory: str, live: bool, out: Path | None,
             cut = asyncio.create_task(time_to_cut(demo, before.be_cpu_granted_milli if before else None, 3.0))
             await measure(demo, 3 * scale, "3 HP busy again")
             cuts.append(await cut)
-        demo.say("HP load steps down to one process; a memory hog starts in BE (64 MiB every 0.1 s)")
-        demo.signal_hp(signal.SIGSTOP, ("hp-burst",))
-        demo.start("be-hog", f"{BE_TIER}/batch-hog", workload_argv("hog", 64, 0.1, 2048))
-        hog_started = time.monotonic()
-        while time.monotonic() - hog_started < 20 * scale:
-            await measure(demo, 1, "4 memory hog")
-            pub = rt.board.get()
-            if pub is not None and sum(pub.counters.evictions.values()) > 0:
-                break
+        await hog_phase(demo, scale)
         await measure(demo, 2, "4 after eviction")
         last = rt.board.get()
         records = list(last.recent_actions) if last else []
         summary = summarize(alone, contended, with_agent, records, cuts, demo)
         if plot is not None:
+            demo.phase = "writing plots"
             demo.say("writing plots")
-            summary["plot"] = write_plot(demo, plot)
-        print(json.dumps(summary, indent=2))
+            summary["plot"] = await asyncio.to_thread(write_plot, demo, plot)  # the agent's loop goes on
+        demo.write(json.dumps(summary, indent=2))
         if out is not None:
             out.write_text(json.dumps(summary, indent=2))
         return summary
     finally:
+        demo.phase = "cleaning up"
         demo.say("stopping the agent and the workloads, removing the private node")
         stop.set()
         if agent_task is not None:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await asyncio.wait_for(agent_task, 5)
-        for name in list(demo.procs):
-            demo.stop(name)
+        await asyncio.to_thread(demo.stop_all)
         with contextlib.suppress(Exception):
             await rt.executor.drain(5)
         move_back(back)  # out of the pod first: removing the tree kills what is left in it
-        remove_tree(rt.writer, rt.reader, "")
+        await asyncio.to_thread(remove_tree, rt.writer, rt.reader, "")
+        view.stop()
         rt.reader.close()
         for f in tmp.iterdir():
             f.unlink()
         tmp.rmdir()
-        print(f"removed {root} and everything under it")
+        demo.write(f"removed {root} and everything under it")
 
 
-async def start_slowly(demo: Demo, what: str, be: list[tuple[str, str]]) -> None:
-    """Start BE burners with a progress line a second: each enters besteffort (cpu.shares 2) before it
-    execs, so beside a busy HP service its start-up alone can take a second or more."""
+async def start_be(demo: Demo, what: str, be: list[tuple[str, str]]) -> None:
+    """Start BE burners, off the event loop: each enters besteffort (cpu.shares 2) before it execs, so beside
+    a busy HP service (or a busy machine) its start-up alone can take seconds; the live view goes on."""
+    demo.phase = "2 starting BE"
     demo.say(f"starting {what}")
+    for name, rel in be:
+        await demo.start_bg(name, f"{BE_TIER}/{rel}", workload_argv("burn"))
 
-    def start_all() -> None:
-        for name, rel in be:
-            demo.start(name, f"{BE_TIER}/{rel}", workload_argv("burn"))
 
-    task = asyncio.create_task(asyncio.to_thread(start_all))
-    while not task.done():
-        await asyncio.wait({task}, timeout=1.0)
-        if not task.done():
-            started = sum(1 for name, _ in be if name in demo.procs)
-            demo.say(f"  {started} of {len(be)} started (a BE process starts at BE's CPU weight)")
-    await task
+async def hog_phase(demo: Demo, scale: float) -> None:
+    """HP steps down to one process and a memory hog grows in BE until the agent evicts (20 s at most once
+    the hog runs). The hog enters BE before it execs: on a busy machine that alone can take long; the agent
+    and the live view go on meanwhile (the phase says so)."""
+    demo.phase = "4 memory hog starting"
+    demo.say("HP load steps down to one process; a memory hog starts in BE (64 MiB every 0.1 s)")
+    demo.signal_hp(signal.SIGSTOP, ("hp-burst",))
+    await demo.start_bg("be-hog", f"{BE_TIER}/batch-hog", workload_argv("hog", 64, 0.1, 2048))
+    hog_started = time.monotonic()
+    while time.monotonic() - hog_started < 20 * scale:
+        await measure(demo, 1, "4 memory hog")
+        pub = demo.rt.board.get()
+        if pub is not None and sum(pub.counters.evictions.values()) > 0:
+            break
 
 
 async def time_to_cut(demo: Demo, budget_before: int | None, limit_s: float) -> float | None:

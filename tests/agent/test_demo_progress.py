@@ -1,6 +1,8 @@
-"""The demo is never silent for long: a phase prints a progress line every second (every 3 s with
---quiet) carrying the elapsed time, HP throughput, HP's wake-up p99 and the BE budget; and the demo's
-process can step into the agent's pod cgroup and back out again."""
+"""The demo is never silent for long: its live view prints a progress line every second (every 3 s with
+--quiet) carrying the elapsed time, HP throughput, HP's wake-up p99 and the BE budget, from a thread of its
+own, so it keeps that cadence while the demo's own thread is blocked or busy; a BE process that cannot get
+to its exec does not hold up the event loop (the agent's); and the demo's process can step into the agent's
+pod cgroup and back out again."""
 
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ import pytest
 from realcg import RealRoot
 
 from agent.daemon.runtime import BE_TIER, build
-from agent.demo.runner import AGENT_POD, HP, Demo, demo_config, measure
+from agent.demo.runner import AGENT_POD, HP, Demo, LiveView, demo_config, measure
 from agent.demo.spawn import workload_argv
 
 pytestmark = [pytest.mark.cgroups, pytest.mark.xdist_group("cpu"), pytest.mark.slow]
@@ -29,22 +31,25 @@ QUIET = re.compile(r"^\s*(\d+\.\d)s\s+(.+?): HP (\d+)/s, wake-up p99 ([\d.]+) ms
 
 @pytest.fixture
 async def demo(real_root: RealRoot, tmp_path: Path) -> AsyncIterator[Demo]:
-    """A demo on the private root with its HP service and probe running, the agent not (yet) started."""
+    """A demo on the private root with its HP service, probe and live view running, the agent not (yet)
+    started."""
     rt = build(demo_config(real_root.name, "1Gi", 0.5))
     d = Demo(rt, tmp_path)
+    view = LiveView(d)
     try:
         rt.writer.mkdir(HP)
-        d.start_hp("hp", 1)
+        await d.start_hp("hp", 1)
         d.start("probe", HP, workload_argv("probe", 2, d.probe_file))
         deadline = time.monotonic() + 15
         while (d.hp_count() == 0 or d.probe_offset() == 0) and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
         assert d.hp_count() > 0 and d.probe_offset() > 0, "HP service or probe did not start"
         d.t0 = time.monotonic()
+        view.start()
         yield d
     finally:
-        for name in list(d.procs):
-            d.stop(name)
+        view.stop()
+        d.stop_all()
         rt.close()
 
 
@@ -87,6 +92,59 @@ async def test_quiet_progress_spans_short_phases_every_three_seconds(
     assert times[0] <= 1.6
     gaps = [b - a for a, b in itertools.pairwise(times)]
     assert all(2.0 <= g <= 3.6 for g in gaps), f"quiet progress gaps {gaps}"
+
+
+async def test_the_live_view_keeps_its_cadence_while_the_demo_thread_is_blocked_or_busy(
+        demo: Demo, capsys: pytest.CaptureFixture[str]) -> None:
+    # What silenced the demo for 107 s on a loaded machine: its one thread waited (the memory hog's spawn
+    # waits for a child that must get BE's CPU share before it can exec). Here the demo's thread first
+    # blocks outright, then holds the GIL in pure Python: the printer thread prints on regardless.
+    demo.phase = "blocked"
+    time.sleep(2.6)  # blocking the event loop is the point
+    demo.phase = "busy"
+    end, x = time.monotonic() + 2.6, 0
+    while time.monotonic() < end:
+        x = (x * 31 + 7) & 0xFFFF
+    lines = capsys.readouterr().out.splitlines()
+    matched = [m for m in map(LIVE.match, lines) if m]
+    phases = {m.group(2).strip() for m in matched}
+    assert {"blocked", "busy"} <= phases, f"a line from each stretch expected:\n{chr(10).join(lines)}"
+    times = [float(m.group(1)) for m in matched]
+    assert len(times) >= 4 and times[0] <= 1.6, f"expected a line a second from the start: {times}"
+    gaps = [b - a for a, b in itertools.pairwise(times)]
+    assert max(gaps) <= 1.6, f"silent for {max(gaps):.1f} s while the demo's thread was held: {times}"
+
+
+def _freeze(real_root: RealRoot, rel: str, frozen: bool) -> None:
+    h = real_root.hierarchy
+    if h.is_v1("freezer"):
+        (real_root.path("freezer", rel) / "freezer.state").write_text("FROZEN" if frozen else "THAWED")
+    else:
+        (real_root.path("unified", rel) / "cgroup.freeze").write_text("1" if frozen else "0")
+
+
+async def test_a_be_process_stuck_before_its_exec_does_not_hold_up_the_event_loop(
+        demo: Demo, real_root: RealRoot) -> None:
+    # A frozen cgroup stands in for a BE cgroup that gets no CPU: the child joins it before it execs and
+    # cannot go on. The event loop (which runs the agent) must go on ticking meanwhile.
+    h = real_root.hierarchy
+    if not h.is_v1("freezer") and h.unified is None:
+        pytest.skip("no freezer")
+    rel = f"{BE_TIER}/stuck"
+    real_root.mkcg(rel)  # in every hierarchy, the freezer's too
+    _freeze(real_root, rel, True)
+    try:
+        spawn = asyncio.create_task(demo.start_bg("stuck", rel, workload_argv("burn")))
+        start, ticks = time.monotonic(), 0
+        while time.monotonic() - start < 1.5:
+            await asyncio.sleep(0.05)
+            ticks += 1
+        assert not spawn.done(), "the child was to be held before its exec by the frozen cgroup"
+        assert ticks >= 15, f"the event loop ticked {ticks} times in 1.5 s while a spawn waited"
+    finally:
+        _freeze(real_root, rel, False)
+    await asyncio.wait_for(spawn, 30)
+    assert demo.procs["stuck"].poll() is None
 
 
 def test_the_demo_process_steps_into_the_agent_pod_and_back(real_root: RealRoot) -> None:
