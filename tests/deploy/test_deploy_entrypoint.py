@@ -364,11 +364,11 @@ def run_and_stop(proc: subprocess.Popen[bytes], ct: Container, cfg: AgentConfig,
     cmdline = Path(f"/proc/{proc.pid}/cmdline").read_bytes().split(b"\0")
     assert f"{VENV_BIN}/coloc-agent".encode() in cmdline and b"/etc/coloc-agent/config.yaml" in cmdline
     assert on_volume(ct, cfg.api.socket_path).exists(), "no API socket on the 'run' volume"
-    # The BE pod burns CPU: the agent suppresses the BE tier (cpuset and cpu.idle, the default), so there is
-    # something to restore.
+    # The BE pod burns CPU: the agent suppresses the BE tier (its cpuset), so there is something to restore.
+    # cpu.idle stays 0: the kubelet owns this tier and writes its cpu.shares (docs/coexistence.md).
     tier = real_root.dirs("kubepods/besteffort")
-    wanted = {f"{d}/{k}" for d in tier for k in ("cpuset.cpus", "cpu.idle") if f"{d}/{k}" in before}
-    assert len(wanted) == 2, wanted
+    wanted = {f"{d}/{k}" for d in tier for k in ("cpuset.cpus",) if f"{d}/{k}" in before}
+    assert len(wanted) == 1, wanted
 
     def changed() -> set[str]:
         now = knobs(real_root)
@@ -376,6 +376,7 @@ def run_and_stop(proc: subprocess.Popen[bytes], ct: Container, cfg: AgentConfig,
 
     wait_for(lambda: wanted <= changed(), 30, proc, log)
     suppressed = changed()
+    assert not any(k.endswith("/cpu.idle") for k in suppressed), suppressed
 
     started = time.monotonic()
     proc.send_signal(signal.SIGTERM)
