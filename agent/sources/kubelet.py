@@ -27,6 +27,7 @@ from agent.sources.http import FetchError, HttpEndpoint, HttpFetcher
 from agent.sources.result import Freshness, PodInfo, SourceResult
 from cgroups.layout import Layout
 from qos.batch import BATCH_CPU, BATCH_MEMORY
+from qos.batch_limits import EXTENDED_RESOURCE_SPEC, BatchAmounts, BatchContainer, BatchPod
 from qos.ids import IdError, check_pod_uid
 from qos.model import Resources, Source, Tier, Workload
 from qos.protection import ConflictNotes, PodFacts, ProtectionConfig, protection_reason
@@ -331,6 +332,52 @@ def _summed(amounts: Mapping[str, int]) -> Resources:
                      amounts.get("memory", 0) + amounts.get(BATCH_MEMORY, 0))
 
 
+def _status_ids(status: Mapping[str, object], where: str) -> dict[str, str]:
+    """Container name -> runtime id (`containerd://<hex>`) from the pod's container statuses."""
+    ids: dict[str, str] = {}
+    for key in ("initContainerStatuses", "containerStatuses"):
+        for i, cs in enumerate(_list(status.get(key), f"{where}.status.{key}")):
+            entry = _obj(cs, f"{where}.status.{key}[{i}]")
+            cid, name = entry.get("containerID"), entry.get("name")
+            if cid and isinstance(name, str):
+                ids[name] = _str(cid, f"{where}.status.{key}[{i}].containerID")
+    return ids
+
+
+def _batch_amounts(c: Mapping[str, object], where: str) -> BatchAmounts | None:
+    """A container's batch resources (None when it declares none: left out of the pod's sums)."""
+    res = _obj(c.get("resources"), f"{where}.resources")
+    req = _amounts(_obj(res.get("requests"), f"{where}.resources.requests"), f"{where}.resources.requests")
+    lim = _amounts(_obj(res.get("limits"), f"{where}.resources.limits"), f"{where}.resources.limits")
+    if not {BATCH_CPU, BATCH_MEMORY} & (req.keys() | lim.keys()):
+        return None
+    return BatchAmounts(req.get(BATCH_CPU), lim.get(BATCH_CPU), req.get(BATCH_MEMORY), lim.get(BATCH_MEMORY))
+
+
+def _batch_pod(spec: Mapping[str, object], status: Mapping[str, object], annotations: Mapping[str, str],
+               layout: Layout, ident: tuple[str, str, Tier, str]) -> BatchPod:
+    """What the batch limits (qos.batch_limits) need of a BE pod: each container's batch resources and its
+    cgroup once the runtime has made it (a container id in its status)."""
+    key, uid, tier, where = ident
+    ids = _status_ids(status, where)
+    containers: list[BatchContainer] = []
+    for kind in ("containers", "initContainers"):
+        for i, c in enumerate(_list(spec.get(kind), f"{where}.spec.{kind}")):
+            at = f"{where}.spec.{kind}[{i}]"
+            entry = _obj(c, at)
+            name = _str(entry.get("name"), f"{at}.name", "")
+            cgroup = None
+            if name in ids:
+                try:
+                    cgroup = layout.container(uid, tier, ids[name])
+                except ValueError:
+                    cgroup = None  # a runtime whose cgroups we cannot name: the pod's limits still hold it
+            amounts = _batch_amounts(entry, at)
+            containers.append(BatchContainer(name, cgroup, amounts, init=kind == "initContainers"))
+    return BatchPod(key, where.removeprefix("pod "), layout.pod(uid, tier), tuple(containers),
+                    annotations.get(EXTENDED_RESOURCE_SPEC))
+
+
 def parse_pod(item: object, layout: Layout, protection: ProtectionConfig = DEFAULT_PROTECTION,
               conflicts: ConflictNotes | None = None) -> ParsedPod | None:
     """One PodList item → workload and pod info; None for pods that no longer hold resources
@@ -353,8 +400,9 @@ def parse_pod(item: object, layout: Layout, protection: ProtectionConfig = DEFAU
     tier = _K8S_QOS[qos_text] if qos_text else derived
     koord = _koord_qos(labels, where)
     priority_class = _str(spec.get("priorityClassName"), f"{where}.spec.priorityClassName", "")
+    annotations = _annotations(meta, where)
     facts = PodFacts(namespace=namespace, priority=priority, priority_class=priority_class,
-                     annotations=_annotations(meta, where), owner_kinds=_owner_kinds(meta, where))
+                     annotations=annotations, owner_kinds=_owner_kinds(meta, where))
     protected_by = protection_reason(facts, protection)
     be = _is_be(koord, tier, protected_by, uid, where, conflicts, labels)
     started_at, terminating = _times(meta, status, where)
@@ -367,6 +415,8 @@ def parse_pod(item: object, layout: Layout, protection: ProtectionConfig = DEFAU
     requests = _summed(req)
     if requests.milli_cpu > MAX_POD_MILLI_CPU or requests.memory_bytes > MAX_POD_MEMORY_BYTES:
         raise PodError(f"{where}: total requests {requests} are out of range")
+    batch = (_batch_pod(spec, status, annotations, layout, (f"k8s/{uid}", uid, tier, where))
+             if koord == "BE" and protected_by is None else None)
     workload = Workload(
         key=f"k8s/{uid}", name=name, source=Source.K8S, tier=tier, be=be, priority=priority, cgroup=cgroup,
         requests=requests, started_at=started_at, namespace=namespace, terminating=terminating,
@@ -379,7 +429,8 @@ def parse_pod(item: object, layout: Layout, protection: ProtectionConfig = DEFAU
         labels=MappingProxyType(labels),
         batch_requests=Resources(req.get(BATCH_CPU, 0), req.get(BATCH_MEMORY, 0)),
         limits=_summed(lim),
-        protected_by=protected_by or "")
+        protected_by=protected_by or "",
+        batch=batch)
     return ParsedPod(workload, info)
 
 
@@ -511,6 +562,10 @@ class KubeletSource:
 
     def pods(self) -> tuple[PodInfo, ...]:
         return tuple(p.info for p in self._pods)
+
+    def batch_pods(self) -> tuple[BatchPod, ...]:
+        """The pods labelled `koordinator.sh/qosClass: BE` (not protected) of the last good list."""
+        return tuple(p.info.batch for p in self._pods if p.info.batch is not None)
 
     def find_pod(self, label_key: str, label_value: str) -> PodInfo | None:
         """The running, not terminating pod with this label (the newest if several)."""

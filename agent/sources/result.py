@@ -8,6 +8,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
+from qos.batch_limits import BatchPod
 from qos.model import Resources, Workload
 
 
@@ -29,6 +30,7 @@ class PodInfo:
     batch_requests: Resources  # kubernetes.io/batch-cpu (milli) / batch-memory (bytes)
     limits: Resources
     protected_by: str = ""  # why the pod is protected (qos.protection), "" when it is not
+    batch: BatchPod | None = None  # labelled koordinator.sh/qosClass=BE: its containers' batch resources
 
 
 @dataclass(frozen=True, slots=True)
