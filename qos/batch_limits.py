@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 from qos.batch import BATCH_CPU, BATCH_MEMORY
 from qos.quantity import QuantityError, to_int
+from qos.suppression import CFS_QUOTA, SuppressionConfig, quota_under_cpuset
 
 EXTENDED_RESOURCE_SPEC = "node.koordinator.sh/extended-resource-spec"
 
@@ -232,3 +233,10 @@ def pod_limits(pod: BatchPod, *, cfs_quota: bool = True) -> PodPlan:
 def plan(pods: Iterable[BatchPod], *, cfs_quota: bool = True) -> tuple[PodPlan, ...]:
     """Every BE pod's plan, in the order given."""
     return tuple(pod_limits(p, cfs_quota=cfs_quota) for p in pods)
+
+
+def pod_quota_allowed(suppression: SuppressionConfig) -> bool:
+    """koordlet's rule (batchresource/rule.go): while the BE tier is suppressed by a CFS quota, BE pods and
+    containers get no quota of their own (v1 refuses a parent's quota below a child's, so the tier's would
+    fail); shares and the tier's quota bound them then."""
+    return not (suppression.enabled and (suppression.policy == CFS_QUOTA or quota_under_cpuset(suppression)))

@@ -187,3 +187,12 @@ def test_pod_level_sum_is_clamped_and_plan_keeps_order() -> None:
     pods = [_pod(BatchContainer("a", None, BatchAmounts(1000, None, None, None))),
             BatchPod("k8s/two", "ns/two", "besteffort/pod2", ())]
     assert [p.key for p in plan(pods)] == ["k8s/uid", "k8s/two"]
+
+
+def test_no_pod_quota_while_the_tier_is_suppressed_by_a_quota() -> None:
+    from qos.batch_limits import pod_quota_allowed
+    from qos.suppression import CFS_QUOTA, SuppressionConfig
+    assert pod_quota_allowed(SuppressionConfig())
+    assert not pod_quota_allowed(SuppressionConfig(policy=CFS_QUOTA))
+    assert not pod_quota_allowed(SuppressionConfig(cpuset_quota=True))
+    assert pod_quota_allowed(SuppressionConfig(policy=CFS_QUOTA, enabled=False))

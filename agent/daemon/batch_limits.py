@@ -1,0 +1,209 @@
+"""BE pods' batch limits in place when their cgroup is made, not at the next slow reconcile.
+
+Sources → policy → executor, as every decision: the kubelet's pod list (the same `KubeletSource` the tick
+reads, so there is one list of pods) → `qos.batch_limits.plan` (pure) → `BatchLimitsExecutor` (the writer).
+Two triggers run that chain:
+
+- **creation** — inotify on the BE tier and on each pod cgroup in it (`cgroups/watch.py`): a pod or
+  container cgroup appears → the kubelet's pod list is fetched at once → the pass. A cgroup that is not
+  placed yet (the pod list does not name it, a container id not in the status yet, a v1 hierarchy not made
+  yet) gets follow-up fetches and passes at `FOLLOW_UP_S` after its creation. While a fetch runs, further
+  events coalesce into one more fetch after it.
+- **periodic** — a pass every `resync_s` over the latest list (the safety net: a missed event, a value
+  another writer changed, a pod the kubelet listed late). Koordlet's reconciler runs every 10 s.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import time
+from collections.abc import Callable
+
+from agent.executors.batch_limits import BatchLimitsExecutor, PassReport
+from agent.sources.kubelet import KubeletSource
+from cgroups.errors import CgroupError
+from cgroups.layout import Layout
+from cgroups.watch import DirEvent, DirWatcher
+from qos.batch_limits import plan
+
+log = logging.getLogger("coloc.batch_limits")
+
+FOLLOW_UP_S = (0.05, 0.2, 0.5, 1.0, 2.0, 4.0)  # after a creation, while a new cgroup is not placed
+
+
+class BatchLimitsController:
+    def __init__(self, kubelet: KubeletSource, executor: BatchLimitsExecutor, layout: Layout,
+                 dir_of: Callable[[str], str], *, resync_s: float = 10.0, watch: bool = True,
+                 cfs_quota: Callable[[], bool] = lambda: True,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._kubelet = kubelet
+        self.executor = executor
+        self._layout = layout
+        self._dir_of = dir_of  # rel -> absolute directory in the hierarchy watched (cpu)
+        self._tier = layout.tier("besteffort")
+        self.resync_s = resync_s
+        self._watch = watch
+        self._cfs_quota = cfs_quota
+        self._clock = clock
+        self._kick = asyncio.Event()
+        self._fresh: dict[str, float] = {}  # new cgroup rel -> when it was seen, until it is placed
+        self.last: PassReport | None = None
+        self.passes = 0
+        self.fetches = 0
+        self.watching = False
+
+    # -- one pass ----------------------------------------------------------------------------------------
+
+    def pass_once(self) -> PassReport:
+        """The latest pod list → plans → writes."""
+        report = self.executor.apply(plan(self._kubelet.batch_pods(), cfs_quota=self._cfs_quota()))
+        self.last = report
+        self.passes += 1
+        self._settle()
+        return report
+
+    def _placed(self) -> set[str]:
+        placed: set[str] = set()
+        for e in self.executor.enforced.values():
+            placed.add(e.pod.rel)
+            placed.update(c.rel for c in e.containers)
+        return placed
+
+    def _settle(self) -> None:
+        """Forget new cgroups now placed, and those past the last follow-up (not a BE pod of ours)."""
+        placed = self._placed()
+        now = self._clock()
+        for rel, seen in list(self._fresh.items()):
+            if rel in placed or now - seen > FOLLOW_UP_S[-1]:
+                del self._fresh[rel]
+
+    async def fetch_and_pass(self) -> PassReport:
+        await self._kubelet.refresh()
+        self.fetches += 1
+        return self.pass_once()
+
+    # -- inotify -----------------------------------------------------------------------------------------
+
+    def _rel(self, parent: str, name: str) -> str | None:
+        base = self._dir_of("")
+        rel = os.path.relpath(os.path.join(parent, name), base)
+        return None if rel.startswith("..") else rel
+
+    def _on_events(self, watcher: DirWatcher) -> None:
+        for ev in watcher.read():
+            self._on_event(watcher, ev)
+
+    def _on_event(self, watcher: DirWatcher, ev: DirEvent) -> None:
+        if ev.overflow:
+            self._rewatch(watcher)
+            self._kick.set()
+            return
+        rel = self._rel(ev.parent, ev.name)
+        if rel is None:
+            return
+        kind = self._layout.identify(rel).kind
+        if kind not in ("pod", "container"):
+            return
+        if not ev.created:
+            watcher.unwatch(os.path.join(ev.parent, ev.name))
+            self._fresh.pop(rel, None)
+            return
+        if kind == "pod":
+            self._watch_dir(watcher, rel)
+        self._fresh[rel] = self._clock()
+        self._kick.set()
+
+    def _watch_dir(self, watcher: DirWatcher, rel: str) -> None:
+        try:
+            watcher.watch(self._dir_of(rel))
+        except CgroupError as err:
+            log.warning("cannot watch a pod cgroup: its containers get their limits at the periodic pass",
+                        extra={"fields": {"cgroup": rel, "error": str(err)}})
+
+    def _rewatch(self, watcher: DirWatcher) -> None:
+        """Watch the tier and every pod in it (at start, and after the kernel's queue overflowed)."""
+        tier_dir = self._dir_of(self._tier)
+        if not watcher.watch(tier_dir):
+            return
+        with contextlib.suppress(OSError):
+            with os.scandir(tier_dir) as it:
+                names = [e.name for e in it if e.is_dir(follow_symlinks=False)]
+            for name in names:
+                rel = f"{self._tier}/{name}" if self._tier else name
+                if self._layout.identify(rel).kind == "pod":
+                    self._watch_dir(watcher, rel)
+
+    def _open_watcher(self) -> DirWatcher | None:
+        if not self._watch:
+            return None
+        try:
+            watcher = DirWatcher()
+        except CgroupError as err:
+            log.warning("no inotify: BE pods get their batch limits at the periodic pass only",
+                        extra={"fields": {"error": str(err), "resync_s": self.resync_s}})
+            return None
+        self._rewatch(watcher)
+        return watcher
+
+    # -- the task ------------------------------------------------------------------------------------------
+
+    def _next_follow_up(self) -> float | None:
+        """Seconds until the next follow-up of a new cgroup not placed yet (None: none due)."""
+        now = self._clock()
+        waits = [seen + step - now for seen in self._fresh.values() for step in FOLLOW_UP_S
+                 if seen + step > now]
+        return max(0.0, min(waits)) if waits else None
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Until `stop`: a fetch and a pass on each creation, follow-ups, and a pass every `resync_s`."""
+        watcher = self._open_watcher()
+        loop = asyncio.get_running_loop()
+        if watcher is not None:
+            loop.add_reader(watcher.fileno(), self._on_events, watcher)
+            self.watching = True
+        next_pass = self._clock()
+        try:
+            while not stop.is_set():
+                if self._kick.is_set():
+                    self._kick.clear()
+                    await self._guarded(self.fetch_and_pass)
+                    next_pass = self._clock() + self.resync_s
+                elif self._clock() >= next_pass:
+                    await self._guarded(self._pass_async)
+                    next_pass = self._clock() + self.resync_s
+                until_pass = max(0.0, next_pass - self._clock())
+                follow = min(self._next_follow_up() or until_pass, until_pass)
+                if not await _first(stop, self._kick, follow) and follow < until_pass:
+                    self._kick.set()  # a follow-up: fetch again (a container id may be listed now)
+        finally:
+            if watcher is not None:
+                loop.remove_reader(watcher.fileno())
+                watcher.close()
+                self.watching = False
+
+    async def _pass_async(self) -> PassReport:
+        return self.pass_once()
+
+    async def _guarded(self, fn: Callable[[], object]) -> None:
+        try:
+            result = fn()
+            if asyncio.iscoroutine(result):
+                await result
+        except Exception:
+            log.exception("batch limits pass failed")
+
+
+async def _first(stop: asyncio.Event, kick: asyncio.Event, timeout: float) -> bool:
+    """Wait until `stop` or `kick` is set (True), or `timeout` seconds pass (False)."""
+    if stop.is_set() or kick.is_set():
+        return True
+    waits = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(kick.wait())]
+    try:
+        done, _ = await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for w in waits:
+            w.cancel()
+    return bool(done)

@@ -1,0 +1,135 @@
+"""Write BE pods' batch limits (qos/batch_limits.py) into their pod and container cgroups.
+
+Through the one cgroup writer: read-compare-write (an unchanged value is not rewritten), confined to the root,
+a pod and its containers in one batch so the CFS quota is loosened parent-first and tightened child-first (v1
+refuses a child quota above its parent's). On a systemd unit (a pod slice, a runtime's scope) the writer sets
+the quota and memory through systemd as well, so systemd keeps them; `cpu.shares` / `cpu.weight` is a file
+write there, as the kubelet's own pod shares are.
+
+A pod that leaves (no longer listed as BE, or gone) while its cgroup is still there gets the kubelet's
+BestEffort values back (shares 2, no quota, no memory limit): the values were ours, not the pod's.
+The executor decides nothing: it carries out plans and remembers what it has put in place.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from cgroups.errors import CgroupError, CgroupGone
+from cgroups.settings import CpuQuota, CpuShares, MemoryLimit, Setting
+from cgroups.writer import CgroupWriter
+from qos.batch_limits import CFS_PERIOD_US, KUBELET_BE_SHARES, Limits, PodPlan
+
+log = logging.getLogger("coloc.batch_limits")
+
+
+@dataclass(frozen=True, slots=True)
+class Enforced:
+    """What is in place for one pod: its limits and its containers' (those whose cgroup exists), where the
+    amounts came from, and when this executor last confirmed them (monotonic seconds)."""
+
+    key: str
+    name: str
+    source: str
+    pod: Limits
+    containers: tuple[Limits, ...]
+    confirmed_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class PassReport:
+    """One pass: pods whose limits are in place, cgroups written, pods not done (cgroup not there yet,
+    or an error: key -> reason), pods restored to the kubelet's values."""
+
+    enforced: int
+    written: int
+    pending: dict[str, str]
+    restored: tuple[str, ...]
+
+
+def _settings(limits: Limits) -> list[Setting]:
+    return [CpuShares(limits.rel, limits.cpu_shares),
+            CpuQuota(limits.rel, limits.cfs_quota_us, CFS_PERIOD_US),
+            MemoryLimit(limits.rel, limits.memory_limit_bytes)]
+
+
+class BatchLimitsExecutor:
+    """Applies pod plans; holds what it enforced (read by status, top and /metrics)."""
+
+    def __init__(self, writer: CgroupWriter, clock: Callable[[], float] = time.monotonic) -> None:
+        self._writer = writer
+        self._clock = clock
+        self.enforced: dict[str, Enforced] = {}
+        self.errors: dict[str, str] = {}  # key -> why its limits are not in place (latest pass)
+        self.writes = 0
+        self.restores = 0
+
+    def _exists(self, rel: str) -> bool:
+        w = self._writer
+        return all(os.path.isdir(w.path(ctrl, rel)) for ctrl in ("cpu", "memory"))
+
+    def apply(self, plans: Sequence[PodPlan]) -> PassReport:
+        """Put every plan's limits in place; restore the pods this executor held that no plan names."""
+        pending: dict[str, str] = {}
+        written = 0
+        live: set[str] = set()
+        for p in plans:
+            if p.pod is None:
+                if p.error:
+                    pending[p.key] = p.error
+                continue
+            live.add(p.key)
+            try:
+                n = self._apply_one(p, p.pod)
+            except CgroupError as err:
+                pending[p.key] = str(err)
+                continue
+            if n < 0:
+                pending[p.key] = f"pod cgroup {p.pod.rel} is not there (yet)"
+                continue
+            written += n
+        restored = tuple(self._restore(k) for k in sorted(set(self.enforced) - live))
+        self.errors = pending
+        self.writes += written
+        return PassReport(len(self.enforced), written, pending, restored)
+
+    def _apply_one(self, p: PodPlan, pod: Limits) -> int:
+        """Writes for one pod (pod and existing containers in one ordered batch); -1: no pod cgroup."""
+        if not self._exists(pod.rel):
+            return -1
+        containers = tuple(c for c in p.containers if self._exists(c.rel))
+        batch = _settings(pod) + [s for c in containers for s in _settings(c)]
+        try:
+            wrote = self._writer.apply(batch)
+        except CgroupGone:
+            return -1  # the pod (or a container) ended between the check and the write
+        prior = self.enforced.get(p.key)
+        self.enforced[p.key] = Enforced(p.key, p.name, p.source, pod, containers, self._clock())
+        if any(wrote):
+            log.info("batch limits in place", extra={"fields": {
+                "pod": p.name, "cgroup": pod.rel, "source": p.source, "cpu_shares": pod.cpu_shares,
+                "cfs_quota_us": pod.cfs_quota_us, "memory_limit_bytes": pod.memory_limit_bytes,
+                "containers": len(containers), "first": prior is None}})
+        return sum(wrote)
+
+    def _restore(self, key: str) -> str:
+        """The kubelet's BestEffort values back on a pod we no longer hold (if its cgroup is still there)."""
+        held = self.enforced.pop(key)
+        rels = [held.pod.rel, *(c.rel for c in held.containers)]
+        batch: list[Setting] = []
+        for rel in rels:
+            if self._exists(rel):
+                batch += _settings(Limits(rel, KUBELET_BE_SHARES, None, None))
+        try:
+            if batch:
+                self._writer.apply(batch)
+                self.restores += 1
+        except CgroupError as err:  # gone meanwhile, or refused: the cgroup is the kubelet's again anyway
+            log.info("batch limits not restored", extra={"fields": {"pod": held.name, "error": str(err)}})
+        for rel in rels:
+            self._writer.forget(rel)
+        return key
