@@ -1,0 +1,31 @@
+"""bench/batch_limits.py --quick runs on real cgroups and ends with its JSON line (figures, not targets)."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from realcg import RealRoot
+
+REPO = Path(__file__).resolve().parents[2]
+KEYS = ("creation_pod_p50_ms", "creation_pod_p99_ms", "creation_container_p99_ms", "periodic_pod_p50_ms",
+        "periodic_pod_p99_ms", "creation_pod_n", "periodic_pod_n")
+
+pytestmark = [pytest.mark.cgroups, pytest.mark.slow, pytest.mark.xdist_group("bench")]
+
+
+def test_batch_limits_bench_quick_mode_prints_its_figures(real_root: RealRoot) -> None:
+    # real_root only gates the run: it skips (or fails under COLOC_REQUIRE_CGROUPS=1) without writable cgroups
+    run = subprocess.run([sys.executable, str(REPO / "bench" / "batch_limits.py"), "--quick"], cwd=REPO,
+                         capture_output=True, text=True, timeout=240, check=False)
+    assert run.returncode == 0, f"--quick failed:\n{run.stdout[-2000:]}\n{run.stderr[-3000:]}"
+    figures = json.loads(run.stdout.strip().splitlines()[-1])
+    for key in KEYS:
+        assert key in figures and math.isfinite(figures[key]), f"{key} missing or not finite in {figures}"
+    assert figures["creation_pod_n"] == 12 and figures["periodic_pod_n"] == 3
+    # every cgroup got its limits: the bench fails otherwise; the periodic pass is slower than creation
+    assert figures["periodic_pod_p50_ms"] > figures["creation_pod_p50_ms"]
