@@ -424,6 +424,10 @@ class CgroupWriter:
             kill = self.path("unified", rel, "cgroup.kill")
             if os.path.exists(kill):
                 self.write("unified", rel, "cgroup.kill", "1")
+                # A cgroup left frozen would freeze whatever starts in it next (a restarted container's
+                # scope in the same pod slice); found by the v2 guest.
+                if self.freezer_state(rel) != "THAWED":
+                    self.thaw(rel)
                 return -1
         signalled: set[int] = set()
         for _ in range(3):  # later rounds catch children forked while we were signalling
