@@ -5,6 +5,15 @@
 
 Names carry the pid and a counter, so parallel test processes never share a namespace. Everything runs
 through the real `ip`, `tc`, `iperf3` and `ping`; each process is bounded by `timeout`.
+
+The neighbours are pinned (permanent entries, both ways) before any test traffic: no ARP or neighbour
+discovery ever runs during a test. On a veth pair just brought up, the far end's IPv6 is not ready for up
+to a second (link-ready comes through the kernel's rate-limited linkwatch), so the first neighbour
+solicitation can go unanswered; the kernel asks again only after its 1 s retransmit timer, and meanwhile
+keeps about 200 KiB of the packets waiting for the address and drops the rest (`unres_qlen_bytes`): a
+test's burst of 200 datagrams then arrived as 92. A warm-up ping hid this only where `ping` was installed.
+And a neighbour probe sent from a BE address is classified BE itself, so it can wait behind a saturated
+BE class.
 """
 
 from __future__ import annotations
@@ -93,6 +102,20 @@ def _up(t: Topo) -> None:
     sh("ip", "-n", t.peer, "addr", "add", f"{FAR6}/64", "dev", "p0", "nodad")
     sh("ip", "-n", t.node, "link", "set", t.dev, "up")
     sh("ip", "-n", t.peer, "link", "set", "p0", "up")
+    _pin_neighbours(t)
+
+
+def _mac(ns: str, dev: str) -> str:
+    return str(json.loads(sh("ip", "-n", ns, "-j", "link", "show", "dev", dev))[0]["address"])
+
+
+def _pin_neighbours(t: Topo) -> None:
+    """Permanent neighbour entries both ways, so no test packet ever waits for (or is lost to) resolution."""
+    node_mac, peer_mac = _mac(t.node, t.dev), _mac(t.peer, "p0")
+    for far in (FAR4, FAR6):
+        sh("ip", "-n", t.node, "neigh", "replace", far, "lladdr", peer_mac, "dev", t.dev, "nud", "permanent")
+    for near in (HP4, BE4, HP6, BE6):
+        sh("ip", "-n", t.peer, "neigh", "replace", near, "lladdr", node_mac, "dev", "p0", "nud", "permanent")
 
 
 def _down(t: Topo) -> None:
@@ -113,10 +136,6 @@ def topology() -> Iterator[Topo]:
     t = Topo(node=f"c14n-{sfx}", peer=f"c14p-{sfx}", dev=f"c14{n}")
     try:
         _up(t)
-        # warm the neighbour caches from the HP addresses: neighbour discovery sent from a BE address is
-        # itself classified BE and can wait seconds behind a saturated BE class
-        t.ping(HP4, FAR4, count=2, interval="0.2")
-        t.ping(HP6, FAR6, count=2, interval="0.2")
         yield t
     finally:
         _down(t)

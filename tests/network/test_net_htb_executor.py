@@ -219,6 +219,15 @@ for _ in range(200):
 """
 
 
+async def sent(t: Topo, cls: str, base: dict[str, int], want: int, within_s: float = 10.0) -> dict[str, int]:
+    """The class counters once `cls` has sent `want` packets more than in `base`, or at `within_s`: a packet
+    the sender handed over may still wait in its class's queue (BE's 10 Mbit/s) when the sender exits."""
+    deadline = time.monotonic() + within_s
+    while (now := t.class_packets())[cls] - base[cls] < want and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+    return now
+
+
 @pytest.mark.cgroups
 def test_yarn_classified_by_cgroup_with_a_cgroup_skb_program(real_root: RealRoot) -> None:
     """A process in the (real, cgroup2) YARN directory sends from the HP/host address: its packets go to BE;
@@ -240,12 +249,10 @@ def test_yarn_classified_by_cgroup_with_a_cgroup_skb_program(real_root: RealRoot
                                        ["nsenter", f"--net=/run/netns/{t.node}", sys.executable, "-c",
                                         SENDER, dst, src])
                 assert proc.wait(timeout=30) == 0
-                await asyncio.sleep(0.3)
-                mid = t.class_packets()
+                mid = await sent(t, "c01c:20", before, 195)
                 subprocess.run(["ip", "netns", "exec", t.node, sys.executable, "-c", SENDER, dst, src],
                                check=True, timeout=30)
-                await asyncio.sleep(0.3)
-                after = t.class_packets()
+                after = await sent(t, "c01c:10", mid, 195)
                 assert mid["c01c:20"] - before["c01c:20"] >= 195, (dst, before, mid)
                 assert after["c01c:10"] - mid["c01c:10"] >= 195, (dst, mid, after)
                 assert after["c01c:20"] - mid["c01c:20"] <= 2, (dst, mid, after)
