@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Literal
 
 from agent.config.api import ApiConfig
+from agent.config.batch_limits import BatchLimitsConfig
 from agent.config.load import MAX_CONFIG_BYTES, ConfigError, from_mapping, parse_bytes, parse_yaml, short
 from agent.config.metrics import MetricsConfig
 from agent.config.network import NetworkConfig
@@ -90,12 +91,13 @@ class CgroupConfig:
 
 
 def check_psi_trigger(spec: str) -> None:
-    """A PSI trigger as the kernel takes it: "some|full <stall us> <window us>", stall ≤ window ≤ 10 s."""
+    """A PSI trigger as the kernel takes it: "some|full <stall us> <window us>", 0 < stall ≤ window, and a
+    window of 500 ms to 10 s (the kernel refuses any other, root included)."""
     parts = spec.split()
     ok = len(parts) == 3 and parts[0] in ("some", "full") and all(p.isdigit() for p in parts[1:])
-    if not ok or not 0 < int(parts[1]) <= int(parts[2]) <= 10_000_000:
+    if not ok or not (0 < int(parts[1]) <= int(parts[2]) and 500_000 <= int(parts[2]) <= 10_000_000):
         raise ConfigError(f"loop.psi_trigger: must be \"some|full <stall us> <window us>\" with "
-                          f"0 < stall ≤ window ≤ 10000000, got {spec!r}")
+                          f"0 < stall ≤ window and 500000 ≤ window ≤ 10000000, got {spec!r}")
 
 
 @dataclass(frozen=True)
@@ -237,6 +239,7 @@ class AgentConfig:
     batch: BatchConfig = field(default_factory=lambda: BatchConfig(origin="local"))
     protection: ProtectionConfig = field(default_factory=ProtectionConfig)
     network: NetworkConfig = field(default_factory=NetworkConfig)
+    batch_limits: BatchLimitsConfig = field(default_factory=BatchLimitsConfig)
     sources: SourcesConfig = field(default_factory=lambda: SourcesConfig(
         kubelet=KubeletConfig(enabled=False), yarn=NodeManagerConfig(enabled=False),
         kube_api=KubeApiConfig(enabled=False), reporting=ReportingConfig(mode="off")))

@@ -6,7 +6,8 @@ that waits for EPOLLPRI only, and that set's own fd goes to `add_reader`: it is 
 kernel has an event. EPOLLERR means the cgroup is gone; the trigger is then dropped.
 
 Kernel rules (Documentation/accounting/psi.rst): one trigger per fd opened O_RDWR, alive until the fd is
-closed; "<some|full> <stall us> <window us>"; windows under 2 s need CAP_SYS_RESOURCE (EINVAL without it).
+closed; "<some|full> <stall us> <window us>" with a window of 500 ms to 10 s; windows under 2 s need
+CAP_SYS_RESOURCE (EINVAL without it).
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ class _Trigger:
             self.ep = select.epoll()
         except OSError as err:
             os.close(self.fd)
-            why = "windows under 2 s need CAP_SYS_RESOURCE" if err.errno == errno.EINVAL else ""
+            why = _refusal_reason(spec) if err.errno == errno.EINVAL else ""
             raise TriggerRefused(f"write {spec!r} to {path}: {os.strerror(err.errno or 0)}"
                                  + (f" ({why})" if why else "")) from None
         self.ep.register(self.fd, select.EPOLLPRI)
@@ -117,3 +118,26 @@ class PsiWaker:
     def close(self) -> None:
         for path in list(self._triggers):
             self._drop(path)
+
+
+def _refusal_reason(spec: str) -> str:
+    """Why the kernel said EINVAL: a window it never takes, or one under 2 s without CAP_SYS_RESOURCE."""
+    parts = spec.split()
+    window = int(parts[2]) if len(parts) == 3 and parts[2].isdigit() else 0
+    if not 500_000 <= window <= 10_000_000:
+        return "the kernel takes windows of 500 ms to 10 s"
+    if window < 2_000_000 and not _has_sys_resource():
+        return "windows under 2 s need CAP_SYS_RESOURCE"
+    return ""
+
+
+def _has_sys_resource() -> bool:
+    """CAP_SYS_RESOURCE (24) in this process's effective set."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("CapEff:"):
+                    return bool(int(line.split()[1], 16) >> 24 & 1)
+    except OSError:
+        pass
+    return False

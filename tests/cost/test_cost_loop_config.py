@@ -15,13 +15,14 @@ def test_defaults_try_a_half_second_psi_trigger_and_poll_at_2_hz_when_calm() -> 
 
 
 @pytest.mark.parametrize("spec", ["some 20000", "any 20000 500000", "some 0 500000", "some 600000 500000",
-                                  "full 20000 20000000", "some 2e4 500000", "some -1 500000"])
+                                  "full 20000 20000000", "some 2e4 500000", "some -1 500000",
+                                  "full 1000 10000", "some 20000 400000"])
 def test_a_malformed_or_out_of_range_psi_trigger_is_refused(spec: str) -> None:
     with pytest.raises(ConfigError, match=r"loop\.psi_trigger"):
         LoopConfig(psi_trigger=spec)
 
 
-@pytest.mark.parametrize("spec", ["", "some 20000 2000000", "full 1000 10000", "some 10000000 10000000"])
+@pytest.mark.parametrize("spec", ["", "some 20000 2000000", "full 1000 500000", "some 10000000 10000000"])
 def test_valid_psi_triggers_or_none_are_taken(spec: str) -> None:
     assert LoopConfig(psi_trigger=spec).psi_trigger == spec
 
