@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from fractions import Fraction
+from functools import lru_cache
 
 _NUMBER = r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)"
 _QUANTITY = re.compile(rf"^({_NUMBER})(Ki|Mi|Gi|Ti|Pi|Ei|m|k|M|G|T|P|E|[eE][+-]?[0-9]{{1,3}})?$")
@@ -42,6 +43,12 @@ def parse_quantity(value: object) -> Fraction:
         return Fraction(value)
     if not isinstance(value, str):
         raise QuantityError(f"not a quantity: {value!r}")
+    return _parse_text(value)
+
+
+@lru_cache(maxsize=1024)
+def _parse_text(value: str) -> Fraction:
+    """A pod list repeats a few quantity strings many times ("500", "256Mi"): each is parsed once."""
     if len(value) > MAX_TEXT:
         raise QuantityError(f"quantity too long ({len(value)} characters)")
     m = _QUANTITY.match(value.strip())

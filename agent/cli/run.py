@@ -14,8 +14,9 @@ from collections.abc import Mapping
 
 from agent.api.server import ApiStartError, start_api_server
 from agent.config.agent import ConfigError, load_config
+from agent.daemon import batch_limits
 from agent.daemon.logs import setup_logging
-from agent.daemon.runtime import Runtime, build
+from agent.daemon.runtime import Runtime, build, make_layout
 from agent.state import StateFileError
 from cgroups.errors import CgroupError
 from qos.policies import PolicyConfig
@@ -49,6 +50,17 @@ def policy_settings(rt: Runtime) -> tuple[PolicyConfig, Mapping[str, str]]:
     each NodeSLO-mapped one came from: what `status` shows."""
     slo = rt.sources.nodeslo
     return (slo.current, slo.sources) if slo is not None else (rt.cfg.policies, rt.sources.settings_sources())
+
+
+def start_batch_limits(rt: Runtime, stop: asyncio.Event) -> asyncio.Future[None]:
+    """BE pods' batch limits (agent/daemon/batch_limits.py) as a task; a finished future when it is off."""
+    limits = batch_limits.build(rt.cfg.batch_limits, rt.sources.kubelet, rt.writer,
+                                make_layout(rt.cfg, rt.hierarchy), lambda: policy_settings(rt)[0].suppression)
+    if limits is None:
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        done.set_result(None)
+        return done
+    return asyncio.ensure_future(limits.run(stop))
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -102,6 +114,7 @@ async def serve(config_path: str, dry_run: bool = False, ready: asyncio.Event | 
     sources = asyncio.create_task(rt.sources.run(stop))
     trim = loop.call_later(STARTUP_TRIM_AFTER_S, release_startup_memory)
     network = asyncio.create_task(rt.network.run(stop)) if rt.network is not None else None
+    limits_task = start_batch_limits(rt, stop)
     try:
         if ready is not None:
             ready.set()
@@ -111,6 +124,8 @@ async def serve(config_path: str, dry_run: bool = False, ready: asyncio.Event | 
         trim.cancel()
         with contextlib.suppress(Exception):
             await sources
+        with contextlib.suppress(Exception):
+            await limits_task
         await rt.executor.drain(timeout_s=cfg.eviction.grace_period_s + 2)
         rt.executor.release_be()
         if network is not None:  # removes our egress tree (network.remove_on_exit) once `stop` is set

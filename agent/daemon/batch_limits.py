@@ -22,12 +22,15 @@ import os
 import time
 from collections.abc import Callable
 
+from agent.config.batch_limits import BatchLimitsConfig
 from agent.executors.batch_limits import BatchLimitsExecutor, PassReport
 from agent.sources.kubelet import KubeletSource
 from cgroups.errors import CgroupError
 from cgroups.layout import Layout
 from cgroups.watch import DirEvent, DirWatcher
-from qos.batch_limits import plan
+from cgroups.writer import CgroupWriter
+from qos.batch_limits import plan, pod_quota_allowed
+from qos.suppression import SuppressionConfig
 
 log = logging.getLogger("coloc.batch_limits")
 
@@ -57,9 +60,14 @@ class BatchLimitsController:
 
     # -- one pass ----------------------------------------------------------------------------------------
 
-    def pass_once(self) -> PassReport:
-        """The latest pod list → plans → writes."""
-        report = self.executor.apply(plan(self._kubelet.batch_pods(), cfs_quota=self._cfs_quota()))
+    def pass_once(self, *, changed_only: bool = False) -> PassReport:
+        """The latest pod list → plans → writes. `changed_only` (a creation): only the pods whose plan is
+        not in place yet (a new pod, a new container), so a creation costs the same on a node of 5 or 500
+        BE pods; the periodic pass re-reads them all."""
+        plans = plan(self._kubelet.batch_pods(), cfs_quota=self._cfs_quota())
+        if changed_only:
+            plans = tuple(p for p in plans if not self.executor.holds(p))
+        report = self.executor.apply(plans, restore=not changed_only)
         self.last = report
         self.passes += 1
         self._settle()
@@ -83,7 +91,7 @@ class BatchLimitsController:
     async def fetch_and_pass(self) -> PassReport:
         await self._kubelet.refresh()
         self.fetches += 1
-        return self.pass_once()
+        return self.pass_once(changed_only=True)
 
     # -- inotify -----------------------------------------------------------------------------------------
 
@@ -207,3 +215,23 @@ async def _first(stop: asyncio.Event, kick: asyncio.Event, timeout: float) -> bo
         for w in waits:
             w.cancel()
     return bool(done)
+
+
+def build(cfg: BatchLimitsConfig, kubelet: KubeletSource | None, writer: CgroupWriter, layout: Layout,
+          suppression: Callable[[], SuppressionConfig]) -> BatchLimitsController | None:
+    """The controller the daemon runs (None when off, or without the kubelet: no BE pods to read).
+    `suppression` gives the suppression settings in force (the NodeSLO's, else the YAML's)."""
+    if not cfg.enabled or kubelet is None:
+        return None
+
+    def cfs_quota() -> bool:
+        if cfg.cfs_quota != "auto":
+            return cfg.cfs_quota == "on"
+        return pod_quota_allowed(suppression())
+
+    if not cfs_quota():
+        log.info("BE pods get no CFS quota of their own while the BE tier is suppressed by a quota "
+                 "(a v1 parent's quota may not be below a child's); their shares and the tier bound them")
+    return BatchLimitsController(kubelet, BatchLimitsExecutor(writer), layout,
+                                 lambda rel: writer.path("cpu", rel), resync_s=cfg.resync_s,
+                                 watch=cfg.on_creation, cfs_quota=cfs_quota)

@@ -72,8 +72,14 @@ class BatchLimitsExecutor:
         w = self._writer
         return all(os.path.isdir(w.path(ctrl, rel)) for ctrl in ("cpu", "memory"))
 
-    def apply(self, plans: Sequence[PodPlan]) -> PassReport:
-        """Put every plan's limits in place; restore the pods this executor held that no plan names."""
+    def holds(self, p: PodPlan) -> bool:
+        """Whether exactly this plan was put in place already (every container of it included)."""
+        e = self.enforced.get(p.key)
+        return e is not None and e.pod == p.pod and e.containers == p.containers and e.source == p.source
+
+    def apply(self, plans: Sequence[PodPlan], *, restore: bool = True) -> PassReport:
+        """Put every plan's limits in place; with `restore` (a pass over every pod), restore the pods this
+        executor held that no plan names."""
         pending: dict[str, str] = {}
         written = 0
         live: set[str] = set()
@@ -92,8 +98,8 @@ class BatchLimitsExecutor:
                 pending[p.key] = f"pod cgroup {p.pod.rel} is not there (yet)"
                 continue
             written += n
-        restored = tuple(self._restore(k) for k in sorted(set(self.enforced) - live))
-        self.errors = pending
+        restored = tuple(self._restore(k) for k in sorted(set(self.enforced) - live)) if restore else ()
+        self.errors = pending if restore else {**self.errors, **pending}
         self.writes += written
         return PassReport(len(self.enforced), written, pending, restored)
 

@@ -1,0 +1,36 @@
+"""Config of BE pods' batch limits (`batch_limits:`): koordlet's `batchresource` hook, done by the agent."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from agent.config.load import ConfigError
+
+__all__ = ["BatchLimitsConfig"]
+
+
+@dataclass(frozen=True)
+class BatchLimitsConfig:
+    """Pod- and container-level cgroup limits of pods labelled `koordinator.sh/qosClass: BE`, from their
+    `kubernetes.io/batch-cpu` / `batch-memory` (docs/batch-resources.md). On by default, as koordlet's hook
+    is; it acts only with the kubelet source on.
+
+    `on_creation`: watch the BE tier (inotify) and put a new pod's limits in place as its cgroup is made;
+    `resync_s`: the periodic pass over every BE pod (koordlet's reconciler: 10 s); `cfs_quota`: `auto` gives
+    BE pods no CFS quota of their own while suppression caps the BE tier by a quota (koordlet's rule), `on`
+    always, `off` never."""
+
+    enabled: bool = True
+    on_creation: bool = True
+    resync_s: float = 10.0
+    cfs_quota: str = "auto"
+
+    def __post_init__(self) -> None:
+        for name in ("enabled", "on_creation"):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(f"batch_limits.{name}: must be true or false, got {getattr(self, name)!r}")
+        if isinstance(self.resync_s, bool) or not isinstance(self.resync_s, int | float) or not (
+                1.0 <= self.resync_s <= 600.0):
+            raise ConfigError(f"batch_limits.resync_s: must be in [1, 600] seconds, got {self.resync_s!r}")
+        if self.cfs_quota not in ("auto", "on", "off"):
+            raise ConfigError(f"batch_limits.cfs_quota: must be auto, on or off, got {self.cfs_quota!r}")
