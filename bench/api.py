@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import signal
 import statistics
@@ -27,6 +26,7 @@ import tempfile
 import time
 
 import grpc
+from benchkit import finish
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from agent.api.client import AgentClient
@@ -323,8 +323,7 @@ def main() -> int:
             agent.wait(10)
     for k, v in out.items():
         print(f"{k:55} {v}")
-    print(json.dumps(out))
-    return 0
+    return finish("bench/api.py", out, ("snapshot_p99_ms", "watch_events_per_s_1_subscriber"))
 
 
 if __name__ == "__main__":

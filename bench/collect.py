@@ -18,7 +18,6 @@ object. Needs root and writable cgroups. Everything it creates is removed, also 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import signal
 import statistics
@@ -29,6 +28,8 @@ import uuid
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchkit import finish, require_tools
 
 from cgroups.discovery import Hierarchy, discover
 from cgroups.reader import CgroupReader, read_size
@@ -97,6 +98,7 @@ def main(argv: list[str]) -> int:
     if args.quick:
         args.repeat, args.sizes = 3, "50,100"
     sizes = [int(x) for x in args.sizes.split(",")]
+    require_tools("bench/collect.py", ("sleep",))  # the processes in some cgroups
 
     hierarchy = discover()
     root = f"coloc-bench-{uuid.uuid4().hex[:12]}"
@@ -145,8 +147,7 @@ def main(argv: list[str]) -> int:
         summary[f"{config}_worst_collect_ms_per_1000"] = worst_per_1000
         summary[f"{config}_targets_met"] = ok
     summary["results"] = results
-    print(json.dumps(summary))
-    return 0
+    return finish("bench/collect.py", summary, ("psi_worst_ratio", "no_psi_worst_collect_ms_per_1000"))
 
 
 if __name__ == "__main__":

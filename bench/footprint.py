@@ -31,7 +31,6 @@ Needs root and writable cgroups. Last line: one JSON object.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import socket
@@ -47,6 +46,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO), str(REPO / "tests")]
 
 import yaml  # noqa: E402
+from benchkit import finish, require_tools  # noqa: E402
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 from realcg import RealRoot  # noqa: E402
 
@@ -287,6 +287,7 @@ def parse() -> argparse.Namespace:
 
 def main() -> int:
     args = parse()
+    require_tools("bench/footprint.py", ("sleep",))  # the workloads' processes
     root = RealRoot(prefix="coloc-bench-footprint")
     d = Path(tempfile.mkdtemp(prefix="coloc-fp-", dir="/tmp"))  # short: unix socket paths ≤ 107 bytes
     try:
@@ -312,8 +313,8 @@ def main() -> int:
               f"CPU ≤ {TARGET_CPU_PERCENT} % {'met' if met['cpu' + suffix] else 'NOT met'}, "
               f"wake-ups ≤ {TARGET_WAKEUPS_PER_S}/s {'met' if met['wakeups' + suffix] else 'NOT met'}, "
               f"RSS ≤ {TARGET_RSS_MB} MB {'met' if met['rss' + suffix] else 'NOT met'}")
-    print(json.dumps(out))
-    return 0
+    return finish("bench/footprint.py", out,
+                  ("cpu_percent", "wakeups_per_s", "rss_mb", "rss_saved_by_lazy_kube_mb"))
 
 
 if __name__ == "__main__":

@@ -86,6 +86,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import yaml
+from benchkit import require_tools
 
 from agent.config.agent import load_config
 from agent.daemon.runtime import BE_SHARES, BE_TIER, machine_capacity, remove_tree, setup_tiers
@@ -971,12 +972,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
+    require_tools("bench/interference.py", ("stress-ng",))  # the BE load
     if os.geteuid() != 0:
         print("bench/interference.py: needs root (it creates cgroups and moves processes into them)",
-              file=sys.stderr)
-        return 2
-    if shutil.which("stress-ng") is None:
-        print("bench/interference.py: stress-ng is not installed (Debian: apt-get install stress-ng)",
               file=sys.stderr)
         return 2
     result: dict[str, object] = {}

@@ -47,6 +47,7 @@ sys.path[:0] = [str(REPO), str(REPO / "tests")]
 import grpc  # noqa: E402
 import psutil  # noqa: E402
 import yaml  # noqa: E402
+from benchkit import finish  # noqa: E402
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 from realcg import RealRoot  # noqa: E402
 
@@ -486,8 +487,8 @@ def main() -> int:
     print(f"target tick interval p99 ≤ {TARGET_TICK_P99_RATIO} × configured: {'met' if ok else 'NOT met'}; "
           f"quiet GetSnapshot p99 {out['snapshot_quiet_p99_ms']} ms vs target {TARGET_SNAPSHOT_P99_MS} ms: "
           f"{'met' if out['snapshot_quiet_p99_ms'] <= TARGET_SNAPSHOT_P99_MS else 'NOT met'}")
-    print(json.dumps(out))
-    return 0
+    return finish("bench/load.py", out, ("tick_interval_p99_ratio", "rpc_snapshot_p99_ms", "agent_vm_hwm_mib",
+                                         "errors", "snapshot_quiet_p99_ms"))
 
 
 if __name__ == "__main__":

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import signal
 import socket
 import socketserver
@@ -39,6 +38,7 @@ sys.path[:0] = [str(REPO), str(REPO / "tests"), str(REPO / "tests" / "payload")]
 
 import psutil  # noqa: E402
 import yaml  # noqa: E402
+from benchkit import finish  # noqa: E402
 from fakes.kubelet import FakeKubelet  # noqa: E402
 from payloadkit import FIX, pod_copies, podlist_body  # noqa: E402
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
@@ -189,8 +189,7 @@ def main() -> int:
     met = summary["tick_cadence_ratio_50mb"] >= TARGET_CADENCE  # type: ignore[operator]
     summary["target_met_cadence_50mb"] = met
     print(f"target: cadence with a 50 MB body ≥ {TARGET_CADENCE}: {'met' if met else 'NOT met'}")
-    print(json.dumps(summary))
-    return 0
+    return finish("bench/payload.py", summary, ("tick_cadence_ratio_50mb",))
 
 
 if __name__ == "__main__":

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import statistics
 import subprocess
 import sys
@@ -36,6 +35,7 @@ sys.path[:0] = [str(REPO), str(REPO / "tests"), str(REPO / "tests" / "api")]
 import grpc  # noqa: E402
 from agentfleet import Agent, start_all, stop_all  # noqa: E402
 from apikit import app_id, cid  # noqa: E402
+from benchkit import finish  # noqa: E402
 from realcg import RealRoot  # noqa: E402
 
 from agent.api.client import AgentClient  # noqa: E402
@@ -368,8 +368,7 @@ def main() -> int:
         root.cleanup()
     for k, v in out.items():
         print(f"{k:48} {v}")
-    print(json.dumps(out))
-    return 0
+    return finish("bench/recovery.py", out)
 
 
 if __name__ == "__main__":
