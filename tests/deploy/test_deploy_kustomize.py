@@ -78,10 +78,34 @@ def test_each_overlay_config_loads_with_the_agents_own_loader(overlay: str, tmp_
         assert cfg.metrics.port != KOORDLET_PORT
 
 
-def test_replace_koordlet_differs_from_koordinator_only_in_the_port() -> None:
+# What each overlay's name promises about koordlet's two Koordinator objects: in koordlet's place, the agent
+# writes the NodeMetric (without it koord-manager zeroes the batch resources, and every admission is refused)
+# and reads the NodeSLO; beside koordlet ("koordinator"), koordlet does both and the agent does neither (two
+# writers of one NodeMetric would undo each other); standalone has no API server at all.
+KOORDLET_DUTIES = {"replace-koordlet": True, "koordinator": False, "standalone": False}
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_each_overlay_reports_nodemetric_and_reads_nodeslo_as_its_name_promises(overlay: str,
+                                                                                  tmp_path: Path) -> None:
+    path = tmp_path / "config.yaml"
+    path.write_text(config_text(overlay))
+    cfg = load_config(path)
+    duties = KOORDLET_DUTIES[overlay]
+    assert cfg.sources.nodemetric.enabled is duties, f"{overlay}: sources.nodemetric.enabled"
+    assert cfg.sources.nodeslo.enabled is duties, f"{overlay}: sources.nodeslo.enabled"
+    if duties:  # the API calls they make are granted (test_deploy_rbac.py checks every rule against the code)
+        resources = {r for rule in one(overlay, "ClusterRole")["rules"] for r in rule["resources"]}
+        assert {"nodemetrics", "nodemetrics/status", "nodeslos"} <= resources
+
+
+def test_replace_koordlet_differs_from_koordinator_in_the_port_and_koordlets_duties_only() -> None:
     beside = yaml.safe_load(config_text("koordinator"))
     instead = yaml.safe_load(config_text("replace-koordlet"))
     assert beside["metrics"].pop("port") != instead["metrics"].pop("port")
+    assert "nodemetric" not in beside["sources"] and "nodeslo" not in beside["sources"]
+    assert instead["sources"].pop("nodemetric") == {"enabled": True}
+    assert instead["sources"].pop("nodeslo") == {"enabled": True}
     assert beside == instead
 
 
