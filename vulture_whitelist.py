@@ -13,7 +13,6 @@ _.denied  # agent/api/authz.py: set on the servicer context, read by the audit l
 # Fields of records: filled by parsers, read through dataclasses.asdict / the proto conversion / status.
 _.container_ids, _.batch_requests, _.known_to_nm  # agent/sources/result.py: PodInfo, YarnContainerInfo
 _.started_at_ms  # agent/sources/yarn.py: NmContainer, as the NodeManager reports it
-_.third_party  # agent/reporting/node_annotations.py: the parsed annotation the reporter keeps
 _.events_applied  # agent/recovery/cluster.py: recovery progress printed by `recover --verbose`
 _.events_applied
 _.originators  # agent/recovery/yunikorn.py: per-application originator map of the mapping record
@@ -38,7 +37,6 @@ _.format_psi, _.read_size  # cgroups/parsers.py, reader.py: PSI formatting and s
 
 # Public API for callers outside the daemon.
 _.watch_raw  # agent/api/client.py: raw Watch bytes for schedulers that decode themselves (bench/recovery)
-_.admit_batch  # qos/batch.py: the pure admission rule behind the ledger's Admit, tested on its own
 _.get_logger  # agent/daemon/logs.py: the structured logger for embedders of the daemon
 #                   (an unknown pod cgroup) is not wired since notice_pod_uids went (see the closing note)
 

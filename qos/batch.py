@@ -1,38 +1,43 @@
 """One batch ledger for two schedulers: Kubernetes BE pods and YARN containers share `origin_batch_total`.
 
 `origin` comes from the node annotation `node.koordinator.sh/originExtendedAllocatable` or is computed
-locally (usage policy: `capacity − safety_margin − max(system_used, reserved) − Σ HP_used`). When
-`k8s_requested + yarn_requested > origin` the node is overcommitted: new batch admissions are refused and
-allocations are released, lowest priority first, newest first among equals, until the ledger fits.
+locally (usage policy: `capacity − safety_margin − max(system_used, reserved) − Σ HP_used`). Other allocators
+may hold part of it: their `koord-batch` entries in `node.koordinator.sh/thirdPartyAllocations`, which
+koord-manager subtracts (`qos.koord_annotations`). When `k8s_requested + yarn_requested + others > origin` the
+node is overcommitted: new batch admissions are refused (`qos.admission`, the one rule, fed this policy's
+`BatchState.budget`) and allocations are released, lowest priority first, newest first among equals, until
+the ledger fits.
 Pure: no I/O, no clock (time is the snapshot's `taken_at`).
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
-from qos import validation, victims
+from qos import koord_annotations, validation, victims
 from qos.actions import Action, Evict, EvictReason, Hold
+from qos.admission import AdmissionFacts, BatchBudget, admit
+from qos.koord_annotations import (
+    MAX_MEMORY_BYTES,
+    MAX_MILLI_CPU,
+    BatchAnnotationError,
+    koord_batch_total,
+    parse_origin_annotation,
+    third_party_allocations,
+)
 from qos.model import NodeSnapshot, Resources, Source, Workload
 from qos.pipeline import Policy
-from qos.quantity import QuantityError, to_int
 
-BATCH_CPU = "kubernetes.io/batch-cpu"
-BATCH_MEMORY = "kubernetes.io/batch-memory"
-ORIGIN_ANNOTATION = "node.koordinator.sh/originExtendedAllocatable"
-THIRD_PARTY_ANNOTATION = "node.koordinator.sh/thirdPartyAllocations"
 POLICY = "batch_overcommit"
-
-# Sanity bounds for values read from annotations: a node of a million cores or an exbibyte is a typo.
-MAX_MILLI_CPU = 10**9
-MAX_MEMORY_BYTES = 2**60
-
-
-class BatchAnnotationError(ValueError):
-    """A batch annotation is malformed; the message names the annotation and what is wrong."""
+# Koordinator's annotations (their wire format: qos.koord_annotations), importable from here as before.
+BATCH_CPU = koord_annotations.BATCH_CPU
+BATCH_MEMORY = koord_annotations.BATCH_MEMORY
+ORIGIN_ANNOTATION = koord_annotations.ORIGIN_ANNOTATION
+THIRD_PARTY_ANNOTATION = koord_annotations.THIRD_PARTY_ANNOTATION
+parse_third_party_allocations = koord_annotations.parse_third_party_allocations
+third_party_allocations_json = koord_annotations.third_party_allocations_json
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +113,15 @@ class BatchState:
     blocked: Mapping[str, float] = field(default_factory=dict)  # key -> when its eviction was refused
     over_since: float | None = None  # when the ledger last became overcommitted
     suspect_since: float | None = None  # when a zero or sharply lower annotation origin was first seen
+    # This tick's facts for admissions (`budget`): why the origin in force may not be counted on now (None:
+    # it may), and what other allocators hold (their koord-batch entries, subtracted by koord-manager).
+    held: str | None = None
+    others: Resources = field(default_factory=Resources)
+
+    @property
+    def budget(self) -> BatchBudget:
+        """The batch budget as this policy holds it, for the admission rule (`qos.admission`)."""
+        return BatchBudget(self.origin, self.held, self.others)
 
 
 def note_blocked(state: BatchState, key: str, at: float) -> BatchState:
@@ -119,15 +133,19 @@ def note_blocked(state: BatchState, key: str, at: float) -> BatchState:
 
 @dataclass(frozen=True, slots=True)
 class BatchLedgerView:
-    """The ledger at one tick. `overcommit` is how far requests exceed origin (0 where they fit)."""
+    """The ledger at one tick. `overcommit` is how far requests exceed origin (0 where they fit).
+
+    `others`: what other allocators hold of the origin (their `koord-batch` entries in
+    `node.koordinator.sh/thirdPartyAllocations`, which koord-manager subtracts from it)."""
 
     origin: Resources
     k8s_requested: Resources
     yarn_requested: Resources
+    others: Resources = field(default_factory=Resources)
 
     @property
     def requested(self) -> Resources:
-        return self.k8s_requested + self.yarn_requested
+        return self.k8s_requested + self.yarn_requested + self.others
 
     @property
     def overcommit(self) -> Resources:
@@ -153,80 +171,11 @@ class BatchLedgerView:
             "k8s_memory_bytes": self.k8s_requested.memory_bytes,
             "yarn_milli_cpu": self.yarn_requested.milli_cpu,
             "yarn_memory_bytes": self.yarn_requested.memory_bytes,
+            "others_milli_cpu": self.others.milli_cpu,
+            "others_memory_bytes": self.others.memory_bytes,
             "overcommit_milli_cpu": o.milli_cpu,
             "overcommit_memory_bytes": o.memory_bytes,
         }
-
-
-@dataclass(frozen=True, slots=True)
-class Admission:
-    accepted: bool
-    reason: str
-
-
-# ---------------------------------------------------------------- annotations
-
-
-def _resource_pair(resources: object, where: str) -> Resources:
-    if not isinstance(resources, Mapping):
-        raise BatchAnnotationError(f"{where}: 'resources' must be an object, got {type(resources).__name__}")
-    values: dict[str, int] = {}
-    for name in (BATCH_CPU, BATCH_MEMORY):
-        raw = resources.get(name, "0")
-        try:
-            v = to_int(raw)
-        except QuantityError as err:
-            raise BatchAnnotationError(f"{where}: {name}: {err}") from err
-        bound = MAX_MILLI_CPU if name == BATCH_CPU else MAX_MEMORY_BYTES
-        if not 0 <= v <= bound:
-            raise BatchAnnotationError(f"{where}: {name}: {v} is out of range [0, {bound}]")
-        values[name] = v
-    return Resources(values[BATCH_CPU], values[BATCH_MEMORY])
-
-
-def _load_json(text: object, where: str) -> object:
-    if not isinstance(text, str):
-        raise BatchAnnotationError(f"{where}: expected a JSON string, got {type(text).__name__}")
-    if len(text) > 65536:
-        raise BatchAnnotationError(f"{where}: {len(text)} characters, more than 65536")
-    try:
-        return json.loads(text)
-    except ValueError as err:
-        raise BatchAnnotationError(f"{where}: not valid JSON: {err}") from err
-
-
-def parse_origin_annotation(text: object) -> Resources:
-    """`{"resources":{"kubernetes.io/batch-cpu":"<milli>","kubernetes.io/batch-memory":"<bytes>"}}`."""
-    data = _load_json(text, ORIGIN_ANNOTATION)
-    if not isinstance(data, Mapping) or "resources" not in data:
-        raise BatchAnnotationError(f"{ORIGIN_ANNOTATION}: expected an object with 'resources'")
-    return _resource_pair(data["resources"], ORIGIN_ANNOTATION)
-
-
-def parse_third_party_allocations(text: object) -> dict[str, Resources]:
-    """Allocation name → resources, from `{"allocations":[{"name","priority","resources"}, …]}`."""
-    data = _load_json(text, THIRD_PARTY_ANNOTATION)
-    allocs = data.get("allocations") if isinstance(data, Mapping) else None
-    if not isinstance(allocs, list):
-        raise BatchAnnotationError(f"{THIRD_PARTY_ANNOTATION}: expected an object with an 'allocations' list")
-    out: dict[str, Resources] = {}
-    for i, a in enumerate(allocs):
-        where = f"{THIRD_PARTY_ANNOTATION}: allocations[{i}]"
-        if not isinstance(a, Mapping) or not isinstance(a.get("name"), str):
-            raise BatchAnnotationError(f"{where}: expected an object with a string 'name'")
-        out[a["name"]] = _resource_pair(a.get("resources", {}), where)
-    return out
-
-
-def third_party_allocations_json(yarn: Resources, name: str = "hadoop-yarn",
-                                 priority: str = "koord-batch") -> str:
-    """The koordinator-compatible annotation value for YARN's allocations (batch-cpu milli, memory bytes)."""
-    doc = {"allocations": [{
-        "name": name,
-        "priority": priority,
-        "resources": {BATCH_CPU: str(max(0, yarn.milli_cpu)), BATCH_MEMORY: str(max(0, yarn.memory_bytes))},
-    }]}
-    return json.dumps(doc, separators=(",", ":"), sort_keys=True)
 
 
 # ---------------------------------------------------------------- origin
@@ -359,33 +308,26 @@ def yarn_requested(workloads: Iterable[Workload]) -> Resources:
     return total
 
 
-def ledger_view(origin: Resources, workloads: Iterable[Workload]) -> BatchLedgerView:
+def ledger_view(origin: Resources, workloads: Iterable[Workload],
+                others: Resources | None = None) -> BatchLedgerView:
     ws = tuple(workloads)
-    return BatchLedgerView(origin, k8s_requested(ws), yarn_requested(ws))
+    return BatchLedgerView(origin, k8s_requested(ws), yarn_requested(ws), others or Resources())
 
 
-def admit_batch(view: BatchLedgerView | None, request: Resources,
-                stale: Mapping[str, str] | None = None) -> Admission:
-    """Whether a new batch allocation of `request` may be placed on this node now."""
-    if request.milli_cpu < 0 or request.memory_bytes < 0:
-        return Admission(False, "invalid request: negative resources")
-    if stale:
-        which = ", ".join(f"{k}: {v}" for k, v in sorted(stale.items()))
-        return Admission(False, f"stale data ({which})")
-    if view is None:
-        return Admission(False, "batch origin unknown")
-    if view.overcommitted:
-        o = view.overcommit
-        return Admission(False, f"batch overcommitted by {o.milli_cpu}m CPU / {o.memory_bytes} B memory")
-    if not request.fits_in(view.free):
-        f = view.free
-        return Admission(False, f"does not fit: free {f.milli_cpu}m CPU / {f.memory_bytes} B memory")
-    return Admission(True, "fits")
+def other_allocations(snapshot: NodeSnapshot, yarn_entries: Collection[str] = ()) -> Resources:
+    """What other allocators hold: the `koord-batch` entries of the snapshot's `thirdPartyAllocations`
+    (koord-manager subtracts every one from the origin), except `yarn_entries`, the entries that report the
+    YARN this agent counts itself from its NodeManager (its own and koord-yarn-operator's). Raises
+    BatchAnnotationError for a value koord-manager cannot read either, or an entry that cannot be counted."""
+    if snapshot.third_party_annotation is None:
+        return Resources()
+    return koord_batch_total(third_party_allocations(snapshot.third_party_annotation), yarn_entries)
 
 
-def _origin(snapshot: NodeSnapshot, cfg: BatchConfig,
-            state: BatchState) -> tuple[Resources | None, BatchState, list[Action]]:
-    """The origin in force (None: do not act), and a Hold saying why it is held or unknown."""
+def _origin(snapshot: NodeSnapshot, cfg: BatchConfig, state: BatchState,
+            yarn_entries: Collection[str]) -> tuple[Resources | None, BatchState, list[Action]]:
+    """The origin in force (None: do not act), the state with this tick's admission facts (why the origin
+    is held, what other allocators hold), and a Hold saying why it is held or unknown."""
     held: str | None = None
     try:
         if cfg.origin == "annotation":
@@ -393,8 +335,17 @@ def _origin(snapshot: NodeSnapshot, cfg: BatchConfig,
         else:
             origin, state = origin_batch_total(snapshot, cfg, state)
     except BatchAnnotationError as err:
-        return None, state, [Hold(POLICY, f"origin unusable: {err}")]
+        why = f"origin unusable: {err}"
+        return None, replace(state, held=why), [Hold(POLICY, why)]
     holds: list[Action] = [Hold(POLICY, f"origin held: {held}")] if held else []
+    try:
+        others = other_allocations(snapshot, yarn_entries)
+    except BatchAnnotationError as err:
+        # koord-manager cannot read it either. The room left is not known (admissions refused), but what
+        # this node's schedulers hold is: an overcommit without the others' share is certain, and released.
+        others, held = Resources(), f"other allocators' holdings unusable: {err}"
+        holds.append(Hold(POLICY, held))
+    state = replace(state, held=held, others=others)
     if origin is None and not holds:
         holds = [Hold(POLICY, "origin unknown")]
     return origin, state, holds
@@ -444,8 +395,9 @@ def _evictions(victims: list[Workload], view: BatchLedgerView, releasing: Resour
     numbers["pending_release_milli_cpu"] = releasing.milli_cpu
     numbers["pending_release_memory_bytes"] = releasing.memory_bytes
     over = view.overcommit
+    others = f" + other allocators {view.others.milli_cpu}m" if view.others != Resources() else ""
     msg_head = (f"batch overcommitted by {over.milli_cpu}m CPU / {over.memory_bytes} B memory: "
-                f"k8s {view.k8s_requested.milli_cpu}m + yarn {view.yarn_requested.milli_cpu}m "
+                f"k8s {view.k8s_requested.milli_cpu}m + yarn {view.yarn_requested.milli_cpu}m{others} "
                 f"> origin {origin.milli_cpu}m")
     return [Evict(
         key=v.key, reason=EvictReason.BATCH_OVERCOMMIT,
@@ -454,21 +406,29 @@ def _evictions(victims: list[Workload], view: BatchLedgerView, releasing: Resour
         numbers=numbers) for v in victims]
 
 
-def decide_batch(snapshot: NodeSnapshot, cfg: BatchConfig,
-                 state: BatchState) -> tuple[list[Action], BatchState]:
-    """Release allocations until `k8s + yarn ≤ origin`; hold (with the reason) when it may not act."""
-    origin, state, holds = _origin(snapshot, cfg, state)
+def decide_batch(snapshot: NodeSnapshot, cfg: BatchConfig, state: BatchState,
+                 yarn_entries: Collection[str] = ()) -> tuple[list[Action], BatchState]:
+    """Release allocations until `k8s + yarn + other allocators ≤ origin`; hold (with the reason) when it
+    may not act. `yarn_entries`: see `other_allocations`. When admissions are refused and nothing else this
+    returns says why (stale data, the ledger within budget), a Hold gives the admission rule's reason."""
+    origin, state, holds = _origin(snapshot, cfg, state, yarn_entries)
     if origin is None:
         return holds, state
     actions, state = _ledger_actions(snapshot, cfg, state, origin)
-    return holds + actions, state
+    actions = holds + actions
+    if not actions:
+        held = k8s_requested(snapshot.workloads) + yarn_requested(snapshot.workloads)
+        gate = admit(Resources(), AdmissionFacts(state.budget, held, snapshot.stale))
+        if not gate.accepted:
+            actions.append(Hold(POLICY, f"admissions refused: {gate.reason}"))
+    return actions, state
 
 
 def _ledger_actions(snapshot: NodeSnapshot, cfg: BatchConfig, state: BatchState,
                     origin: Resources) -> tuple[list[Action], BatchState]:
     """Release allocations until `k8s + yarn ≤ origin` (the origin in force)."""
     state = _forget_expired(snapshot, cfg, state)
-    view = ledger_view(origin, snapshot.workloads)
+    view = ledger_view(origin, snapshot.workloads, state.others)
     if not view.overcommitted:
         return [], replace(state, over_since=None)
     since = snapshot.taken_at if state.over_since is None else state.over_since
@@ -501,13 +461,15 @@ class BatchPolicy(Policy[BatchState]):
 
     config: BatchConfig = field(default_factory=lambda: BatchConfig(origin="local"))
     name: str = POLICY
+    # The thirdPartyAllocations entries that report the YARN the agent counts itself (see other_allocations).
+    yarn_entries: tuple[str, ...] = ()
 
     def initial_state(self) -> BatchState:
         return BatchState()
 
     def decide(self, snapshot: NodeSnapshot, state: BatchState,
                pending: frozenset[str] = frozenset()) -> tuple[list[Action], BatchState]:
-        return decide_batch(snapshot, self.config, state)
+        return decide_batch(snapshot, self.config, state, self.yarn_entries)
 
     def refused(self, state: BatchState, key: str, at: float) -> BatchState:
         return note_blocked(state, key, at)

@@ -157,8 +157,9 @@ class NodeSnapshot:
     `hp_cpu_pressure_some_avg10` is CPU PSI `some` of the HP workloads (percent, the worst of them) over
     the last collection window, where the kernel has it; the collector derives it from the cumulative
     stall counter, because the kernel's own avg10 moves only every 2 s.
-    `origin_annotation` is the node's batch origin annotation text as read (None: not read, or absent);
-    `drain` the drain in progress. The daemon fills both from the API server and the ledger.
+    `origin_annotation` is the node's batch origin annotation text as read (None: not read, or absent), and
+    `third_party_annotation` its `node.koordinator.sh/thirdPartyAllocations` likewise;
+    `drain` the drain in progress. The daemon fills them from the API server and the ledger.
     `usage_report_age_s`: seconds since our last successful usage report (Koordinator NodeMetric) to the
     API server; None when none was written (or reporting is off).
     `network`: the egress shaper's last reading (None when network control is off).
@@ -177,6 +178,7 @@ class NodeSnapshot:
     stale: Mapping[str, str] = field(default_factory=dict)
     interval_s: float = 1.0
     origin_annotation: str | None = None
+    third_party_annotation: str | None = None
     drain: DrainView | None = None
     usage_report_age_s: float | None = None
     network: NetworkSample | None = None

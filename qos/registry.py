@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from qos.admission import BatchBudget
 from qos.batch import BatchConfig, BatchPolicy, BatchState
 from qos.cpu_eviction import CpuEvictionPolicy
 from qos.drain import DrainPolicy
@@ -32,19 +33,22 @@ def node_qos_policies(config: PolicyConfig) -> tuple[Policy[Any], ...]:
 
 
 def policies(config: PolicyConfig, batch: BatchConfig | None = None,
-             network: NetworkPolicyConfig | None = None) -> tuple[Policy[Any], ...]:
-    """Every policy of a tick, in the order they run (BE egress last: it acts only on network readings)."""
+             network: NetworkPolicyConfig | None = None,
+             yarn_entries: tuple[str, ...] = ()) -> tuple[Policy[Any], ...]:
+    """Every policy of a tick, in the order they run (BE egress last: it acts only on network readings).
+    `yarn_entries`: the thirdPartyAllocations entries that report the YARN the agent counts itself."""
     return (
         *node_qos_policies(config),
-        BatchPolicy(batch or BatchConfig(origin="local")),
+        BatchPolicy(batch or BatchConfig(origin="local"), yarn_entries=yarn_entries),
         DrainPolicy(),
         *((NetworkPolicy(network),) if network is not None else ()),
     )
 
 
 def build_pipeline(config: PolicyConfig, batch: BatchConfig | None = None,
-                   network: NetworkPolicyConfig | None = None) -> Pipeline:
-    return Pipeline(policies(config, batch, network))
+                   network: NetworkPolicyConfig | None = None,
+                   yarn_entries: tuple[str, ...] = ()) -> Pipeline:
+    return Pipeline(policies(config, batch, network, yarn_entries))
 
 
 def be_cpu_grant(pipeline: Pipeline, state: PipelineState,
@@ -60,8 +64,15 @@ def be_cpu_grant(pipeline: Pipeline, state: PipelineState,
 
 def batch_origin(pipeline: Pipeline, state: PipelineState) -> Resources | None:
     """The batch budget (origin) in force, None while unknown (or with no batch policy)."""
+    budget = batch_budget(pipeline, state)
+    return budget.origin if budget is not None else None
+
+
+def batch_budget(pipeline: Pipeline, state: PipelineState) -> BatchBudget | None:
+    """The batch budget as the batch policy holds it (origin in force, why it is held, what other allocators
+    hold): the admission rule's facts. None with no batch policy."""
     for p in pipeline.policies:
         if isinstance(p, BatchPolicy):
             batch = state[p.name]
-            return batch.origin if isinstance(batch, BatchState) else None
+            return batch.budget if isinstance(batch, BatchState) else BatchBudget()
     return None

@@ -23,9 +23,10 @@ from agent.daemon.psi_wake import ADAPTIVE_POLL, OFF, PSI_TRIGGER, PsiWaker, pro
 from agent.executors.apply import ActionExecutor
 from agent.published import NOT_DONE, ActionRecord, Board, Counters, Published
 from qos.actions import Action, ActionKind
+from qos.admission import BatchBudget
 from qos.model import DrainView, NodeSnapshot, Resources, Workload
 from qos.pipeline import Pipeline
-from qos.registry import batch_origin, be_cpu_grant
+from qos.registry import batch_budget, batch_origin, be_cpu_grant
 
 log = logging.getLogger("coloc.loop")
 
@@ -50,11 +51,12 @@ class LoopTiming:
 @dataclass(frozen=True, slots=True)
 class TickInputs:
     """What a tick reads: the workload sources, the cgroups (collector), and what the policies need beyond
-    them (the node's batch origin annotation, the ledger's drain view), all put into the snapshot."""
+    them (the node's batch annotations, the ledger's drain view), all put into the snapshot."""
 
     collector: Collector
     list_workloads: WorkloadLister
     origin_annotation: Callable[[], str | None] = lambda: None
+    third_party_annotation: Callable[[], str | None] = lambda: None
     drain_view: Callable[[NodeSnapshot], DrainView | None] = lambda _snap: None
     sources_synced: Callable[[], bool] = lambda: True
     source_ages: Callable[[], dict[str, float]] = dict
@@ -68,7 +70,8 @@ class TickInputs:
         except Exception:
             log.exception("reading the drain view failed")
             drain = None
-        return dataclasses.replace(snap, origin_annotation=self.origin_annotation(), drain=drain,
+        return dataclasses.replace(snap, origin_annotation=self.origin_annotation(),
+                                   third_party_annotation=self.third_party_annotation(), drain=drain,
                                    usage_report_age_s=self.usage_report_age())
 
 
@@ -115,6 +118,10 @@ class TickLoop:
     @property
     def last_snapshot(self) -> NodeSnapshot | None:
         return self._last
+
+    def batch_budget(self) -> BatchBudget | None:
+        """The batch budget as the batch policy holds it now (the admission rule's facts); hooks read it."""
+        return batch_budget(self._pipeline, self._state)
 
     def tick(self, cause: str = "interval") -> Published:
         """One synchronous pass (cgroup I/O takes microseconds); evictions continue as tasks."""

@@ -43,6 +43,7 @@ from cgroups.layout import Layout
 from cgroups.reader import CgroupReader
 from cgroups.writer import CgroupWriter
 from qos.actions import ActionKind
+from qos.admission import BatchBudget
 from qos.model import NetworkSample, NodeSnapshot, Resources, Source, Workload
 from qos.policies import PolicyConfig
 from qos.registry import build_pipeline, policies
@@ -163,15 +164,15 @@ def open_ledger(cfg: AgentConfig) -> Ledger:
 
 
 class LedgerFeed:
-    """Each tick: bring the ledger in line with the snapshot and turn what was done into notices."""
+    """Each tick: bring the ledger in line with the snapshot, hand it the batch policy's budget (the admission
+    rule's facts, `budget`: the loop's), and turn what was done into notices."""
 
     def __init__(self, ledger: Ledger) -> None:
         self._ledger = ledger
+        self.budget: Callable[[], BatchBudget | None] = lambda: None
 
     def on_tick(self, snap: NodeSnapshot, origin: Resources | None, records: list[ActionRecord]) -> None:
-        if origin is None:  # the batch budget is unknown this tick: keep what was reported
-            origin = self._ledger.node.batch_allocatable
-        self._ledger.sync(snap, origin, time.time())
+        self._ledger.sync(snap, self.budget() or BatchBudget(origin), time.time())
         for r in records:
             if r.kind == ActionKind.EVICT and r.outcome in (Outcome.STARTED, Outcome.DRY_RUN):
                 self._ledger.notice("eviction", r.reason, {"key": r.target, "policy": r.policy,
@@ -356,18 +357,22 @@ def _assemble(cfg: AgentConfig, board: Board | None, hierarchy: Hierarchy, reade
     if cfg.policies.suppression.cpu_idle and not cfg.cgroups.setup_tiers:
         log.info("cpu.idle stays off: the kubelet owns the BE tier (cgroups.setup_tiers is false) and writes "
                  "its cpu.shares, which the kernel refuses on an idle cgroup; BE is suppressed by its cpuset")
-    pipeline = build_pipeline(idle_rule(cfg.policies, cfg.cgroups.setup_tiers), cfg.batch, net_policy)
+    yarn = yarn_entries(cfg)
+    pipeline = build_pipeline(idle_rule(cfg.policies, cfg.cgroups.setup_tiers), cfg.batch, net_policy, yarn)
     if api_client is not None and cfg.sources.nodeslo.enabled:
         from agent.sources.nodeslo import NodeSloSource
 
         def use(settings: PolicyConfig) -> None:  # between ticks (same event loop): same names, same states
-            pipeline.policies = policies(idle_rule(settings, cfg.cgroups.setup_tiers), cfg.batch, net_policy)
+            pipeline.policies = policies(idle_rule(settings, cfg.cgroups.setup_tiers), cfg.batch, net_policy,
+                                         yarn)
         sources.nodeslo = NodeSloSource(cfg.sources.nodeslo, api_client, cfg.node.node_name, cfg.policies,
                                         capacity, use, max_body_bytes=cfg.sources.kube_api.max_body_bytes)
     inputs = TickInputs(collector, sources.list, origin_annotation=lambda: sources.origin_annotation,
+                        third_party_annotation=lambda: sources.third_party_annotation,
                         drain_view=drain.view, sources_synced=sources.synced, source_ages=sources.ages,
                         usage_report_age=sources.usage_report_age, settings_sources=sources.settings_sources)
-    outputs = TickOutputs(board, _hooks(cfg, ledger, drain, evictors, api_client),
+    feed = LedgerFeed(ledger)
+    outputs = TickOutputs(board, _hooks(cfg, ledger, feed, drain, evictors, api_client),
                           observers=(hub.observe, sources.observe),
                           admissions_refused=lambda: ledger.refusals)
     timing = LoopTiming(cfg.loop.interval_s, cfg.loop.fast_path, cfg.loop.fast_poll_s,
@@ -375,6 +380,7 @@ def _assemble(cfg: AgentConfig, board: Board | None, hierarchy: Hierarchy, reade
                         cfg.loop.psi_max_cgroups, cfg.loop.psi_trigger, cfg.loop.calm_poll_s,
                         cfg.loop.fast_hold_s)
     loop = TickLoop(inputs, pipeline, executor, outputs, timing)
+    feed.budget = loop.batch_budget
     return Runtime(cfg, hierarchy, reader, writer, collector, sources, executor, loop, board, audit,
                    capacity, cpus, hub, ledger, drain, owned, network=shaper, marker=marker)
 
@@ -402,10 +408,19 @@ def _egress_reader(shaper: EgressShaper | None,
     return read
 
 
-def _hooks(cfg: AgentConfig, ledger: Ledger, drain: DrainController, evictors: dict[Source, Evictor],
+def yarn_entries(cfg: AgentConfig) -> tuple[str, ...]:
+    """The thirdPartyAllocations entries that report the YARN this agent counts itself from its NodeManager
+    (its own entry and koord-yarn-operator's): not other allocators. None without the YARN source."""
+    if not cfg.sources.yarn.enabled:
+        return ()
+    return cfg.sources.reporting.allocation_name, cfg.sources.reporting.operator_entry
+
+
+def _hooks(cfg: AgentConfig, ledger: Ledger, feed: LedgerFeed, drain: DrainController,
+           evictors: dict[Source, Evictor],
            api_client: client.ApiClient | None) -> tuple[TickHook, ...]:
     """After each tick, in this order: the ledger sync, the drain's progress, drain pod events, cordon."""
-    hooks: tuple[TickHook, ...] = (LedgerFeed(ledger).on_tick, drain.on_tick)
+    hooks: tuple[TickHook, ...] = (feed.on_tick, drain.on_tick)
     if api_client is None:
         return hooks
     from agent.decommission.events import DrainPodEvents

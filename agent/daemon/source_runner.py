@@ -57,6 +57,7 @@ class WorkloadSources:
         self.reporter = reporter
         self._reporter_resync_s = reporter_resync_s
         self.origin_annotation: str | None = None
+        self.third_party_annotation: str | None = None  # other allocators' batch holdings (and ours)
         self.nodemetric: NodeMetricReporter | None = None  # Koordinator's NodeMetric, written from our ticks
         self.nodeslo: NodeSloSource | None = None  # Koordinator's NodeSLO, read into the policy settings
         self.pod_cgroups: Callable[[], set[str]] | None = None  # pod cgroups on disk now (see `list`)
@@ -145,12 +146,14 @@ class WorkloadSources:
                     await t
 
     async def _report(self) -> bool:
-        """Read the batch origin; report YARN's allocations once the NodeManager has answered (reporting
-        before that would tell the cluster YARN holds nothing). False: try again soon."""
+        """Read the batch origin and the third-party allocations; report YARN's allocations once the
+        NodeManager has answered (reporting before that would tell the cluster YARN holds nothing). False: try
+        again soon."""
         assert self.reporter is not None
         read = await self.reporter.aread()
         if read is not None:
             self.origin_annotation = read.origin
+            self.third_party_annotation = read.third_party
         if self.yarn is None:
             return read is not None
         res = self.yarn.workloads()

@@ -28,11 +28,11 @@ from urllib3.exceptions import HTTPError
 
 from agent.config.sources import KubeApiConfig, ReportingConfig
 from agent.sources.kubeapi import ApiBodyError, raw_response, read_capped, read_capped_json
-from qos.batch import (
+from qos.koord_annotations import (
     ORIGIN_ANNOTATION,
     THIRD_PARTY_ANNOTATION,
     BatchAnnotationError,
-    parse_third_party_allocations,
+    allocation_entries,
     third_party_allocations_json,
 )
 from qos.model import Resources
@@ -102,22 +102,21 @@ class NodeReporter:
 
     def merged(self, current: str | None, yarn: Resources) -> tuple[str | None, bool]:
         """The annotation value with our entry set (None: remove the annotation) and whether a yarn-operator
-        entry is there. Raises BatchAnnotationError for a value we cannot parse: we do not overwrite what we
-        cannot read (it would erase other allocators' entries)."""
-        entries: list[object] = []
-        if current is not None:
-            parse_third_party_allocations(current)  # validates every entry, names what is wrong
-            entries = list(json.loads(current)["allocations"])
-        names = [e.get("name") for e in entries if isinstance(e, dict)]
+        entry is there. The value is read as koord-manager reads it (`qos.koord_annotations`: `{}` and
+        `{"allocations":null}` are no entries). Raises BatchAnnotationError for a value koord-manager cannot
+        read either: we do not overwrite it (it would erase other allocators' entries)."""
+        entries = allocation_entries(current) if current is not None else []
+        names = [name for name, _ in entries]
         operator = self.cfg.operator_entry in names
         mine = self.cfg.allocation_name
         if operator and self.cfg.yarn == "unless-operator":
-            kept = [e for e in entries if not (isinstance(e, dict) and e.get("name") == mine)]
-        elif mine in names:
-            kept = [self._entry(yarn) if isinstance(e, dict) and e.get("name") == mine else e
-                    for e in entries]
+            kept = [e for name, e in entries if name != mine]
+        elif mine in names:  # ours in its place; a second one (koord-manager would sum both) dropped
+            first = names.index(mine)
+            kept = [self._entry(yarn) if i == first else e
+                    for i, (name, e) in enumerate(entries) if name != mine or i == first]
         else:
-            kept = [*entries, self._entry(yarn)]
+            kept = [*(e for _, e in entries), self._entry(yarn)]
         if not kept:
             return None, operator
         return json.dumps({"allocations": kept}, separators=(",", ":")), operator

@@ -42,6 +42,8 @@ from agent.state.records import (
 from agent.state.ring import EventRing, Subscription
 from agent.state.validate import check_admit, check_epoch
 from agent.state.writer import StateWriter
+from qos import admission
+from qos.admission import AdmissionFacts, BatchBudget
 from qos.batch import holds_allocation
 from qos.model import NodeSnapshot, Resources, Source, Workload
 
@@ -115,6 +117,9 @@ class Ledger:
         self._allocs: dict[str, Allocation] = {}
         self._members: dict[str, set[str]] = {}
         self._allocated = Resources()
+        # The admission rule's facts as of the last sync: the batch policy's budget, the stale sources.
+        self._budget = BatchBudget(held="no tick has run yet")
+        self._stale: Mapping[str, str] = {}
         self._view: LedgerView | None = None
         self._made: list[Event] | None = None  # events of the sync in progress
         self._store = store
@@ -219,15 +224,24 @@ class Ledger:
 
     # ---- the tick ------------------------------------------------------------------------------------
 
-    def sync(self, snapshot: NodeSnapshot, batch_allocatable: Resources, now: float) -> list[Event]:
+    def sync(self, snapshot: NodeSnapshot, budget: BatchBudget | Resources, now: float) -> list[Event]:
         """Bring allocations in line with the snapshot's BE workloads; returns the events it made.
 
+        `budget`: the batch policy's (origin in force, why it is held, what other allocators hold); the node
+        reports `origin − others` as its batch allocatable (the last one reported while the origin is
+        unknown). A bare Resources is an origin known and in force, with no other allocator. The budget and
+        the snapshot's stale sources are what the next admissions are judged on.
         A source marked stale in the snapshot keeps its allocations (and pending launches) as they are:
         missing data is not an empty node."""
+        if isinstance(budget, Resources):
+            budget = BatchBudget(budget)
+        self._budget = budget
+        self._stale = dict(snapshot.stale)
         made: list[Event] = []
         self._made = made
         try:
-            self._sync(snapshot, batch_allocatable, now)
+            allocatable = budget.allocatable
+            self._sync(snapshot, self._node.batch_allocatable if allocatable is None else allocatable, now)
         finally:
             self._made = None
         self.view()
@@ -304,22 +318,11 @@ class Ledger:
             return self._refuse(Refusal.KEY_CONFLICT,
                                 f"key {request.key} is already held by application {existing.application_id} "
                                 f"({_fmt(existing.resources)})", existing)
-        if not lifecycle.admits(self._node.lifecycle):
-            why = ("no scheduler has acknowledged this agent's state yet (AckRecovery)"
-                   if self._node.lifecycle is Lifecycle.RECOVERING else "it is not accepting new work")
-            return self._refuse(Refusal.NOT_SCHEDULABLE, f"node is {self._node.lifecycle.value}: {why}")
-        free = self._free()
-        if request.resources.milli_cpu > free.milli_cpu:
-            return self._refuse(Refusal.INSUFFICIENT_CPU,
-                                f"requests {request.resources.milli_cpu} milli-CPU, {free.milli_cpu} free "
-                                f"(batch allocatable {self._node.batch_allocatable.milli_cpu}, "
-                                f"allocated {self._allocated.milli_cpu})")
-        if request.resources.memory_bytes > free.memory_bytes:
-            return self._refuse(Refusal.INSUFFICIENT_MEMORY,
-                                f"requests {request.resources.memory_bytes} bytes of memory, "
-                                f"{free.memory_bytes} free (batch allocatable "
-                                f"{self._node.batch_allocatable.memory_bytes}, allocated "
-                                f"{self._allocated.memory_bytes})")
+        verdict = admission.admit(request.resources, self.admission_facts())
+        if not verdict.accepted:
+            if verdict.refusal is None or verdict.refusal is admission.Refusal.INVALID:
+                raise InvalidRequest("allocation.resources", verdict.reason)
+            return self._refuse(_REFUSALS[verdict.refusal], verdict.reason)
         now = self._clock()
         alloc = Allocation(
             key=request.key, application_id=request.application_id, source=request.source,
@@ -329,6 +332,17 @@ class Ledger:
         )
         self._add_alloc(alloc, now, "admitted")
         return AdmitResult(True, self._rev, self._allocs[request.key], batch_free=self._free())
+
+    def admission_facts(self) -> AdmissionFacts:
+        """What the admission rule (`qos.admission`) judges a new allocation on: the batch budget and the
+        stale sources as of the last sync, what this node's schedulers hold now (launches not yet seen
+        included), and whether the lifecycle takes new work."""
+        closed = None
+        if not lifecycle.admits(self._node.lifecycle):
+            why = ("no scheduler has acknowledged this agent's state yet (AckRecovery)"
+                   if self._node.lifecycle is Lifecycle.RECOVERING else "it is not accepting new work")
+            closed = f"node is {self._node.lifecycle.value}: {why}"
+        return AdmissionFacts(self._budget, self._allocated, self._stale, closed)
 
     def ack_recovery(self, epoch: int, applied_revision: int) -> AckResult:
         """A scheduler applied this incarnation's state up to `applied_revision`: RECOVERING → SCHEDULABLE."""
@@ -558,6 +572,14 @@ class Ledger:
     def _refuse(self, why: Refusal, message: str, existing: Allocation | None = None) -> AdmitResult:
         self.refusals[why.value] += 1
         return AdmitResult(False, self._rev, existing, refusal=why, message=message, batch_free=self._free())
+
+
+_REFUSALS = {
+    admission.Refusal.NOT_ACCEPTING: Refusal.NOT_SCHEDULABLE,
+    admission.Refusal.BUDGET_UNKNOWN: Refusal.BUDGET_UNKNOWN,
+    admission.Refusal.INSUFFICIENT_CPU: Refusal.INSUFFICIENT_CPU,
+    admission.Refusal.INSUFFICIENT_MEMORY: Refusal.INSUFFICIENT_MEMORY,
+}
 
 
 def _held_sources(stale: Mapping[str, str]) -> set[Source] | None:

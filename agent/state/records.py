@@ -179,6 +179,7 @@ class Refusal(enum.Enum):
     INSUFFICIENT_CPU = "INSUFFICIENT_CPU"
     INSUFFICIENT_MEMORY = "INSUFFICIENT_MEMORY"
     KEY_CONFLICT = "KEY_CONFLICT"
+    BUDGET_UNKNOWN = "BUDGET_UNKNOWN"  # a source is stale, or the batch origin is unknown or held
 
 
 @dataclass(frozen=True, slots=True)

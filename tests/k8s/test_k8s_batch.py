@@ -8,11 +8,11 @@ import json
 import pytest
 
 from qos.actions import Evict, EvictReason, Hold
+from qos.admission import AdmissionFacts, BatchBudget, Refusal, admit
 from qos.batch import (
     BatchConfig,
     BatchLedgerView,
     BatchState,
-    admit_batch,
     damp,
     decide_batch,
     k8s_requested,
@@ -102,8 +102,10 @@ def test_overcommit_reported_admissions_refused_and_released_in_order() -> None:
     assert (
         view.overcommit == Resources(3000, 0) and view.overcommitted and view.free == Resources(0, 58 * GIB)
     )
-    refused = admit_batch(view, Resources(100, 0))
+    facts = AdmissionFacts(BatchBudget(view.origin), view.requested)
+    refused = admit(Resources(100, 0), facts)
     assert not refused.accepted and "overcommitted by 3000m CPU" in refused.reason
+    assert refused.refusal is Refusal.INSUFFICIENT_CPU
 
     actions, state = decide_batch(snap(workloads, origin_annotation=ORIGIN_8), BatchConfig(), BatchState())
     evicts = [a for a in actions if isinstance(a, Evict)]
@@ -121,8 +123,10 @@ def test_overcommit_reported_admissions_refused_and_released_in_order() -> None:
     released = [w for w in workloads if w.key not in {e.key for e in evicts}]
     after = ledger_view(Resources(8000, 64 * GIB), released)
     assert not after.overcommitted and after.requested.milli_cpu == 8000
-    assert admit_batch(after, Resources(0, GIB)).accepted
-    assert "does not fit" in admit_batch(after, Resources(1, 0)).reason
+    facts = AdmissionFacts(BatchBudget(after.origin), after.requested)
+    assert admit(Resources(0, GIB), facts).accepted
+    assert admit(Resources(1, 0), facts).reason == (
+        "requests 1 milli-CPU, 0 free (batch origin 8000, allocated 8000)")
     actions, _ = decide_batch(snap(released, 1001, origin_annotation=ORIGIN_8), BatchConfig(), state)
     assert actions == []
 
@@ -155,7 +159,10 @@ def test_no_eviction_on_stale_data() -> None:
     assert actions == [
         Hold("batch_overcommit", "overcommitted but data is stale (yarn: yarn: last good data is 40s old)")
     ]
-    assert not admit_batch(ledger_view(Resources(8000, 0), []), Resources(), {"yarn": "old"}).accepted
+    facts = AdmissionFacts(BatchBudget(Resources(8000, 0)), Resources(), {"yarn": "old"})
+    refused = admit(Resources(), facts)
+    assert not refused.accepted and refused.refusal is Refusal.BUDGET_UNKNOWN
+    assert refused.reason == "stale data (yarn: old): the batch room is not known"
 
 
 def test_eviction_off_only_refuses() -> None:

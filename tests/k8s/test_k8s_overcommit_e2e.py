@@ -32,11 +32,11 @@ from cgroups.layout import Layout
 from cgroups.reader import CgroupReader
 from cgroups.writer import CgroupWriter
 from qos.actions import Evict
+from qos.admission import AdmissionFacts, BatchBudget, admit
 from qos.batch import (
     THIRD_PARTY_ANNOTATION,
     BatchConfig,
     BatchState,
-    admit_batch,
     decide_batch,
     ledger_view,
     parse_origin_annotation,
@@ -177,7 +177,8 @@ async def test_k8s_6_plus_yarn_5_against_origin_8(
         view = ledger_view(origin, snap.workloads)
         assert (view.k8s_requested.milli_cpu, view.yarn_requested.milli_cpu) == (6000, 5000)
         assert view.overcommit.milli_cpu == 3000
-        assert not admit_batch(view, Resources(500, 0), snap.stale).accepted
+        facts = AdmissionFacts(BatchBudget(origin), view.requested, snap.stale)
+        assert not admit(Resources(500, 0), facts).accepted
 
         snap = dataclasses.replace(snap, origin_annotation=annotations.origin)
         actions, _ = decide_batch(snap, BatchConfig(), BatchState())
@@ -207,7 +208,8 @@ async def test_k8s_6_plus_yarn_5_against_origin_8(
         assert fits.requested.milli_cpu == 5000 + 3000 and not fits.overcommitted
         after = dataclasses.replace(after, origin_annotation=annotations.origin)
         assert decide_batch(after, BatchConfig(), BatchState())[0] == []
-        assert admit_batch(fits, Resources(0, GIB), after.stale).accepted
+        facts = AdmissionFacts(BatchBudget(origin), fits.requested, after.stale)
+        assert admit(Resources(0, GIB), facts).accepted
         assert await reporter.areport(yarn_requested(after.workloads)) is ReportOutcome.PATCHED
         assert (
             parse_third_party_allocations(api.annotations[THIRD_PARTY_ANNOTATION])["coloc-agent-yarn"].milli_cpu
