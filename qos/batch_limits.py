@@ -48,11 +48,11 @@ class ExtendedSpecError(ValueError):
 @dataclass(frozen=True, slots=True)
 class BatchAmounts:
     """One container's batch resources as declared; None where one is not given. CPU in milli-cores,
-    memory in bytes (the batch-cpu quantity is a count of milli-cores, as Koordinator writes it)."""
+    memory in bytes (the batch-cpu quantity is a count of milli-cores, as Koordinator writes it). A
+    batch-memory request sets no limit (koordlet's hook reads only the memory limit), so it is not kept."""
 
     cpu_request: int | None = None
     cpu_limit: int | None = None
-    memory_request: int | None = None
     memory_limit: int | None = None
 
 
@@ -170,9 +170,9 @@ def parse_extended_resource_spec(text: str) -> dict[str, BatchAmounts]:
         at = f"{what}.containers[{name[:64]!r}]"
         if not isinstance(entry, dict):
             raise ExtendedSpecError(f"{at}: expected an object, got {type(entry).__name__}")
-        req_cpu, req_mem = _resource_list(entry.get("requests"), f"{at}.requests")
+        req_cpu, _ = _resource_list(entry.get("requests"), f"{at}.requests")
         lim_cpu, lim_mem = _resource_list(entry.get("limits"), f"{at}.limits")
-        out[name] = BatchAmounts(req_cpu, lim_cpu, req_mem, lim_mem)
+        out[name] = BatchAmounts(req_cpu, lim_cpu, lim_mem)
     return out
 
 

@@ -60,6 +60,7 @@ def start_batch_limits(rt: Runtime, stop: asyncio.Event) -> asyncio.Future[None]
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         done.set_result(None)
         return done
+    rt.metrics.registry.register(batch_limits.BatchLimitsMetrics(limits))
     return asyncio.ensure_future(limits.run(stop))
 
 

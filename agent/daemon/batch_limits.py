@@ -21,6 +21,7 @@ import logging
 import os
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from agent.config.batch_limits import BatchLimitsConfig
 from agent.executors.batch_limits import BatchLimitsExecutor, PassReport
@@ -29,8 +30,11 @@ from cgroups.errors import CgroupError
 from cgroups.layout import Layout
 from cgroups.watch import DirEvent, DirWatcher
 from cgroups.writer import CgroupWriter
-from qos.batch_limits import plan, pod_quota_allowed
+from qos.batch_limits import CFS_PERIOD_US, plan, pod_quota_allowed
 from qos.suppression import SuppressionConfig
+
+if TYPE_CHECKING:
+    from prometheus_client.metrics_core import Metric
 
 log = logging.getLogger("coloc.batch_limits")
 
@@ -235,3 +239,57 @@ def build(cfg: BatchLimitsConfig, kubelet: KubeletSource | None, writer: CgroupW
     return BatchLimitsController(kubelet, BatchLimitsExecutor(writer), layout,
                                  lambda rel: writer.path("cpu", rel), resync_s=cfg.resync_s,
                                  watch=cfg.on_creation, cfs_quota=cfs_quota)
+
+
+MAX_SERIES_PODS = 1000  # per-pod series beyond this many BE pods are left out (the counts still cover all)
+
+
+class BatchLimitsMetrics:
+    """`/metrics` for the batch limits: what each BE pod and container is held to, and the pass counters.
+    Unlimited is -1. Registered on the agent's private registry (a prometheus_client custom collector)."""
+
+    def __init__(self, controller: BatchLimitsController) -> None:
+        self._ctl = controller
+
+    def describe(self) -> list[object]:
+        return []
+
+    def collect(self) -> list[Metric]:
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        ctl, ex = self._ctl, self._ctl.executor
+        labels = ["pod", "level", "cgroup", "source"]
+        shares = GaugeMetricFamily("coloc_batch_limit_cpu_shares", "cpu.shares a BE pod or container is held "
+                                   "to (v2: written as cpu.weight).", labels=labels)
+        cores = GaugeMetricFamily("coloc_batch_limit_cpu_cores",
+                                  "CFS quota of a BE pod or container, in cores (-1: unlimited).",
+                                  labels=labels)
+        memory = GaugeMetricFamily("coloc_batch_limit_memory_bytes",
+                                   "Memory limit of a BE pod or container (-1: unlimited).", labels=labels)
+        for e in sorted(ex.enforced.values(), key=lambda e: e.name)[:MAX_SERIES_PODS]:
+            for level, lim in (("pod", e.pod), *(("container", c) for c in e.containers)):
+                values = [e.name, level, lim.rel, e.source]
+                shares.add_metric(values, lim.cpu_shares)
+                cores.add_metric(values, -1 if lim.cfs_quota_us is None else lim.cfs_quota_us / CFS_PERIOD_US)
+                memory.add_metric(values, -1 if lim.memory_limit_bytes is None else lim.memory_limit_bytes)
+        pods = GaugeMetricFamily("coloc_batch_limits_pods", "BE pods by state of their batch limits.",
+                                 labels=["state"])
+        pods.add_metric(["enforced"], len(ex.enforced))
+        pods.add_metric(["pending"], len(ex.errors))
+        watching = GaugeMetricFamily("coloc_batch_limits_on_creation",
+                                     "1 when new BE pod cgroups are watched (inotify), 0 when only the "
+                                     "periodic pass places limits.")
+        watching.add_metric([], 1 if ctl.watching else 0)
+        out: list[Metric] = [shares, cores, memory, pods, watching]
+        for name, doc, value in (
+                ("coloc_batch_limits_passes", "Batch-limit passes run.", ctl.passes),
+                ("coloc_batch_limits_fetches", "Kubelet pod lists fetched because a BE cgroup appeared.",
+                 ctl.fetches),
+                ("coloc_batch_limits_writes", "Batch-limit knob writes (unchanged values are not rewritten).",
+                 ex.writes),
+                ("coloc_batch_limits_restores", "BE pods given the kubelet's values back when they left.",
+                 ex.restores)):
+            counter = CounterMetricFamily(name, doc)
+            counter.add_metric([], value)
+            out.append(counter)
+        return out

@@ -15,8 +15,7 @@ from __future__ import annotations
 
 import logging
 import os
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from cgroups.errors import CgroupError, CgroupGone
@@ -29,15 +28,14 @@ log = logging.getLogger("coloc.batch_limits")
 
 @dataclass(frozen=True, slots=True)
 class Enforced:
-    """What is in place for one pod: its limits and its containers' (those whose cgroup exists), where the
-    amounts came from, and when this executor last confirmed them (monotonic seconds)."""
+    """What is in place for one pod: its limits and its containers' (those whose cgroup exists), and where
+    the amounts came from."""
 
     key: str
     name: str
     source: str
     pod: Limits
     containers: tuple[Limits, ...]
-    confirmed_at: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,9 +58,8 @@ def _settings(limits: Limits) -> list[Setting]:
 class BatchLimitsExecutor:
     """Applies pod plans; holds what it enforced (read by status, top and /metrics)."""
 
-    def __init__(self, writer: CgroupWriter, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, writer: CgroupWriter) -> None:
         self._writer = writer
-        self._clock = clock
         self.enforced: dict[str, Enforced] = {}
         self.errors: dict[str, str] = {}  # key -> why its limits are not in place (latest pass)
         self.writes = 0
@@ -114,7 +111,7 @@ class BatchLimitsExecutor:
         except CgroupGone:
             return -1  # the pod (or a container) ended between the check and the write
         prior = self.enforced.get(p.key)
-        self.enforced[p.key] = Enforced(p.key, p.name, p.source, pod, containers, self._clock())
+        self.enforced[p.key] = Enforced(p.key, p.name, p.source, pod, containers)
         if any(wrote):
             log.info("batch limits in place", extra={"fields": {
                 "pod": p.name, "cgroup": pod.rel, "source": p.source, "cpu_shares": pod.cpu_shares,

@@ -351,7 +351,7 @@ def _batch_amounts(c: Mapping[str, object], where: str) -> BatchAmounts | None:
     lim = _amounts(_obj(res.get("limits"), f"{where}.resources.limits"), f"{where}.resources.limits")
     if not {BATCH_CPU, BATCH_MEMORY} & (req.keys() | lim.keys()):
         return None
-    return BatchAmounts(req.get(BATCH_CPU), lim.get(BATCH_CPU), req.get(BATCH_MEMORY), lim.get(BATCH_MEMORY))
+    return BatchAmounts(req.get(BATCH_CPU), lim.get(BATCH_CPU), lim.get(BATCH_MEMORY))
 
 
 def _batch_pod(spec: Mapping[str, object], status: Mapping[str, object], annotations: Mapping[str, str],

@@ -27,7 +27,7 @@ def test_be_pods_carry_their_containers_batch_resources_and_cgroups(fixtures: Pa
     pod = "besteffort/pod0a1b2c3d-0000-4000-8000-000000000001"
     cid = "4c5f3e2d1b0a99887766554433221100aabbccddeeff00112233445566778899"
     assert spark.cgroup == pod and spark.key == "k8s/0a1b2c3d-0000-4000-8000-000000000001"
-    amounts = BatchAmounts(2000, 2000, 4 * GI, 4 * GI)
+    amounts = BatchAmounts(2000, 2000, 4 * GI)
     assert spark.containers == (BatchContainer("executor", f"{pod}/{cid}", amounts),)
     assert pod_limits(spark).pod == Limits(pod, 2048, 200_000, 4 * GI)
     # not labelled BE (a plain BestEffort job, an LSR pod, HP pods, the protected kube-proxy): not ours

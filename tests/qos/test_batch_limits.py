@@ -92,9 +92,9 @@ def test_koordlet_a_batch_pod_with_partial_limited() -> None:
 
 
 def test_koordlet_a_batch_container_with_requests_and_requests_1() -> None:
-    full = BatchAmounts(500, 500, 2 * GI, 2 * GI)
+    full = BatchAmounts(500, 500, 2 * GI)
     assert container_level(full, "c") == Limits("c", 512, 50_000, 2 * GI)
-    limits_only = BatchAmounts(None, 1000, None, 2 * GI)
+    limits_only = BatchAmounts(None, 1000, 2 * GI)
     assert container_level(limits_only, "c") == Limits("c", 2, 100_000, 2 * GI)
     assert container_level(full, "c", cfs_quota=False) == Limits("c", 512, None, 2 * GI)
 
@@ -104,7 +104,7 @@ def test_koordlet_a_batch_container_with_requests_and_requests_1() -> None:
 
 def test_the_issues_pod_at_pod_and_container_level() -> None:
     """batch-cpu 500/1000, batch-memory 256Mi/512Mi, one container."""
-    pod = _pod(BatchContainer("main", f"{POD}/abc", BatchAmounts(500, 1000, 256 * MI, 512 * MI)))
+    pod = _pod(BatchContainer("main", f"{POD}/abc", BatchAmounts(500, 1000, 512 * MI)))
     p = pod_limits(pod)
     assert p.source == "spec" and not p.error
     assert p.pod == Limits(POD, 512, 100_000, 512 * MI)
@@ -112,10 +112,10 @@ def test_the_issues_pod_at_pod_and_container_level() -> None:
 
 
 def test_sums_leave_out_containers_without_batch_resources_and_init_containers() -> None:
-    pod = _pod(BatchContainer("a", f"{POD}/a", BatchAmounts(300, 600, MI, 2 * MI)),
+    pod = _pod(BatchContainer("a", f"{POD}/a", BatchAmounts(300, 600, 2 * MI)),
                BatchContainer("sidecar", f"{POD}/s", None),
-               BatchContainer("b", None, BatchAmounts(200, 400, MI, 3 * MI)),
-               BatchContainer("init", f"{POD}/i", BatchAmounts(4000, 8000, GI, GI), init=True))
+               BatchContainer("b", None, BatchAmounts(200, 400, 3 * MI)),
+               BatchContainer("init", f"{POD}/i", BatchAmounts(4000, 8000, GI), init=True))
     p = pod_limits(pod)
     assert p.pod == Limits(POD, 512, 100_000, 5 * MI)
     # b has no cgroup yet; the sidecar has nothing; the init container gets its own values
@@ -123,13 +123,13 @@ def test_sums_leave_out_containers_without_batch_resources_and_init_containers()
 
 
 def test_one_container_without_a_limit_lifts_the_pods_limit() -> None:
-    pod = _pod(BatchContainer("a", None, BatchAmounts(300, 600, MI, 2 * MI)),
-               BatchContainer("b", None, BatchAmounts(200, None, MI, 0)))
+    pod = _pod(BatchContainer("a", None, BatchAmounts(300, 600, 2 * MI)),
+               BatchContainer("b", None, BatchAmounts(200, None, 0)))
     assert pod_limits(pod).pod == Limits(POD, 512, None, None)
 
 
 def test_the_spec_wins_over_the_annotation() -> None:
-    pod = _pod(BatchContainer("a", f"{POD}/a", BatchAmounts(1000, 1000, GI, GI)),
+    pod = _pod(BatchContainer("a", f"{POD}/a", BatchAmounts(1000, 1000, GI)),
                annotation=_spec(TEST_SPEC1))
     p = pod_limits(pod)
     assert p.source == "spec" and p.pod == Limits(POD, 1024, 100_000, GI)
@@ -169,7 +169,7 @@ def test_a_malformed_annotation_is_named_and_changes_nothing(text: str, fragment
 
 
 def test_a_malformed_annotation_that_is_not_needed_is_not_read() -> None:
-    p = pod_limits(_pod(BatchContainer("a", f"{POD}/a", BatchAmounts(100, 100, MI, MI)), annotation="{"))
+    p = pod_limits(_pod(BatchContainer("a", f"{POD}/a", BatchAmounts(100, 100, MI)), annotation="{"))
     assert p.pod == Limits(POD, 102, 10_000, MI) and not p.error
 
 
@@ -182,9 +182,9 @@ def test_hostile_sizes_are_refused() -> None:
 
 
 def test_pod_level_sum_is_clamped_and_plan_keeps_order() -> None:
-    big = [BatchAmounts(200_000, 200_000, GI, GI)] * 2
+    big = [BatchAmounts(200_000, 200_000, GI)] * 2
     assert pod_level(big, POD) == Limits(POD, 262_144, 40_000_000, 2 * GI)
-    pods = [_pod(BatchContainer("a", None, BatchAmounts(1000, None, None, None))),
+    pods = [_pod(BatchContainer("a", None, BatchAmounts(1000, None, None))),
             BatchPod("k8s/two", "ns/two", "besteffort/pod2", ())]
     assert [p.key for p in plan(pods)] == ["k8s/uid", "k8s/two"]
 
