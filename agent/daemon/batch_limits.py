@@ -93,6 +93,10 @@ class BatchLimitsController:
                 del self._fresh[rel]
 
     async def fetch_and_pass(self) -> PassReport:
+        """A pass over the list at hand first (a pod listed before its cgroup appeared is placed at once),
+        then a fresh list and a pass over what is still not in place."""
+        if self._fresh:
+            self.pass_once(changed_only=True)
         await self._kubelet.refresh()
         self.fetches += 1
         return self.pass_once(changed_only=True)
@@ -123,10 +127,19 @@ class BatchLimitsController:
             watcher.unwatch(os.path.join(ev.parent, ev.name))
             self._fresh.pop(rel, None)
             return
+        self._fresh[rel] = self._clock()
         if kind == "pod":
             self._watch_dir(watcher, rel)
-        self._fresh[rel] = self._clock()
+            for child in self._children(rel):  # made before the watch was: their event is lost
+                self._fresh[child] = self._clock()
         self._kick.set()
+
+    def _children(self, rel: str) -> list[str]:
+        try:
+            with os.scandir(self._dir_of(rel)) as it:
+                return [f"{rel}/{e.name}" for e in it if e.is_dir(follow_symlinks=False)]
+        except (OSError, CgroupError):
+            return []
 
     def _watch_dir(self, watcher: DirWatcher, rel: str) -> None:
         try:
