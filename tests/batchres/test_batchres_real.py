@@ -66,7 +66,7 @@ async def test_a_new_be_pod_gets_the_formulas_values_at_pod_and_container_level(
             await until(lambda: _limits(real_root, POD) == want, what=f"pod limits {want}")
             real_root.mkcg(CONTAINER)
             await until(lambda: _limits(real_root, CONTAINER) == want, what=f"container limits {want}")
-            assert ctl.fetches >= 2, "each creation fetched the pod list at once"
+            await until(lambda: ctl.fetches >= 2, what="each creation fetches the pod list at once")
             enforced = ctl.executor.enforced[f"k8s/{UID}"]
             assert enforced.source == "spec" and [c.rel for c in enforced.containers] == [CONTAINER]
             registry = CollectorRegistry()
