@@ -64,17 +64,20 @@ class BatchLimitsController:
 
     # -- one pass ----------------------------------------------------------------------------------------
 
-    def pass_once(self, *, changed_only: bool = False) -> PassReport:
+    def pass_once(self, *, changed_only: bool = False, only: set[str] | None = None) -> PassReport:
         """The latest pod list → plans → writes. `changed_only` (a creation): only the pods whose plan is
         not in place yet (a new pod, a new container), so a creation costs the same on a node of 5 or 500
-        BE pods; the periodic pass re-reads them all."""
+        BE pods; `only`: the pods of these cgroups (a follow-up's check); the periodic pass takes them all."""
         plans = plan(self._kubelet.batch_pods(), cfs_quota=self._cfs_quota())
         if changed_only:
             plans = tuple(p for p in plans if not self.executor.holds(p))
-        report = self.executor.apply(plans, restore=not changed_only)
+        if only is not None:
+            plans = tuple(p for p in plans if p.pod is not None and (
+                p.pod.rel in only or any(c.rel in only for c in p.containers)))
+        report = self.executor.apply(plans, restore=not (changed_only or only is not None))
         self.last = report
         self.passes += 1
-        self._settle()
+        self._expire()
         return report
 
     def _placed(self) -> set[str]:
@@ -84,12 +87,11 @@ class BatchLimitsController:
             placed.update(c.rel for c in e.containers)
         return placed
 
-    def _settle(self) -> None:
-        """Forget new cgroups now placed, and those past the last follow-up (not a BE pod of ours)."""
-        placed = self._placed()
+    def _expire(self) -> None:
+        """Forget new cgroups past their last follow-up."""
         now = self._clock()
         for rel, seen in list(self._fresh.items()):
-            if rel in placed or now - seen > FOLLOW_UP_S[-1]:
+            if now - seen > FOLLOW_UP_S[-1]:
                 del self._fresh[rel]
 
     async def fetch_and_pass(self) -> PassReport:
@@ -100,6 +102,14 @@ class BatchLimitsController:
         await self._kubelet.refresh()
         self.fetches += 1
         return self.pass_once(changed_only=True)
+
+    async def follow_up(self) -> PassReport:
+        """After a creation: fetch again while a new cgroup is not placed (its pod or container id may be
+        listed now); once placed, check its values again: the kubelet (or runtime) writes a new cgroup's
+        shares after making it in every hierarchy, and may do so after ours (then it is put back)."""
+        if set(self._fresh) - self._placed():
+            return await self.fetch_and_pass()
+        return self.pass_once(only=set(self._fresh))
 
     # -- inotify -----------------------------------------------------------------------------------------
 
@@ -190,19 +200,20 @@ class BatchLimitsController:
             loop.add_reader(watcher.fileno(), self._on_events, watcher)
             self.watching = True
         next_pass = self._clock()
+        follow_due = False
         try:
             while not stop.is_set():
                 if self._kick.is_set():
                     self._kick.clear()
                     await self._guarded(self.fetch_and_pass)
-                    next_pass = self._clock() + self.resync_s
-                elif self._clock() >= next_pass:
+                elif follow_due:
+                    await self._guarded(self.follow_up)
+                if self._clock() >= next_pass:  # on its own clock: a burst of creations does not hold it off
                     await self._guarded(self._pass_async)
                     next_pass = self._clock() + self.resync_s
                 until_pass = max(0.0, next_pass - self._clock())
                 follow = min(self._next_follow_up() or until_pass, until_pass)
-                if not await _first(stop, self._kick, follow) and follow < until_pass:
-                    self._kick.set()  # a follow-up: fetch again (a container id may be listed now)
+                follow_due = not await _first(stop, self._kick, follow) and follow < until_pass
         finally:
             if watcher is not None:
                 loop.remove_reader(watcher.fileno())
