@@ -55,7 +55,8 @@ def policy_settings(rt: Runtime) -> tuple[PolicyConfig, Mapping[str, str]]:
 def start_batch_limits(rt: Runtime, stop: asyncio.Event) -> asyncio.Future[None]:
     """BE pods' batch limits (agent/daemon/batch_limits.py) as a task; a finished future when it is off."""
     limits = batch_limits.build(rt.cfg.batch_limits, rt.sources.kubelet, rt.writer,
-                                make_layout(rt.cfg, rt.hierarchy), lambda: policy_settings(rt)[0].suppression)
+                                make_layout(rt.cfg, rt.hierarchy), lambda: policy_settings(rt)[0].suppression,
+                                rt.sources.yarn)
     if limits is None:
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         done.set_result(None)

@@ -18,15 +18,21 @@ class BatchLimitsConfig:
     `on_creation`: watch the BE tier (inotify) and put a new pod's limits in place as its cgroup is made;
     `resync_s`: the periodic pass over every BE pod (koordlet's reconciler: 10 s); `cfs_quota`: `auto` gives
     BE pods no CFS quota of their own while suppression caps the BE tier by a quota (koordlet's rule), `on`
-    always, `off` never."""
+    always, `off` never. `yarn`: each live YARN container's memory limit from its NodeManager allocation
+    (on v1 a memory cgroup mirrored from the cpu one, as yarn-copilot's `--sync-memory-cgroup` does) and
+    `hadoop-yarn`'s shares from Σ vcores × 1024 (with the YARN source on); `yarn_cpu_quota`: a CFS quota of
+    vcores too (off: YARN containers share the tier by their shares, as LinuxContainerExecutor's
+    non-strict mode does)."""
 
     enabled: bool = True
     on_creation: bool = True
     resync_s: float = 10.0
     cfs_quota: str = "auto"
+    yarn: bool = True
+    yarn_cpu_quota: bool = False
 
     def __post_init__(self) -> None:
-        for name in ("enabled", "on_creation"):
+        for name in ("enabled", "on_creation", "yarn", "yarn_cpu_quota"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"batch_limits.{name}: must be true or false, got {getattr(self, name)!r}")
         if isinstance(self.resync_s, bool) or not isinstance(self.resync_s, int | float) or not (

@@ -24,29 +24,34 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from agent.config.batch_limits import BatchLimitsConfig
-from agent.executors.batch_limits import BatchLimitsExecutor, PassReport
+from agent.executors.batch_limits import BatchLimitsExecutor, PassReport, YarnLimitsExecutor, YarnReport
 from agent.sources.kubelet import KubeletSource
+from agent.sources.yarn import NodeManagerSource
 from cgroups.errors import CgroupError
 from cgroups.layout import Layout
 from cgroups.watch import DirEvent, DirWatcher
 from cgroups.writer import CgroupWriter
 from qos.batch_limits import CFS_PERIOD_US, plan, pod_quota_allowed
 from qos.suppression import SuppressionConfig
+from qos.yarn_limits import yarn_plan
 
 if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
 
 log = logging.getLogger("coloc.batch_limits")
 
-FOLLOW_UP_S = (0.05, 0.2, 0.5, 1.0, 2.0, 4.0)  # after a creation, while a new cgroup is not placed
+FOLLOW_UP_S = (0.02, 0.05, 0.2, 0.5, 1.0, 2.0, 4.0)  # after a creation, while a new cgroup is not placed
 
 
 class BatchLimitsController:
-    def __init__(self, kubelet: KubeletSource, executor: BatchLimitsExecutor, layout: Layout,
+    def __init__(self, kubelet: KubeletSource | None, executor: BatchLimitsExecutor, layout: Layout,
                  dir_of: Callable[[str], str], *, resync_s: float = 10.0, watch: bool = True,
                  cfs_quota: Callable[[], bool] = lambda: True,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 yarn: tuple[NodeManagerSource, YarnLimitsExecutor, bool] | None = None) -> None:
         self._kubelet = kubelet
+        self.yarn = yarn  # the NodeManager, the YARN executor, whether containers get a CFS quota too
+        self.yarn_last: YarnReport | None = None
         self.executor = executor
         self._layout = layout
         self._dir_of = dir_of  # rel -> absolute directory in the hierarchy watched (cpu)
@@ -56,7 +61,8 @@ class BatchLimitsController:
         self._cfs_quota = cfs_quota
         self._clock = clock
         self._kick = asyncio.Event()
-        self._fresh: dict[str, float] = {}  # new cgroup rel -> when it was seen, until it is placed
+        self._fresh: dict[str, float] = {}  # new cgroup rel -> when it was seen, for its follow-ups
+        self._checked: dict[str, float] = {}  # new cgroup rel -> time its follow-ups are done up to
         self.last: PassReport | None = None
         self.passes = 0
         self.fetches = 0
@@ -68,7 +74,8 @@ class BatchLimitsController:
         """The latest pod list → plans → writes. `changed_only` (a creation): only the pods whose plan is
         not in place yet (a new pod, a new container), so a creation costs the same on a node of 5 or 500
         BE pods; `only`: the pods of these cgroups (a follow-up's check); the periodic pass takes them all."""
-        plans = plan(self._kubelet.batch_pods(), cfs_quota=self._cfs_quota())
+        pods = self._kubelet.batch_pods() if self._kubelet is not None else ()
+        plans = plan(pods, cfs_quota=self._cfs_quota())
         if changed_only:
             plans = tuple(p for p in plans if not self.executor.holds(p))
         if only is not None:
@@ -80,8 +87,16 @@ class BatchLimitsController:
         self._expire()
         return report
 
+    def yarn_pass(self) -> YarnReport | None:
+        """The NodeManager's live containers → their limits and `hadoop-yarn`'s shares."""
+        if self.yarn is None:
+            return None
+        source, executor, cpu_quota = self.yarn
+        self.yarn_last = executor.apply(yarn_plan(source.workloads().workloads, cpu_quota=cpu_quota))
+        return self.yarn_last
+
     def _placed(self) -> set[str]:
-        placed: set[str] = set()
+        placed: set[str] = set(self.yarn[1].limited) if self.yarn is not None else set()
         for e in self.executor.enforced.values():
             placed.add(e.pod.rel)
             placed.update(c.rel for c in e.containers)
@@ -93,12 +108,32 @@ class BatchLimitsController:
         for rel, seen in list(self._fresh.items()):
             if now - seen > FOLLOW_UP_S[-1]:
                 del self._fresh[rel]
+                self._checked.pop(rel, None)
+
+    def _due(self) -> set[str]:
+        """New cgroups with a follow-up due now (each step once)."""
+        now = self._clock()
+        due = set()
+        for rel, seen in self._fresh.items():
+            done = self._checked.get(rel, seen)
+            if any(done < seen + step <= now for step in FOLLOW_UP_S):
+                due.add(rel)
+                self._checked[rel] = now
+        return due
 
     async def fetch_and_pass(self) -> PassReport:
         """A pass over the list at hand first (a pod listed before its cgroup appeared is placed at once),
         then a fresh list and a pass over what is still not in place."""
+        kinds = {self._layout.identify(rel).kind for rel in self._fresh}
+        if self.yarn is not None and "yarn" in kinds:
+            await self.yarn[0].refresh()
+            self.yarn_pass()
+            if kinds <= {"yarn"}:
+                return self.pass_once(changed_only=True)
         if self._fresh:
             self.pass_once(changed_only=True)
+        if self._kubelet is None:
+            return self.pass_once(changed_only=True)
         await self._kubelet.refresh()
         self.fetches += 1
         return self.pass_once(changed_only=True)
@@ -107,9 +142,11 @@ class BatchLimitsController:
         """After a creation: fetch again while a new cgroup is not placed (its pod or container id may be
         listed now); once placed, check its values again: the kubelet (or runtime) writes a new cgroup's
         shares after making it in every hierarchy, and may do so after ours (then it is put back)."""
-        if set(self._fresh) - self._placed():
-            return await self.fetch_and_pass()
-        return self.pass_once(only=set(self._fresh))
+        due, placed = self._due(), self._placed()
+        report = self.pass_once(only=due & placed)
+        if due - placed:
+            report = await self.fetch_and_pass()
+        return report
 
     # -- inotify -----------------------------------------------------------------------------------------
 
@@ -131,7 +168,7 @@ class BatchLimitsController:
         if rel is None:
             return
         kind = self._layout.identify(rel).kind
-        if kind not in ("pod", "container"):
+        if kind not in ("pod", "container", "yarn"):
             return
         if not ev.created:
             watcher.unwatch(os.path.join(ev.parent, ev.name))
@@ -163,6 +200,8 @@ class BatchLimitsController:
         tier_dir = self._dir_of(self._tier)
         if not watcher.watch(tier_dir):
             return
+        if self.yarn is not None:  # a YARN container's cgroup (made by the NodeManager's executor)
+            self._watch_dir(watcher, self._layout.yarn_root())
         with contextlib.suppress(OSError):
             with os.scandir(tier_dir) as it:
                 names = [e.name for e in it if e.is_dir(follow_symlinks=False)]
@@ -188,8 +227,8 @@ class BatchLimitsController:
     def _next_follow_up(self) -> float | None:
         """Seconds until the next follow-up of a new cgroup not placed yet (None: none due)."""
         now = self._clock()
-        waits = [seen + step - now for seen in self._fresh.values() for step in FOLLOW_UP_S
-                 if seen + step > now]
+        waits = [seen + step - now for rel, seen in self._fresh.items() for step in FOLLOW_UP_S
+                 if seen + step > max(now, self._checked.get(rel, seen))]
         return max(0.0, min(waits)) if waits else None
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -221,6 +260,7 @@ class BatchLimitsController:
                 self.watching = False
 
     async def _pass_async(self) -> PassReport:
+        self.yarn_pass()
         return self.pass_once()
 
     async def _guarded(self, fn: Callable[[], object]) -> None:
@@ -246,10 +286,14 @@ async def _first(stop: asyncio.Event, kick: asyncio.Event, timeout: float) -> bo
 
 
 def build(cfg: BatchLimitsConfig, kubelet: KubeletSource | None, writer: CgroupWriter, layout: Layout,
-          suppression: Callable[[], SuppressionConfig]) -> BatchLimitsController | None:
-    """The controller the daemon runs (None when off, or without the kubelet: no BE pods to read).
+          suppression: Callable[[], SuppressionConfig],
+          nodemanager: NodeManagerSource | None = None) -> BatchLimitsController | None:
+    """The controller the daemon runs (None when off, or with neither the kubelet nor the NodeManager).
     `suppression` gives the suppression settings in force (the NodeSLO's, else the YAML's)."""
-    if not cfg.enabled or kubelet is None:
+    yarn = None
+    if cfg.yarn and nodemanager is not None:
+        yarn = (nodemanager, YarnLimitsExecutor(writer, layout.yarn_root()), cfg.yarn_cpu_quota)
+    if not cfg.enabled or (kubelet is None and yarn is None):
         return None
 
     def cfs_quota() -> bool:
@@ -262,7 +306,7 @@ def build(cfg: BatchLimitsConfig, kubelet: KubeletSource | None, writer: CgroupW
                  "(a v1 parent's quota may not be below a child's); their shares and the tier bound them")
     return BatchLimitsController(kubelet, BatchLimitsExecutor(writer), layout,
                                  lambda rel: writer.path("cpu", rel), resync_s=cfg.resync_s,
-                                 watch=cfg.on_creation, cfs_quota=cfs_quota)
+                                 watch=cfg.on_creation, cfs_quota=cfs_quota, yarn=yarn)
 
 
 MAX_SERIES_PODS = 1000  # per-pod series beyond this many BE pods are left out (the counts still cover all)

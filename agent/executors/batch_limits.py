@@ -18,10 +18,12 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from cgroups.errors import CgroupError, CgroupGone
+from cgroups.errors import CgroupError, CgroupGone, from_oserror
+from cgroups.parsers import parse_procs
 from cgroups.settings import CpuQuota, CpuShares, MemoryLimit, Setting
 from cgroups.writer import CgroupWriter
 from qos.batch_limits import CFS_PERIOD_US, KUBELET_BE_SHARES, Limits, PodPlan
+from qos.yarn_limits import YarnLimits, YarnPlan
 
 log = logging.getLogger("coloc.batch_limits")
 
@@ -136,3 +138,123 @@ class BatchLimitsExecutor:
         for rel in rels:
             self._writer.forget(rel)
         return key
+
+
+@dataclass(frozen=True, slots=True)
+class YarnReport:
+    """One YARN pass: containers whose limits are in place, pids moved into a mirrored memory cgroup (v1),
+    mirrors removed, and containers not done (cgroup -> reason)."""
+
+    limited: int
+    moved: int
+    removed: int
+    pending: dict[str, str]
+
+
+class YarnLimitsExecutor:
+    """Puts YARN containers' limits (qos/yarn_limits.py) in place.
+
+    On v1 the NodeManager's LinuxContainerExecutor makes a container's cgroup in the cpu hierarchy; where it
+    makes none in the memory hierarchy (its memory handler off, as is usual), the container gets one here
+    (yarn-copilot's `--sync-memory-cgroup` mirror): made, its limit set, then the container's processes moved
+    in (limit first: a process never runs there unlimited), and new ones each pass. Only mirrors made here are
+    removed, once their container is gone and they are empty; the NodeManager's own cgroups are never
+    removed. On v2 the container's own cgroup gets `memory.max`."""
+
+    def __init__(self, writer: CgroupWriter, yarn_root: str) -> None:
+        self._writer = writer
+        self._root = yarn_root
+        self.mirrors: set[str] = set()  # memory cgroups this executor made
+        self.limited: dict[str, YarnLimits] = {}
+        self.root_shares: int | None = None
+
+    def _mirrored(self) -> bool:
+        h = self._writer.hierarchy
+        return h.is_v1("memory") and h.is_v1("cpu") and h.controller_dir("memory") != h.controller_dir("cpu")
+
+    def _make_mirror(self, rel: str) -> None:
+        """The memory-hierarchy cgroup of `rel` (and missing parents), each confined by the writer."""
+        parts = rel.split("/")
+        for n in range(1, len(parts) + 1):
+            sub = "/".join(parts[:n])
+            d = self._writer.path("memory", sub)
+            if not os.path.isdir(d):
+                try:
+                    os.mkdir(d)
+                except FileExistsError:
+                    continue
+                except OSError as e:
+                    raise from_oserror(e, d, "mkdir") from None
+                if n == len(parts):
+                    self.mirrors.add(rel)
+
+    def _procs(self, ctrl: str, rel: str) -> set[int]:
+        try:
+            return set(parse_procs(self._writer.read(ctrl, rel, "cgroup.procs"), rel))
+        except CgroupGone:
+            return set()
+
+    def _move(self, rel: str) -> int:
+        moved = 0
+        for pid in sorted(self._procs("cpu", rel) - self._procs("memory", rel)):
+            path = self._writer.path("memory", rel, "cgroup.procs")
+            try:
+                fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+                try:
+                    os.write(fd, str(pid).encode())
+                finally:
+                    os.close(fd)
+                moved += 1
+            except ProcessLookupError:
+                continue  # it ended meanwhile
+            except OSError as e:
+                raise from_oserror(e, path, f"write pid {pid} to") from None
+        return moved
+
+    def _one(self, lim: YarnLimits, mirrored: bool) -> int:
+        if not os.path.isdir(self._writer.path("cpu", lim.rel)):
+            raise CgroupGone(f"YARN container cgroup {lim.rel} is not there (yet)", lim.rel)
+        if mirrored:
+            self._make_mirror(lim.rel)
+        self._writer.set_memory_limit(lim.rel, lim.memory_limit_bytes)
+        if lim.cfs_quota_us is not None:
+            self._writer.set_cpu_quota(lim.rel, lim.cfs_quota_us, CFS_PERIOD_US)
+        self.limited[lim.rel] = lim
+        return self._move(lim.rel) if mirrored else 0
+
+    def apply(self, plan: YarnPlan) -> YarnReport:
+        mirrored = self._mirrored()
+        pending: dict[str, str] = {}
+        moved = 0
+        for lim in plan.containers:
+            try:
+                moved += self._one(lim, mirrored)
+            except CgroupError as err:
+                pending[lim.rel] = str(err)
+        live = {c.rel for c in plan.containers}
+        for rel in set(self.limited) - live:
+            del self.limited[rel]
+        removed = self._remove_mirrors(live)
+        if plan.root_shares is not None:
+            try:
+                self._writer.set_cpu_shares(self._root, plan.root_shares)
+                self.root_shares = plan.root_shares
+            except CgroupError as err:
+                pending[self._root] = str(err)
+        return YarnReport(len(self.limited), moved, removed, pending)
+
+    def _remove_mirrors(self, live: set[str]) -> int:
+        removed = 0
+        for rel in sorted(self.mirrors - live):
+            if self._procs("memory", rel):
+                continue  # processes left: removed at a later pass
+            try:
+                os.rmdir(self._writer.path("memory", rel))
+            except FileNotFoundError:
+                pass
+            except OSError:
+                continue
+            self.mirrors.discard(rel)
+            self._writer.forget(rel)
+            removed += 1
+        return removed
