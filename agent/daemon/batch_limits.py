@@ -348,7 +348,7 @@ class BatchLimitsMetrics:
                                      "1 when new BE pod cgroups are watched (inotify), 0 when only the "
                                      "periodic pass places limits.")
         watching.add_metric([], 1 if ctl.watching else 0)
-        out: list[Metric] = [shares, cores, memory, pods, watching]
+        out: list[Metric] = [shares, cores, memory, pods, watching, *self._yarn()]
         for name, doc, value in (
                 ("coloc_batch_limits_passes", "Batch-limit passes run.", ctl.passes),
                 ("coloc_batch_limits_fetches", "Kubelet pod lists fetched because a BE cgroup appeared.",
@@ -361,3 +361,27 @@ class BatchLimitsMetrics:
             counter.add_metric([], value)
             out.append(counter)
         return out
+
+    def _yarn(self) -> list[Metric]:
+        from prometheus_client.core import GaugeMetricFamily
+
+        if self._ctl.yarn is None:
+            return []
+        ex = self._ctl.yarn[1]
+        memory = GaugeMetricFamily("coloc_yarn_limit_memory_bytes",
+                                   "Memory limit of a YARN container (its NodeManager allocation).",
+                                   labels=["container"])
+        cores = GaugeMetricFamily("coloc_yarn_limit_cpu_cores", "CFS quota of a YARN container in cores "
+                                  "(-1: none; batch_limits.yarn_cpu_quota).", labels=["container"])
+        for rel, lim in sorted(ex.limited.items())[:MAX_SERIES_PODS]:
+            name = rel.rsplit("/", 1)[-1]
+            memory.add_metric([name], lim.memory_limit_bytes)
+            cores.add_metric([name], -1 if lim.cfs_quota_us is None else lim.cfs_quota_us / CFS_PERIOD_US)
+        shares = GaugeMetricFamily("coloc_yarn_root_cpu_shares",
+                                   "cpu.shares of the hadoop-yarn cgroup: Σ live containers' vcores × 1024 "
+                                   "(v2: written as cpu.weight; -1 before the first live container).")
+        shares.add_metric([], -1 if ex.root_shares is None else ex.root_shares)
+        mirrors = GaugeMetricFamily("coloc_yarn_memory_mirrors",
+                                    "v1 memory cgroups made for YARN containers the executor made none for.")
+        mirrors.add_metric([], len(ex.mirrors))
+        return [memory, cores, shares, mirrors]

@@ -15,10 +15,12 @@ from pathlib import Path
 
 import pytest
 from fakes.nodemanager import FakeNodeManager
+from prometheus_client import CollectorRegistry
 from realcg import RealRoot
 
 from agent.config.sources import NodeManagerConfig
-from agent.executors.batch_limits import YarnLimitsExecutor
+from agent.daemon.batch_limits import BatchLimitsController, BatchLimitsMetrics
+from agent.executors.batch_limits import BatchLimitsExecutor, YarnLimitsExecutor
 from agent.sources.yarn import NodeManagerSource
 from cgroups.layout import Layout
 from cgroups.reader import CgroupReader
@@ -81,6 +83,13 @@ async def test_an_over_limit_yarn_container_is_oom_killed_in_its_own_cgroup(
     assert hog.pid in {int(p) for p in (mem / "cgroup.procs").read_text().split()}, "moved into its mirror"
     assert report.moved == 1
     assert int((real_root.path("cpu", "besteffort/hadoop-yarn") / "cpu.shares").read_text()) == 3 * 1024
+
+    ctl = BatchLimitsController(None, BatchLimitsExecutor(writer), layout,
+                                lambda rel: writer.path("cpu", rel), yarn=(source, executor, False))
+    registry = CollectorRegistry()
+    registry.register(BatchLimitsMetrics(ctl))
+    assert registry.get_sample_value("coloc_yarn_limit_memory_bytes", {"container": BIG}) == 256 * MI
+    assert registry.get_sample_value("coloc_yarn_root_cpu_shares") == 3 * 1024
 
     assert hog.stdin is not None
     hog.stdin.write(b"go\n")
