@@ -55,9 +55,9 @@ def write_list(path: Path, *items: dict[str, Any]) -> Path:
     return path
 
 
-def controller(url: str, writer: CgroupWriter, *, resync_s: float = 30.0,
-               watch: bool = True) -> tuple[BatchLimitsController, KubeletSource]:
-    layout = Layout("cgroupfs")
+def controller(url: str, writer: CgroupWriter, *, resync_s: float = 30.0, watch: bool = True,
+               layout: Layout | None = None) -> tuple[BatchLimitsController, KubeletSource]:
+    layout = layout or Layout("cgroupfs")
     cfg = KubeletConfig(url=url, token_file="", timeout_s=2.0, resync_s=60.0, stale_after_s=120.0,
                         min_resync_gap_s=0.05)
     kubelet = KubeletSource(cfg, layout)
