@@ -409,8 +409,8 @@ def _evictions(victims: list[Workload], view: BatchLedgerView, releasing: Resour
 def decide_batch(snapshot: NodeSnapshot, cfg: BatchConfig, state: BatchState,
                  yarn_entries: Collection[str] = ()) -> tuple[list[Action], BatchState]:
     """Release allocations until `k8s + yarn + other allocators ≤ origin`; hold (with the reason) when it
-    may not act. `yarn_entries`: see `other_allocations`. When admissions are refused and nothing else this
-    returns says why (stale data, the ledger within budget), a Hold gives the admission rule's reason."""
+    may not act. `yarn_entries`: see `other_allocations`. When the admission rule refuses and nothing else
+    this returns says why (stale data, the ledger within budget), a Hold says admissions are refused."""
     origin, state, holds = _origin(snapshot, cfg, state, yarn_entries)
     if origin is None:
         return holds, state
@@ -419,8 +419,9 @@ def decide_batch(snapshot: NodeSnapshot, cfg: BatchConfig, state: BatchState,
     if not actions:
         held = k8s_requested(snapshot.workloads) + yarn_requested(snapshot.workloads)
         gate = admit(Resources(), AdmissionFacts(state.budget, held, snapshot.stale))
-        if not gate.accepted:
-            actions.append(Hold(POLICY, f"admissions refused: {gate.reason}"))
+        if not gate.accepted:  # holds are counted by reason: the sources' reasons carry ages, names do not
+            why = f"stale data from {', '.join(sorted(snapshot.stale))}" if snapshot.stale else gate.reason
+            actions.append(Hold(POLICY, f"admissions refused: {why}"))
     return actions, state
 
 
