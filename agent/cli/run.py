@@ -18,6 +18,7 @@ from agent.daemon import batch_limits
 from agent.daemon.logs import setup_logging
 from agent.daemon.runtime import Runtime, build, make_layout
 from agent.state import StateFileError
+from agent.state.lifecycle import reports_batch
 from cgroups.errors import CgroupError
 from qos.policies import PolicyConfig
 
@@ -52,11 +53,18 @@ def policy_settings(rt: Runtime) -> tuple[PolicyConfig, Mapping[str, str]]:
     return (slo.current, slo.sources) if slo is not None else (rt.cfg.policies, rt.sources.settings_sources())
 
 
+def batch_memory(rt: Runtime) -> int | None:
+    """The node's batch-memory budget as the ledger holds it; None while the node offers no batch room (a
+    drain reports 0: no reason to cap BE work already running)."""
+    node = rt.ledger.node
+    return node.batch_allocatable.memory_bytes if reports_batch(node.lifecycle) else None
+
+
 def start_batch_limits(rt: Runtime, stop: asyncio.Event) -> asyncio.Future[None]:
     """BE pods' batch limits (agent/daemon/batch_limits.py) as a task; a finished future when it is off."""
     limits = batch_limits.build(rt.cfg.batch_limits, rt.sources.kubelet, rt.writer,
                                 make_layout(rt.cfg, rt.hierarchy), lambda: policy_settings(rt)[0].suppression,
-                                rt.sources.yarn)
+                                rt.sources.yarn, lambda: batch_memory(rt))
     if limits is None:
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         done.set_result(None)

@@ -22,7 +22,10 @@ class BatchLimitsConfig:
     (on v1 a memory cgroup mirrored from the cpu one, as yarn-copilot's `--sync-memory-cgroup` does) and
     `hadoop-yarn`'s shares from Σ vcores × 1024 (with the YARN source on); `yarn_cpu_quota`: a CFS quota of
     vcores too (off: YARN containers share the tier by their shares, as LinuxContainerExecutor's
-    non-strict mode does)."""
+    non-strict mode does). `tier_memory`: a cap on the whole BE tier's memory from the node's batch-memory
+    budget (the ledger's batch allocatable): `off`, `high` (memory.high = budget; the soft limit on v1) or
+    `high+max` (memory.high = budget × `tier_memory_high_percent`, memory.max = budget); see
+    docs/batch-resources.md for the measurement behind the default."""
 
     enabled: bool = True
     on_creation: bool = True
@@ -30,6 +33,8 @@ class BatchLimitsConfig:
     cfs_quota: str = "auto"
     yarn: bool = True
     yarn_cpu_quota: bool = False
+    tier_memory: str = "off"
+    tier_memory_high_percent: float = 90.0
 
     def __post_init__(self) -> None:
         for name in ("enabled", "on_creation", "yarn", "yarn_cpu_quota"):
@@ -38,5 +43,11 @@ class BatchLimitsConfig:
         if isinstance(self.resync_s, bool) or not isinstance(self.resync_s, int | float) or not (
                 1.0 <= self.resync_s <= 600.0):
             raise ConfigError(f"batch_limits.resync_s: must be in [1, 600] seconds, got {self.resync_s!r}")
+        if self.tier_memory not in ("off", "high", "high+max"):
+            raise ConfigError(
+                f"batch_limits.tier_memory: must be off, high or high+max, got {self.tier_memory!r}")
+        pct = self.tier_memory_high_percent
+        if isinstance(pct, bool) or not isinstance(pct, int | float) or not 0 < pct <= 100:
+            raise ConfigError(f"batch_limits.tier_memory_high_percent: must be in (0, 100], got {pct!r}")
         if self.cfs_quota not in ("auto", "on", "off"):
             raise ConfigError(f"batch_limits.cfs_quota: must be auto, on or off, got {self.cfs_quota!r}")

@@ -24,7 +24,13 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from agent.config.batch_limits import BatchLimitsConfig
-from agent.executors.batch_limits import BatchLimitsExecutor, PassReport, YarnLimitsExecutor, YarnReport
+from agent.executors.batch_limits import (
+    BatchLimitsExecutor,
+    PassReport,
+    TierMemoryExecutor,
+    YarnLimitsExecutor,
+    YarnReport,
+)
 from agent.sources.kubelet import KubeletSource
 from agent.sources.yarn import NodeManagerSource
 from cgroups.errors import CgroupError
@@ -33,6 +39,7 @@ from cgroups.watch import DirEvent, DirWatcher
 from cgroups.writer import CgroupWriter
 from qos.batch_limits import CFS_PERIOD_US, plan, pod_quota_allowed
 from qos.suppression import SuppressionConfig
+from qos.tier_memory import TierCap, tier_memory_cap
 from qos.yarn_limits import yarn_plan
 
 if TYPE_CHECKING:
@@ -48,10 +55,12 @@ class BatchLimitsController:
                  dir_of: Callable[[str], str], *, resync_s: float = 10.0, watch: bool = True,
                  cfs_quota: Callable[[], bool] = lambda: True,
                  clock: Callable[[], float] = time.monotonic,
-                 yarn: tuple[NodeManagerSource, YarnLimitsExecutor, bool] | None = None) -> None:
+                 yarn: tuple[NodeManagerSource, YarnLimitsExecutor, bool] | None = None,
+                 tier: tuple[TierMemoryExecutor, Callable[[], TierCap | None]] | None = None) -> None:
         self._kubelet = kubelet
         self.yarn = yarn  # the NodeManager, the YARN executor, whether containers get a CFS quota too
         self.yarn_last: YarnReport | None = None
+        self.tier = tier  # the BE tier's memory cap: its executor and the cap in force now
         self.executor = executor
         self._layout = layout
         self._dir_of = dir_of  # rel -> absolute directory in the hierarchy watched (cpu)
@@ -260,6 +269,8 @@ class BatchLimitsController:
                 self.watching = False
 
     async def _pass_async(self) -> PassReport:
+        if self.tier is not None:
+            self.tier[0].apply(self.tier[1]())
         self.yarn_pass()
         return self.pass_once()
 
@@ -287,14 +298,19 @@ async def _first(stop: asyncio.Event, kick: asyncio.Event, timeout: float) -> bo
 
 def build(cfg: BatchLimitsConfig, kubelet: KubeletSource | None, writer: CgroupWriter, layout: Layout,
           suppression: Callable[[], SuppressionConfig],
-          nodemanager: NodeManagerSource | None = None) -> BatchLimitsController | None:
+          nodemanager: NodeManagerSource | None = None,
+          batch_memory: Callable[[], int | None] = lambda: None) -> BatchLimitsController | None:
     """The controller the daemon runs (None when off, or with neither the kubelet nor the NodeManager).
     `suppression` gives the suppression settings in force (the NodeSLO's, else the YAML's)."""
     yarn = None
     if cfg.yarn and nodemanager is not None:
         yarn = (nodemanager, YarnLimitsExecutor(writer, layout.yarn_root()), cfg.yarn_cpu_quota)
-    if not cfg.enabled or (kubelet is None and yarn is None):
+    if not cfg.enabled or (kubelet is None and yarn is None and cfg.tier_memory == "off"):
         return None
+    tier = None
+    if cfg.tier_memory != "off":
+        tier = (TierMemoryExecutor(writer, layout.tier("besteffort")),
+                lambda: tier_memory_cap(batch_memory(), cfg.tier_memory, cfg.tier_memory_high_percent))
 
     def cfs_quota() -> bool:
         if cfg.cfs_quota != "auto":
@@ -306,7 +322,7 @@ def build(cfg: BatchLimitsConfig, kubelet: KubeletSource | None, writer: CgroupW
                  "(a v1 parent's quota may not be below a child's); their shares and the tier bound them")
     return BatchLimitsController(kubelet, BatchLimitsExecutor(writer), layout,
                                  lambda rel: writer.path("cpu", rel), resync_s=cfg.resync_s,
-                                 watch=cfg.on_creation, cfs_quota=cfs_quota, yarn=yarn)
+                                 watch=cfg.on_creation, cfs_quota=cfs_quota, yarn=yarn, tier=tier)
 
 
 MAX_SERIES_PODS = 1000  # per-pod series beyond this many BE pods are left out (the counts still cover all)

@@ -23,6 +23,7 @@ from cgroups.parsers import parse_procs
 from cgroups.settings import CpuQuota, CpuShares, MemoryLimit, Setting
 from cgroups.writer import CgroupWriter
 from qos.batch_limits import CFS_PERIOD_US, KUBELET_BE_SHARES, Limits, PodPlan
+from qos.tier_memory import TierCap
 from qos.yarn_limits import YarnLimits, YarnPlan
 
 log = logging.getLogger("coloc.batch_limits")
@@ -258,3 +259,41 @@ class YarnLimitsExecutor:
             self._writer.forget(rel)
             removed += 1
         return removed
+
+
+class TierMemoryExecutor:
+    """Puts the BE tier's memory cap (qos/tier_memory.py) in place: `memory.high` (v1: the soft limit) and
+    `memory.max` / `memory.limit_in_bytes`, through the writer (on a systemd slice, as MemoryHigh / MemoryMax
+    through systemd). `off` lifts only a cap this executor set: a limit someone else put on the tier (the
+    kubelet's QoS memory reservation) is not ours to remove. A limit the kernel refuses (v1 answers EBUSY when
+    the tier's usage is above it and cannot be reclaimed) is reported and tried again next pass."""
+
+    def __init__(self, writer: CgroupWriter, tier: str) -> None:
+        self._writer = writer
+        self._tier = tier
+        self.cap: TierCap | None = None  # what this executor has in place (None: nothing of ours)
+        self.error = ""
+
+    def apply(self, cap: TierCap | None) -> bool:
+        """True when something was written."""
+        if cap is None or (cap == TierCap(None, None) and self.cap is None):
+            return False
+        try:
+            # tighten: high first (reclaim starts), then max; loosen: max first. Either order is valid for
+            # the kernel; this one never has high above max.
+            wrote = False
+            if cap.max_bytes is None or (self.cap is not None and self.cap.max_bytes is not None
+                                         and cap.max_bytes >= self.cap.max_bytes):
+                wrote |= self._writer.set_memory_limit(self._tier, cap.max_bytes)
+                wrote |= self._writer.set_memory_high(self._tier, cap.high_bytes)
+            else:
+                wrote |= self._writer.set_memory_high(self._tier, cap.high_bytes)
+                wrote |= self._writer.set_memory_limit(self._tier, cap.max_bytes)
+        except CgroupError as err:
+            self.error = str(err)
+            log.warning("BE tier memory cap not in place", extra={"fields": {
+                "cgroup": self._tier, "high": cap.high_bytes, "max": cap.max_bytes, "error": self.error}})
+            return False
+        self.error = ""
+        self.cap = None if cap == TierCap(None, None) else cap
+        return wrote
