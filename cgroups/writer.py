@@ -179,8 +179,19 @@ class CgroupWriter:
 
     def _set(self, knob: Knob[V], rel: str, wanted: V) -> bool:
         rel = check_rel(rel)
-        current = knob.read(self, rel)
         key = (knob.name, rel)
+        try:
+            current = knob.read(self, rel)
+        except CgroupError:
+            if not self._by_systemd(knob, rel):
+                raise
+            # systemd enables a controller on a unit's path only when a unit asks for it: setting the
+            # property makes the file appear (and holds the value); then it is read like any other.
+            self._through_systemd(knob, rel, wanted)
+            current = knob.read(self, rel)
+            if knob.equal(current, wanted):
+                self._cache[key] = wanted
+                return True
         if knob.equal(current, wanted):
             self._skipped += 1
             self._cache[key] = wanted
@@ -210,11 +221,15 @@ class CgroupWriter:
             return not self.hierarchy.is_v1("cpuset")
         return knob in (QUOTA, MEM_LIMIT, MEM_HIGH)
 
+    def _by_systemd(self, knob: Knob[Any], rel: str) -> bool:
+        """Whether `rel` is a systemd unit and systemd has a property for `knob` there."""
+        return self.units is not None and self._systemd_holds(knob) and self.units.owns(rel)
+
     def _through_systemd(self, knob: Knob[V], rel: str, wanted: V) -> None:
         """Set the knob as a runtime property of the unit too, so systemd keeps it (daemon-reload, a
         set-property, a child unit starting would otherwise put systemd's value back); the file is then
         written as well, as the kubelet's systemd driver does, so the value is in place at once."""
-        if self.units is None or not self._systemd_holds(knob) or not self.units.owns(rel):
+        if self.units is None or not self._by_systemd(knob, rel):
             return
         from cgroups.systemd import SystemdError, cpu_mask, memory_property, quota_properties
 

@@ -1,0 +1,120 @@
+"""The BE knobs on a systemd-driver node: held through systemd, they survive what systemd re-applies.
+
+Runs on a real systemd (PID 1) with pure cgroup v2: the test guest (docs/testing.md). The layout is the
+kubelet's systemd driver's, made through systemd itself (`systemd-run --scope --slice=...`, as the runtime
+asks for a container's scope). systemd puts its own value of a unit's property back into the cgroup on
+`daemon-reload`, on a `set-property` of another property and when a child unit starts below it: the first
+test shows it does so to a value written only to the file, the next that a value the agent's writer set
+through systemd survives all three.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+
+import pytest
+from unitkit import CGROUP2, KubeletSlices, read, systemctl, systemd_v2_host, wait, write
+
+from cgroups.discovery import Hierarchy
+from cgroups.systemd import SystemdUnits, cpu_mask
+from cgroups.writer import CgroupWriter
+
+pytestmark = pytest.mark.guest
+why_not = systemd_v2_host()
+if why_not is not None:
+    pytest.skip(f"needs the systemd + cgroup v2 guest: {why_not}", allow_module_level=True)
+
+
+@pytest.fixture
+def node() -> Iterator[KubeletSlices]:
+    k = KubeletSlices()
+    try:
+        yield k
+    finally:
+        k.cleanup()
+
+
+def _writer(k: KubeletSlices, units: bool) -> CgroupWriter:
+    return CgroupWriter(Hierarchy.v2(CGROUP2), k.root,
+                        units=SystemdUnits("/" + k.root) if units else None)
+
+
+def _be_tier(k: KubeletSlices) -> str:
+    return k.tier("besteffort").split("/", 1)[1]  # relative to the kubepods root
+
+
+def test_systemd_puts_its_own_value_back_over_a_file_write(node: KubeletSlices) -> None:
+    """Why the agent speaks systemd: a hand-written cpu.max / cpuset of a unit's cgroup is undone."""
+    node.container("besteffort", str(uuid.uuid4()))
+    tier = node.tier("besteffort")
+    systemctl("set-property", "--runtime", tier.rsplit("/", 1)[1], "CPUQuota=80%")
+    assert wait(lambda: read(tier, "cpu.max") == "80000 100000", 10)
+    assert write(tier, "cpu.max", "20000 100000") is None
+    systemctl("daemon-reload")
+    assert wait(lambda: read(tier, "cpu.max") == "80000 100000", 10), read(tier, "cpu.max")
+
+
+def test_be_knobs_set_through_systemd_survive_reload_set_property_and_a_new_child(
+        node: KubeletSlices) -> None:
+    uid = str(uuid.uuid4())
+    node.container("besteffort", uid)
+    node.container("burstable", str(uuid.uuid4()))
+    w = _writer(node, units=True)
+    assert w.units is not None and w.units.available()
+    tier_rel, tier = _be_tier(node), node.tier("besteffort")
+    assert w.units.owns(tier_rel)
+    cut = {max(int(c) for c in read("", "cpuset.cpus.effective").replace("-", ",").split(","))}
+    assert w.set_cpuset(tier_rel, cut, descendants=True)
+    assert w.set_cpu_quota(tier_rel, 50_000, 100_000)
+    assert w.set_memory_high(tier_rel, 512 << 20)
+    want = (",".join(map(str, sorted(cut))), "50000 100000", str(512 << 20))
+
+    def held() -> tuple[str, str, str]:
+        return read(tier, "cpuset.cpus"), read(tier, "cpu.max"), read(tier, "memory.high")
+
+    assert held() == want
+    props = w.units.unit_properties(tier_rel, ["AllowedCPUs", "CPUQuotaPerSecUSec", "MemoryHigh"])
+    assert bytes(props["AllowedCPUs"]).rstrip(b"\0") == cpu_mask(cut)
+    assert props["CPUQuotaPerSecUSec"] == 500_000 and props["MemoryHigh"] == 512 << 20
+    systemctl("daemon-reload")
+    assert held() == want, "daemon-reload undid a knob set through systemd"
+    systemctl("set-property", "--runtime", tier.rsplit("/", 1)[1], "CPUWeight=1")
+    assert wait(lambda: read(tier, "cpu.weight") == "1", 10)
+    assert held() == want, "a set-property of another property undid a knob"
+    node.container("besteffort", str(uuid.uuid4()))  # a new pod slice and scope below the tier
+    assert held() == want, "a new child unit undid a knob"
+    # v2: the pod slices and the runtime's delegated scopes below the tier were never written.
+    below = [p / "cpuset.cpus" for p in (CGROUP2 / tier).rglob("*") if (p / "cpuset.cpus").exists()]
+    assert below, "no cgroup below the tier has a cpuset (the kit enables it down to the pod slices)"
+    assert all(f.read_text().strip() == "" for f in below), [(str(f), f.read_text()) for f in below]
+    # Release: no quota, held by systemd the same way.
+    assert w.set_cpu_quota(tier_rel, None, 100_000)
+    systemctl("daemon-reload")
+    assert read(tier, "cpu.max") == "max 100000"
+
+
+def test_a_file_only_writer_sees_systemd_undo_its_value_and_counts_it(node: KubeletSlices) -> None:
+    """Without systemd (units off) a reload undoes the value; setting it again is a re-assert, counted with
+    the knob and the cgroup."""
+    node.container("besteffort", str(uuid.uuid4()))
+    tier = node.tier("besteffort")
+    systemctl("set-property", "--runtime", tier.rsplit("/", 1)[1], "CPUQuota=90%")
+    assert wait(lambda: read(tier, "cpu.max") == "90000 100000", 10)
+    w = _writer(node, units=False)
+    assert w.set_cpu_quota(_be_tier(node), 30_000, 100_000)
+    systemctl("daemon-reload")
+    assert wait(lambda: read(tier, "cpu.max") == "90000 100000", 10)
+    assert w.set_cpu_quota(_be_tier(node), 30_000, 100_000)
+    assert read(tier, "cpu.max") == "30000 100000"
+    seen = [(o.knob, o.cgroup, o.found) for o in w.overrides]
+    assert seen == [("cpu_quota", _be_tier(node), "90000 100000")]
+
+
+def test_an_idle_cgroup_refuses_the_kubelets_weight_write_on_v2(node: KubeletSlices) -> None:
+    """The kernel fact behind the coexistence rule, on v2: cpu.weight is refused while cpu.idle is 1."""
+    pod = node.container("besteffort", str(uuid.uuid4())).rsplit("/", 1)[0]
+    assert write(pod, "cpu.idle", "1") is None
+    assert write(pod, "cpu.weight", "1") is not None
+    assert write(pod, "cpu.idle", "0") is None
+    assert write(pod, "cpu.weight", "1") is None
