@@ -1,4 +1,5 @@
-"""bench/batch_limits.py --quick runs on real cgroups and ends with its JSON line (figures, not targets)."""
+"""bench/batch_limits.py and bench/tier_memory.py --quick run on real cgroups and end with their JSON line
+(figures, not targets)."""
 
 from __future__ import annotations
 
@@ -29,3 +30,15 @@ def test_batch_limits_bench_quick_mode_prints_its_figures(real_root: RealRoot) -
     assert figures["creation_pod_n"] == 12 and figures["periodic_pod_n"] == 3
     # every cgroup got its limits: the bench fails otherwise; the periodic pass is slower than creation
     assert figures["periodic_pod_p50_ms"] > figures["creation_pod_p50_ms"]
+
+
+def test_tier_memory_bench_quick_mode_prints_its_figures(real_root: RealRoot) -> None:
+    run = subprocess.run([sys.executable, str(REPO / "bench" / "tier_memory.py"), "--quick"], cwd=REPO,
+                         capture_output=True, text=True, timeout=240, check=False)
+    assert run.returncode == 0, f"--quick failed:\n{run.stdout[-2000:]}\n{run.stderr[-3000:]}"
+    figures = json.loads(run.stdout.strip().splitlines()[-1])
+    for case in ("alone", "off", "high", "high_max"):
+        for key in ("hp_throughput_ratio", "hp_major_faults", "hp_oom_kills", "hog_oom_kills_in_tier"):
+            assert math.isfinite(figures[f"{case}_{key}"]), f"{case}_{key} in {figures}"
+    # the hard cap stops the hog in the BE tier at the budget (1200 MiB hog, 512 MiB budget)
+    assert figures["high_max_hog_oom_kills_in_tier"] >= 1
