@@ -54,6 +54,7 @@ class BeKnobs:
         self.idle: bool | None = None
         self._idled: set[str] = set()  # children made idle by us
         self._capped: set[str] = set()  # children given a quota by us
+        self._cut: set[str] = set()  # children given a cpuset by us while split (v2: only they are restored)
 
     def decide(self, snapshot: NodeSnapshot) -> Membership:
         """This tick's members; the tier's children are listed only while a protected pod is below it."""
@@ -89,14 +90,33 @@ class BeKnobs:
 
     def set_cpuset(self, cpus: tuple[int, ...], m: Membership) -> bool:
         self.cpuset = cpus
-        if not m.split:
-            return self._w.set_cpuset(self.tier, cpus, descendants=True)
         full = self.full or cpus
+        if not m.split:
+            changed = self._w.set_cpuset(self.tier, cpus, descendants=True)
+            return self._uncut(full) or changed
         # Parent first: a v1 child may only hold CPUs its parent has.
         changed = self._w.set_cpuset(self.tier, full)
-        spared = self._each(self._spared(m), lambda c: self._w.set_cpuset(c, full, descendants=True))
+        # v1: every spared subtree follows (its CPUs must stay inside the tier's); v2: a child's effective set
+        # is bounded by its parent's, so only a child this executor cut gets its CPUs back.
+        spared = self._spared(m) if self._v1_cpuset else sorted(self._cut & set(self._spared(m)))
+        back = self._each(spared, lambda c: self._w.set_cpuset(c, full, descendants=True))
+        self._cut -= set(spared)
+        self._cut |= set(m.members)
         cut = self._each(list(m.members), lambda c: self._w.set_cpuset(c, cpus, descendants=True))
-        return changed or spared or cut
+        return changed or back or cut
+
+    @property
+    def _v1_cpuset(self) -> bool:
+        return self._w.hierarchy.is_v1("cpuset")
+
+    def _uncut(self, full: tuple[int, ...]) -> bool:
+        """Back at tier level on v2: the children this executor cut while split get every CPU again (v1's
+        subtree write already covered them)."""
+        if self._v1_cpuset or not self._cut:
+            self._cut.clear()
+            return False
+        cut, self._cut = sorted(self._cut), set()
+        return self._each(cut, lambda c: self._w.set_cpuset(c, full))
 
     def set_idle(self, idle: bool, m: Membership) -> bool:
         if idle and not self.tier_owned:
