@@ -216,10 +216,14 @@ class CgroupWriter:
                                       "wanted": event.wanted, "writer": writer}})
 
     def _systemd_holds(self, knob: Knob[Any]) -> bool:
-        """Whether systemd has a property for `knob` here (cpuset only on v2: systemd has no v1 cpuset)."""
+        """Whether systemd has a property for `knob` here (cpuset only on v2: systemd has no v1 cpuset).
+
+        The weight too: a set-property of any property of a unit makes systemd write all of them again,
+        its CPUWeight (default 100) included, so a weight written to the file alone is undone by the next
+        quota or memory set through systemd (seen in the v2 guest: a BE pod slice back at 100)."""
         if knob is CPUSET:
             return not self.hierarchy.is_v1("cpuset")
-        return knob in (QUOTA, MEM_LIMIT, MEM_HIGH)
+        return knob in (QUOTA, MEM_LIMIT, MEM_HIGH, SHARES)
 
     def _by_systemd(self, knob: Knob[Any], rel: str) -> bool:
         """Whether `rel` is a systemd unit and systemd has a property for `knob` there."""
@@ -233,12 +237,16 @@ class CgroupWriter:
             return
         from cgroups.systemd import SystemdError, cpu_mask, memory_property, quota_properties
 
+        props: list[tuple[str, tuple[str, Any]]]
         if knob is CPUSET:
             assert isinstance(wanted, frozenset)
             props = [("AllowedCPUs", ("ay", cpu_mask(wanted)))]
         elif knob is QUOTA:
             assert isinstance(wanted, CpuMax)
             props = quota_properties(wanted.quota_us, wanted.period_us)
+        elif knob is SHARES:
+            assert isinstance(wanted, int)
+            props = [("CPUShares" if self.hierarchy.is_v1("cpu") else "CPUWeight", ("t", wanted))]
         else:
             props = memory_property("MemoryMax" if knob is MEM_LIMIT else "MemoryHigh",
                                     wanted)  # type: ignore[arg-type]
