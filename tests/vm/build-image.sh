@@ -37,7 +37,7 @@ if [ ! -e "$dir/ready" ]; then
   rm -rf "$dir" && mv "$dir.tmp" "$dir"
   echo "guest image: built in ${took} s" >&2
   # Keep the newest three images (each ~0.5 GB on disk).
-  ls -1dt "$cache"/*/ 2>/dev/null | grep -v '/debs/$' | tail -n +4 | xargs -r rm -rf
+  ls -1dt "$cache"/*/ 2>/dev/null | grep -E '/[0-9a-f]{16}/$' | tail -n +4 | xargs -r rm -rf
 fi
 touch "$dir"
 echo "$dir"

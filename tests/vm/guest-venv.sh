@@ -3,15 +3,16 @@
 # on the host with Debian's own Python (/usr/bin/python3.11, the interpreter the guest image has: a venv of
 # another build does not run in the guest) and holds the agent's locked dependencies (requirements.lock,
 # with hashes) and the test runner; the checkout itself is found through PYTHONPATH in the guest. Cached in
-# ${COLOC_VM_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/coloc-agent/vm}/venv-<hash of requirements.lock,
-# pyproject.toml and this file>; the newest three are kept.
+# ${COLOC_VM_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/coloc-agent/vm}/venv-<hash of requirements.lock (made from
+# pyproject.toml's dependencies) and this file>; the newest three are kept. (pyproject.toml itself is not
+# hashed: its other sections change often and nothing of them goes into this venv.)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 top=$(cd "$here/../.." && pwd)
 cache=${COLOC_VM_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/coloc-agent/vm}
 python=/usr/bin/python3.11
 [ -x "$python" ] || { echo "guest venv: $python is missing (Debian package python3.11)" >&2; exit 1; }
-hash=$(cat "$top/requirements.lock" "$top/pyproject.toml" "$here/guest-venv.sh" | sha256sum | cut -c1-16)
+hash=$(cat "$top/requirements.lock" "$here/guest-venv.sh" | sha256sum | cut -c1-16)
 dir=$cache/venv-$hash
 mkdir -p "$cache"
 exec 9>"$cache/.lock-venv"

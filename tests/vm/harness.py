@@ -206,6 +206,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--memory", type=int, default=2048, help="MiB")
     p.add_argument("pytest_args", nargs="*", help="pytest arguments (default: tests/vm/selection)")
     args = p.parse_args(argv)
+    # A SIGTERM (a CI timeout) unwinds like Ctrl-C, through the `finally` that stops QEMU.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     pytest_args = args.pytest_args or selection()
     return run(args.image.resolve(), args.venv.resolve(), pytest_args, args.timeout,
                args.results.resolve() if args.results else None, args.cpus, args.memory)
