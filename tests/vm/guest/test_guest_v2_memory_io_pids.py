@@ -173,6 +173,8 @@ def test_cgroup_kill_ends_a_frozen_cgroup_at_once(real_root: RealRoot) -> None:
     assert writer.freezer_state("besteffort/pod") == "FROZEN"
     assert writer.kill_all("besteffort/pod") == -1  # v2: one write to cgroup.kill
     assert [p.wait(timeout=10) for p in procs] == [-signal.SIGKILL] * 3
+    # thawed too: a pod slice left frozen would freeze its next container at once (found by this guest)
+    assert writer.freezer_state("besteffort/pod") == "THAWED"
     assert _wait(lambda: reader.pids(rel) == [])
     assert bystander.poll() is None
     writer.rmdir("besteffort/pod", recursive=True)

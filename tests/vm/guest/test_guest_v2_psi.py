@@ -12,6 +12,7 @@ import pytest
 from realcg import RealRoot
 
 from agent.config.agent import LoopConfig
+from agent.config.load import ConfigError
 from agent.daemon.psi_wake import PsiWaker, probe
 from cgroups.parsers import parse_psi, psi_some_total
 from cgroups.reader import CgroupReader
@@ -20,6 +21,7 @@ from cgroups.writer import CgroupWriter
 pytestmark = [pytest.mark.guest, pytest.mark.cgroups]
 
 BUSY = [sys.executable, "-c", "while True: pass"]
+UNDER_MINIMUM = "some 20000 400000"  # a 400 ms window
 
 
 def _crowd(real_root: RealRoot, rel: str, n: int = 2) -> None:
@@ -80,8 +82,12 @@ async def test_a_trigger_fires_while_a_cgroup_stalls_and_not_while_it_is_calm(re
 
 
 def test_a_window_under_the_kernels_minimum_is_refused_even_as_root(real_root: RealRoot) -> None:
-    """The kernel's windows run from 500 ms to 10 s whoever asks; below 500 ms is EINVAL for root too."""
+    """The kernel's windows run from 500 ms to 10 s whoever asks: below 500 ms is EINVAL for root too. The
+    config refuses such a window (it would turn the fast path into polling on every node), and the reason a
+    refused trigger gives names the window rule, not a capability root has (both found by this guest)."""
     rel = real_root.mkcg("hp")
-    why = probe(str(real_root.path("unified", rel) / "cpu.pressure"), "some 20000 400000")
-    assert "Invalid argument" in why
+    why = probe(str(real_root.path("unified", rel) / "cpu.pressure"), UNDER_MINIMUM)
     assert os.geteuid() == 0
+    assert "Invalid argument" in why and "500 ms" in why and "CAP_SYS_RESOURCE" not in why, why
+    with pytest.raises(ConfigError, match="psi_trigger"):
+        LoopConfig(psi_trigger=UNDER_MINIMUM)
