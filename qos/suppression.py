@@ -37,8 +37,9 @@ period), and every CPU in its cpuset.
 
 `cpu.idle = 1` is asked for on the BE tier under both policies (once, and again whenever the snapshot
 reads it back as 0) only where the agent laid the tier out itself: on a kubelet's tier the kernel would
-refuse the kubelet's `cpu.shares` writes (docs/coexistence.md), so the runtime turns `cpu_idle` off there. A knob that the snapshot reads back different from what the state says was granted
-(systemd or the kubelet rewrote it) is re-asserted at the granted value, without re-ramping.
+refuse the kubelet's `cpu.shares` writes (docs/coexistence.md), so the runtime turns `cpu_idle` off there.
+A knob that the snapshot reads back different from what the state says was granted (systemd or the
+kubelet rewrote it) is re-asserted at the granted value, without re-ramping.
 """
 
 from __future__ import annotations
