@@ -111,7 +111,7 @@ class KubeletSlices:
         proc = subprocess.Popen([*cmd, *argv], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         self.scopes.append((unit, proc))
         rel = f"{self.pod(tier, uid)}/{unit}"
-        if not wait(lambda: bool(read(rel, "cgroup.procs")), 30):
+        if not wait(lambda: bool(read(rel, "cgroup.procs")), 120):
             raise AssertionError(f"scope {unit} did not start: {proc.poll()}")
         enable_controllers(rel)
         return rel
