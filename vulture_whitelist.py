@@ -45,8 +45,5 @@ _.wakeups
 _.psi_wakeups
 _.last_snapshot  # agent/daemon/loop.py: the bench reads the last snapshot it acted on
 
-# Overrides of grpclib's own methods (called by grpclib, not by us).
-_._protocol_factory  # agent/api/server.py: our connection protocol with the stream limit
-
 # cgroups/systemd.py: read back by the guest tests (a unit's properties after SetUnitProperties)
 _.unit_properties

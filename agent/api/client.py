@@ -24,9 +24,8 @@ REASON_KEY = "coloc-reason"  # trailing metadata set by the agent next to an err
 CHANNEL_OPTIONS: tuple[tuple[str, int], ...] = (
     ("grpc.max_receive_message_length", 64 << 20),
     ("grpc.initial_reconnect_backoff_ms", 100),
-    # Also gRPC core's minimum connect timeout (the handshake's deadline): the agent starts its gRPC server
-    # on the first connection (`api.idle_stop_s`), on its own loop, which a long tick or CPU throttling can
-    # hold for a while; 100 ms failed the first call after an idle stop. The call's own deadline still rules.
+    # Also gRPC core's minimum connect timeout (the handshake's deadline): on a loaded node (the agent's pod
+    # has a small CPU request) 100 ms is too short. The call's own deadline still rules.
     ("grpc.min_reconnect_backoff_ms", 5000),
     ("grpc.max_reconnect_backoff_ms", 1000),
     ("grpc.enable_retries", 0),

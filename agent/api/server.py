@@ -1,36 +1,43 @@
-"""The node API server: `coloc.v1.NodeAgent`, health and reflection, on a unix socket (TCP only when asked).
+"""The node API server: `coloc.v1.NodeAgent`, health and reflection on grpc.aio, on the agent's event loop.
 
-The socket file gets its mode and group between bind and listen, so there is no window in which it is
-reachable with looser permissions; its directory is created 0750. File permissions decide who may connect
-(and read); `agent.api.authz` decides who may mutate, from the peer credentials (SO_PEERCRED) of each
-call's connection. TCP is TLS off loopback (`agent.config.api`).
+One gRPC server per listener, so each answers with its own authority and its own limits:
 
-The server is grpclib: pure asyncio on the agent's event loop, no thread of its own, so an idle API and a
-held Watch cost no wake-up beyond the messages sent (docs/dependencies.md has the measurements).
+- the read socket (`api.socket_path`): reads; mutations refused (`agent.api.authz`);
+- the admin socket (`api.admin_socket_path`): every method;
+- TCP (`api.tcp_address`), only with TLS and required client certificates: mutations for the certificate
+  names in `api.tls_client_names`.
+
+gRPC binds a `unix:` path itself, so each socket is bound inside a fresh directory of mode 0700 (nobody
+else can reach it there), given its mode and group, and only then renamed to its public path: there is no
+moment in which it is reachable with looser permissions.
+
+The HTTP/2 defences are gRPC core's, set from `api.*` (`server_options`; docs/api-access.md gives each
+value and why). gRPC core times out no response write, so `agent.api.rpc.SendDeadline` does.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import errno
 import grp
 import logging
 import os
+import shutil
 import socket
-import ssl
 import stat
+import tempfile
 from pathlib import Path
+from typing import Any
 
+import grpc
 from grpc_health.v1 import health_pb2
-from grpclib.const import Handler
+from grpc_health.v1.health import aio as health_aio  # type: ignore[attr-defined]
+from grpc_reflection.v1alpha import reflection_pb2 as rpb
+from grpc_reflection.v1alpha.reflection import SERVICE_NAME as V1ALPHA_SERVICE_NAME
+from grpc_reflection.v1alpha.reflection import aio as reflection_aio  # type: ignore[attr-defined]
 
-from agent.api.authz import MUTATIONS, AccessPolicy
-from agent.api.connection import GuardedServer
-from agent.api.health import SERVICE as HEALTH_SERVICE
-from agent.api.health import HealthService
-from agent.api.reflect import V1_SERVICE_NAME, V1ALPHA_SERVICE_NAME, ReflectionService
-from agent.api.rpc import Limits, Method, PassThrough, method_table
+from agent.api.authz import MUTATIONS, AccessPolicy, Listener
+from agent.api.rpc import Cardinality, Method, SendDeadline, handler_of
 from agent.api.service import SERVICE, NodeAgentService, PolicySettings
 from agent.config.api import ApiConfig
 from agent.published import Board
@@ -38,24 +45,52 @@ from agent.state.ledger import Ledger
 
 log = logging.getLogger("coloc.api")
 
+HEALTH_SERVICE = health_pb2.DESCRIPTOR.services_by_name["Health"].full_name
+V1_SERVICE_NAME = "grpc.reflection.v1.ServerReflection"
+
 
 class ApiStartError(Exception):
     """The server cannot start; the message says why and what to change."""
 
 
-def _gid(group: str) -> int:
+def server_options(cfg: ApiConfig) -> list[tuple[str, int]]:
+    """gRPC core's channel arguments for every listener (names as in grpc's channel_arg_names.h)."""
+    def ms(seconds: float) -> int:
+        return int(seconds * 1000)
+
+    return [
+        ("grpc.max_receive_message_length", cfg.max_message_bytes),
+        ("grpc.max_send_message_length", cfg.max_message_bytes),
+        ("grpc.max_concurrent_streams", cfg.max_concurrent_streams),
+        ("grpc.max_metadata_size", cfg.max_metadata_bytes),
+        ("grpc.absolute_max_metadata_size", cfg.max_metadata_bytes),
+        ("grpc.keepalive_permit_without_calls", 0),
+        ("grpc.http2.min_ping_interval_without_data_ms", ms(cfg.keepalive_min_interval_s)),
+        ("grpc.http2.max_ping_strikes", cfg.max_ping_strikes),
+        ("grpc.keepalive_time_ms", ms(cfg.keepalive_time_s)),
+        ("grpc.keepalive_timeout_ms", ms(cfg.keepalive_timeout_s)),
+        ("grpc.max_connection_idle_ms", ms(cfg.max_connection_idle_s)),
+        ("grpc.max_connection_age_ms", ms(cfg.max_connection_age_s)),
+        ("grpc.max_connection_age_grace_ms", ms(cfg.max_connection_age_grace_s)),
+        ("grpc.server_handshake_timeout_ms", ms(cfg.handshake_timeout_s)),
+        ("grpc.so_reuseport", 0),
+    ]
+
+
+def _gid(setting: str, group: str) -> int:
     if group.isdigit():
         return int(group)
     try:
         return grp.getgrnam(group).gr_gid
     except KeyError:
-        raise ApiStartError(f"api.socket_group: no such group {group!r}") from None
+        raise ApiStartError(f"api.{setting}: no such group {group!r}") from None
 
 
-def _prepare_socket_path(path: Path, gid: int | None) -> None:
+def _prepare_socket_path(setting: str, path: Path, dir_mode: int, gid: int | None) -> None:
     """Create the directory; refuse to replace anything that is not a stale socket of ours."""
     if not path.parent.exists():
-        path.parent.mkdir(mode=0o750, parents=True)
+        path.parent.mkdir(mode=dir_mode, parents=True)
+        os.chmod(path.parent, dir_mode)  # mkdir's mode is masked by the umask
         if gid is not None:
             os.chown(path.parent, -1, gid)
     try:
@@ -63,169 +98,167 @@ def _prepare_socket_path(path: Path, gid: int | None) -> None:
     except FileNotFoundError:
         return
     if not stat.S_ISSOCK(st.st_mode):
-        raise ApiStartError(f"api.socket_path: {path} exists and is not a socket; refusing to replace it")
+        raise ApiStartError(f"api.{setting}: {path} exists and is not a socket; refusing to replace it")
     probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     probe.settimeout(0.5)
     try:
         probe.connect(str(path))
     except OSError as err:
         if err.errno not in (errno.ECONNREFUSED, errno.ENOENT):
-            raise ApiStartError(f"api.socket_path: cannot probe {path}: {err.strerror}") from err
+            raise ApiStartError(f"api.{setting}: cannot probe {path}: {err.strerror}") from err
         path.unlink(missing_ok=True)  # stale: left by a process that died
         return
     finally:
         probe.close()
-    raise ApiStartError(f"api.socket_path: another process is serving on {path}")
+    raise ApiStartError(f"api.{setting}: another process is serving on {path}")
+
+
+def _tls_credentials(cfg: ApiConfig) -> grpc.ServerCredentials:
+    def read(setting: str, name: str | None) -> bytes:
+        assert name is not None  # ApiConfig requires all three with tcp_address
+        try:
+            return Path(name).read_bytes()
+        except OSError as err:
+            raise ApiStartError(f"api.{setting}: cannot read {name}: {err.strerror}") from err
+
+    cert, key = read("tls_cert_file", cfg.tls_cert_file), read("tls_key_file", cfg.tls_key_file)
+    ca = read("tls_client_ca_file", cfg.tls_client_ca_file)
+    return grpc.ssl_server_credentials([(key, cert)], root_certificates=ca, require_client_auth=True)
 
 
 class ApiServer:
-    """The node API: the servicers and the servers (unix socket, TCP) that answer them."""
+    """The node API: the servicers and one gRPC server per listener."""
 
-    def __init__(self, service: NodeAgentService, health: HealthService, policy: AccessPolicy,
-                 mapping: dict[str, Handler], limits: Limits, cfg: ApiConfig) -> None:
+    def __init__(self, service: NodeAgentService, health: Any, policy: AccessPolicy,
+                 cfg: ApiConfig) -> None:
         self.service = service
         self.health = health
         self.policy = policy
-        self.addresses: list[str] = []
+        self.send_deadline = SendDeadline(cfg.send_timeout_s)
+        self.addresses: list[str] = []  # the read socket first (then TCP); see `admin_address`
         self.socket_path: Path | None = None
+        self.admin_socket_path: Path | None = None
         self.tcp_bound: str | None = None  # host:port once bound (port 0 asks for any)
-        self._mapping = mapping
+        self.servers: dict[Listener, grpc.aio.Server] = {}
         self._cfg = cfg
-        self._servers: list[GuardedServer] = []
-        self.limits = limits  # the calls in flight and bytes in receipt, across servers
 
     @property
     def address(self) -> str:
         return self.addresses[0]
 
-    async def serve(self, sock: socket.socket, tls: ssl.SSLContext | None = None) -> None:
-        # One connection may hold a quarter of the calls in flight (so one client cannot lock out the
-        # rest), or h2's usual 100 where a quarter is fewer.
-        limit = self._cfg.max_concurrent_rpcs
-        server = GuardedServer(self._mapping, max(limit // 4, min(100, limit)), self._cfg.max_connections)
-        self._servers.append(server)
-        await server.start(sock=sock, backlog=socket.SOMAXCONN, ssl=tls)
+    @property
+    def admin_address(self) -> str:
+        """The admin socket, which serves every method."""
+        if self.admin_socket_path is None:
+            raise LookupError("no admin socket is served (api.admin_socket_path)")
+        return f"unix:{self.admin_socket_path}"
+
+    def build(self, listener: Listener) -> grpc.aio.Server:
+        cfg = self._cfg
+        server = grpc.aio.server(options=server_options(cfg),
+                                 maximum_concurrent_rpcs=cfg.max_concurrent_rpcs)
+        handlers = [grpc.method_handlers_generic_handler(name, {
+            method: handler_of(m, cfg.max_message_bytes, self.send_deadline)
+            for method, m in methods.items()}) for name, methods in self._methods(listener).items()]
+        server.add_generic_rpc_handlers(handlers)
+        self.servers[listener] = server
+        return server
+
+    def _methods(self, listener: Listener) -> dict[str, dict[str, Method]]:
+        guarded = {name: Method(self.policy.guard(name, listener, m.func), m.cardinality, m.request, m.reply,
+                                refuse_malformed=False)
+                   if name in MUTATIONS else m for name, m in self.service.methods().items()}
+        health = {"Check": Method(self.health.Check, Cardinality.UNARY_UNARY, health_pb2.HealthCheckRequest,
+                                  health_pb2.HealthCheckResponse),
+                  "Watch": Method(self.health.Watch, Cardinality.UNARY_STREAM, health_pb2.HealthCheckRequest,
+                                  health_pb2.HealthCheckResponse, writes=True)}
+        names = (SERVICE, HEALTH_SERVICE, V1ALPHA_SERVICE_NAME, V1_SERVICE_NAME)
+        # grpcio-reflection serves v1alpha; v1's messages are the same on the wire (same fields and numbers)
+        servicer = reflection_aio.ReflectionServicer(names)  # type: ignore[attr-defined]
+        reflection = {"ServerReflectionInfo": Method(
+            servicer.ServerReflectionInfo, Cardinality.STREAM_STREAM, rpb.ServerReflectionRequest,
+            rpb.ServerReflectionResponse)}
+        return {SERVICE: guarded, HEALTH_SERVICE: health, V1ALPHA_SERVICE_NAME: reflection,
+                V1_SERVICE_NAME: reflection}
 
     async def stop(self, grace: float | None = 1.0) -> None:
-        """Report NOT_SERVING, end every call, close the listeners (the socket file is removed)."""
+        """Report NOT_SERVING, end every call and connection (GOAWAY), remove the socket files."""
         with contextlib.suppress(Exception):
             await self.health.enter_graceful_shutdown()
-        servers, self._servers = self._servers, []
-        for server in servers:
-            server.close_all()
+        servers, self.servers = list(self.servers.values()), {}
         for server in servers:
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(server.wait_closed(), max(grace or 0, 0.1) + 1)
-        if self.socket_path is not None:
-            self.socket_path.unlink(missing_ok=True)
+                await server.stop(grace)
+        for path in (self.socket_path, self.admin_socket_path):
+            if path is not None:
+                path.unlink(missing_ok=True)
 
 
-def _listen_unix(path: Path, mode: int, gid: int | None) -> socket.socket:
-    """The public socket, its mode and group set before it listens; the server accepts on it."""
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+def _bind_unix(server: grpc.aio.Server, setting: str, path: Path, mode: int, gid: int | None,
+               dir_mode: int = 0o750) -> None:
+    """Bind `path` with `mode` and group `gid` and no moment of looser access: bound in a 0700 directory,
+    chmod/chown there, then renamed into place. A directory it creates gets `dir_mode` and group `gid`."""
+    _prepare_socket_path(setting, path, dir_mode, gid)
+    private = Path(tempfile.mkdtemp(prefix=".coloc-api-", dir=path.parent))  # 0700
     try:
-        sock.bind(str(path))
-        os.chmod(path, mode)
-        if gid is not None:
-            os.chown(path, -1, gid)
-    except OSError as err:
-        sock.close()
-        raise ApiStartError(f"api.socket_path: cannot bind {path}: {err.strerror}") from err
-    return sock
-
-
-def _tls_context(cfg: ApiConfig) -> ssl.SSLContext:
-    """TLS 1.2+ with HTTP/2 by ALPN; with a client CA every TCP client must present a certificate it
-    signed (then it may mutate); without, TLS clients may read but not mutate."""
-    for setting in ("tls_cert_file", "tls_key_file", "tls_client_ca_file"):
-        name = getattr(cfg, setting)
-        if name is not None:
-            try:
-                Path(name).read_bytes()
-            except OSError as err:
-                raise ApiStartError(f"api.{setting}: cannot read {name}: {err.strerror}") from err
-    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
-    ctx.set_alpn_protocols(["h2"])
-    assert cfg.tls_cert_file is not None and cfg.tls_key_file is not None
-    try:
-        ctx.load_cert_chain(cfg.tls_cert_file, cfg.tls_key_file)
-    except ssl.SSLError as err:
-        raise ApiStartError(f"api.tls_cert_file / api.tls_key_file: not a PEM certificate chain and its "
-                            f"key: {err}") from err
-    if cfg.tls_client_ca_file is not None:
+        bound = private / "s"
         try:
-            ctx.load_verify_locations(cafile=cfg.tls_client_ca_file)
-        except ssl.SSLError as err:
-            raise ApiStartError(f"api.tls_client_ca_file: not a PEM CA certificate: {err}") from err
-        ctx.verify_mode = ssl.CERT_REQUIRED
-    return ctx
-
-
-def _mapping(limits: Limits, policy: AccessPolicy, service: NodeAgentService, health: HealthService
-             ) -> dict[str, Handler]:
-    """Every method the server answers, the mutations behind the access policy."""
-    codec = PassThrough()
-    methods = service.methods()
-    guarded = {name: Method(policy.guard(name, m.func), m.cardinality, m.request, m.reply,
-                            refuse_malformed=False)
-               if name in MUTATIONS else m for name, m in methods.items()}
-    reflection = ReflectionService((SERVICE, HEALTH_SERVICE))
-    return {**method_table(SERVICE, guarded, limits, codec),
-            **method_table(HEALTH_SERVICE, health.methods(), limits, codec),
-            **method_table(V1ALPHA_SERVICE_NAME, reflection.methods(), limits, codec),
-            **method_table(V1_SERVICE_NAME, reflection.methods(), limits, codec)}
+            server.add_insecure_port(f"unix:{bound}")
+        except RuntimeError as err:
+            raise ApiStartError(f"api.{setting}: cannot bind {path}: {err}") from err
+        os.chmod(bound, mode)
+        if gid is not None:
+            os.chown(bound, -1, gid)
+        os.rename(bound, path)
+    except OSError as err:
+        raise ApiStartError(f"api.{setting}: {path}: {err.strerror}") from err
+    finally:
+        shutil.rmtree(private, ignore_errors=True)
 
 
 async def start_api_server(ledger: Ledger, cfg: ApiConfig, *, board: Board | None = None,
                            settings: PolicySettings | None = None) -> ApiServer:
     """Serve the ledger. Raises ApiStartError naming the setting that prevents it."""
-    policy = AccessPolicy(cfg)
     service = NodeAgentService(ledger, max_streams=cfg.max_streams,
                                bookmark_interval_s=cfg.bookmark_interval_s,
                                max_events_per_message=cfg.max_events_per_message,
                                max_message_bytes=cfg.max_message_bytes, board=board, settings=settings)
-    health = HealthService()
-    limits = Limits(cfg.max_message_bytes, cfg.max_concurrent_rpcs)
-    api = ApiServer(service, health, policy, _mapping(limits, policy, service, health), limits, cfg)
+    health = health_aio.HealthServicer()
+    api = ApiServer(service, health, AccessPolicy(cfg), cfg)
     try:
         if cfg.socket_path is not None:
             path = Path(cfg.socket_path)
-            gid = _gid(cfg.socket_group) if cfg.socket_group else None
-            try:
-                _prepare_socket_path(path, gid)
-            except OSError as err:
-                raise ApiStartError(f"api.socket_path: {path}: {err.strerror}") from err
-            listener = _listen_unix(path, cfg.socket_mode, gid)
+            gid = _gid("socket_group", cfg.socket_group) if cfg.socket_group else None
+            # 0750 and the read group; an admin group other than it must reach its socket in there too
+            shared = cfg.admin_socket_group not in (None, cfg.socket_group)
+            _bind_unix(api.build(Listener.READ), "socket_path", path, cfg.socket_mode, gid,
+                       0o755 if shared else 0o750)
             api.socket_path = path
-            await api.serve(listener)
             api.addresses.append(f"unix:{path}")
+        if cfg.admin_socket_path is not None:
+            path = Path(cfg.admin_socket_path)
+            gid = _gid("admin_socket_group", cfg.admin_socket_group) if cfg.admin_socket_group else None
+            _bind_unix(api.build(Listener.ADMIN), "admin_socket_path", path, cfg.admin_socket_mode, gid)
+            api.admin_socket_path = path
         if cfg.tcp_address is not None:
-            tls = _tls_context(cfg) if cfg.tls_cert_file is not None else None
-            sock, api.tcp_bound = _bind_tcp(cfg.tcp_address)
-            await api.serve(sock, tls)
+            api.tcp_bound = _bind_tcp(api.build(Listener.TCP), cfg)
             api.addresses.append(api.tcp_bound)
+        for server in api.servers.values():
+            await server.start()
     except BaseException:
         await api.stop(0)
         raise
     for name in ("", SERVICE):
         await health.set(name, health_pb2.HealthCheckResponse.SERVING)
-    log.info("node API serving", extra={"fields": {"addresses": api.addresses}})
+    log.info("node API serving", extra={"fields": {"addresses": api.addresses,
+                                                   "admin": str(api.admin_socket_path or "")}})
     return api
 
 
-def _bind_tcp(address: str) -> tuple[socket.socket, str]:
-    host, _, port = address.rpartition(":")
+def _bind_tcp(server: grpc.aio.Server, cfg: ApiConfig) -> str:
+    assert cfg.tcp_address is not None
     try:
-        family, kind, proto, _, sockaddr = socket.getaddrinfo(
-            host.strip("[]") or None, int(port), type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
-        sock = socket.socket(family, kind, proto)
-    except (OSError, ValueError) as err:
-        raise ApiStartError(f"api.tcp_address: cannot bind {address}: {err}") from err
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(sockaddr)
-    except OSError as err:
-        sock.close()
-        raise ApiStartError(f"api.tcp_address: cannot bind {address}: {err.strerror}") from err
-    return sock, f"{host}:{sock.getsockname()[1]}"
+        port = server.add_secure_port(cfg.tcp_address, _tls_credentials(cfg))
+    except RuntimeError as err:
+        raise ApiStartError(f"api.tcp_address: cannot bind {cfg.tcp_address}: {err}") from err
+    return f"{cfg.tcp_address.rsplit(':', 1)[0]}:{port}"

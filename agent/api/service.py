@@ -1,4 +1,4 @@
-"""The `coloc.v1.NodeAgent` handlers over the ledger (grpclib; on the ledger's event loop).
+"""The `coloc.v1.NodeAgent` handlers over the ledger (grpc.aio; on the ledger's event loop).
 
 GetSnapshot and Watch return pre-serialized bytes (`agent.api.wire`), which the codec sends as they are;
 the other methods return the generated messages.
@@ -12,11 +12,9 @@ import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any, NoReturn
 
-from grpclib.const import Cardinality
-
 from agent.api import convert
 from agent.api.coloc.v1 import agent_pb2 as pb
-from agent.api.rpc import REASON_KEY, Call, Method, Status
+from agent.api.rpc import REASON_KEY, Call, Cardinality, Method, Status
 from agent.api.wire import Encoder
 from agent.decommission.controller import DrainReply, request_drain, request_recommission
 from agent.published import Board, Published, source_states

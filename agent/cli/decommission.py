@@ -17,7 +17,7 @@ from typing import TextIO
 
 from agent.api.client import AgentCallError, AgentClient
 from agent.api.coloc.v1 import agent_pb2 as pb
-from agent.config.api import DEFAULT_SOCKET
+from agent.config.api import DEFAULT_ADMIN_SOCKET
 
 _LIFECYCLE = {v: k.removeprefix("LIFECYCLE_") for k, v in pb.Lifecycle.items()}
 _PHASE = {v: k.removeprefix("DRAIN_PHASE_") for k, v in pb.DrainPhase.items()}
@@ -38,9 +38,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     d.add_argument("--wait", action="store_true", help="show progress until the node is DECOMMISSIONED")
     d.add_argument("--reason", default="", help="free text recorded with the drain")
     for q in (d, sub.add_parser("recommission", help="return the node to service")):
-        q.add_argument("--socket", default=DEFAULT_SOCKET,
-                       help=f"agent socket path (relative or absolute), unix:PATH or host:port "
-                            f"(default {DEFAULT_SOCKET})")
+        q.add_argument("--socket", default=DEFAULT_ADMIN_SOCKET,
+                       help=f"the agent's admin socket (relative or absolute), unix:PATH or host:port; "
+                            f"the read socket refuses changes (default {DEFAULT_ADMIN_SOCKET})")
         q.add_argument("--epoch", type=int, default=0,
                        help="scheduler epoch for the fence (default: the highest the agent has seen)")
         q.add_argument("--request-id", default="", help="idempotency key (default: a new one)")

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from agent import __version__
+from agent.config.api import is_admin_socket
 from agent.recovery.cluster import Cluster, NodeState
 from agent.recovery.driver import Progress, Recovery, RecoveryConfig, SchedulerState
 from agent.recovery.yunikorn import si_messages
@@ -27,13 +28,15 @@ class AgentsError(Exception):
 
 
 def read_agents(spec: str) -> list[str]:
-    """A file with one socket address per line (# comments), or a directory: every *.sock in it."""
+    """A file with one socket address per line (# comments), or a directory: its admin sockets
+    (`admin.sock`, `*.admin.sock`: recovery acknowledges, which the read sockets refuse), or every *.sock in
+    it when it has none."""
     path = Path(spec)
     if path.is_dir():
         socks = sorted(str(p) for p in path.glob("*.sock"))
         if not socks:
             raise AgentsError(f"--agents: no *.sock in directory {spec}")
-        return socks
+        return [s for s in socks if is_admin_socket(s)] or socks
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as err:

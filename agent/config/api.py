@@ -1,4 +1,12 @@
-"""Config of the node API (`api:`): where and how the gRPC server listens."""
+"""Config of the node API (`api:`): where the gRPC server listens, who may reach it, and its limits.
+
+Authority is decided by the socket a call comes in on, as the kubelet and containerd do it: the read socket
+(`socket_path`, mode 0660 and a configurable group) serves the read methods only; the admin socket
+(`admin_socket_path`, 0600 root, or 0660 with `admin_socket_group`) serves every method. TCP is served only
+with TLS and required client certificates; mutations there need a certificate named in `tls_client_names`.
+The transport defences are gRPC core's, set from the fields below (docs/api-access.md gives each value and
+why).
+"""
 
 from __future__ import annotations
 
@@ -7,66 +15,103 @@ import os
 from dataclasses import dataclass
 from typing import ClassVar
 
-__all__ = ["DEFAULT_SOCKET", "ApiConfig", "is_loopback"]
+__all__ = ["DEFAULT_ADMIN_SOCKET", "DEFAULT_SOCKET", "ApiConfig", "admin_socket_for", "is_admin_socket",
+           "is_loopback"]
 
 DEFAULT_SOCKET = "/var/run/coloc-agent/agent.sock"
+DEFAULT_ADMIN_SOCKET = "/var/run/coloc-agent/admin.sock"
+_ADMIN_SUFFIX = ".admin.sock"
 _UDS_PATH_MAX = 107
 _MAX_CALLERS = 256
 _CN_MAX = 64  # ub-common-name, RFC 5280
+_DAY_S = 86_400.0
 
 
 @dataclass(frozen=True)
 class ApiConfig:
-    """Where and how the node API listens. `socket_path` None serves no unix socket (TCP only)."""
+    """Where and how the node API listens. `socket_path` None serves no read socket; `admin_socket_path`
+    None puts the admin socket beside the read socket (`admin_socket_for`)."""
 
-    socket_path: str | None = DEFAULT_SOCKET
-    socket_group: str | None = None  # group name or numeric gid allowed to connect
+    socket_path: str | None = DEFAULT_SOCKET  # the read socket: GetSnapshot, Watch, GetStatus, health
+    socket_group: str | None = None  # group name or numeric gid allowed to connect (and so read)
     socket_mode: int = 0o660
-    tcp_address: str | None = None  # e.g. "127.0.0.1:7443"; only when asked; TLS required off loopback
-    mutate_uids: tuple[int, ...] = (0,)  # unix peers allowed Admit/AckRecovery/Drain/Recommission
-    mutate_gids: tuple[int, ...] = ()  # ... or whose primary gid is one of these
+    admin_socket_path: str | None = None  # every method; default: admin.sock beside socket_path
+    admin_socket_group: str | None = None  # with a group, admin_socket_mode may give it access (0660)
+    admin_socket_mode: int = 0o600
+    tcp_address: str | None = None  # e.g. "10.0.0.5:7443"; only with TLS and required client certificates
     tls_cert_file: str | None = None  # PEM server certificate (chain) for tcp_address
     tls_key_file: str | None = None
-    tls_client_ca_file: str | None = None  # TCP clients must present a certificate it signed; they may mutate
-    tls_client_names: tuple[str, ...] = ()  # ... and only these common names, when set
+    tls_client_ca_file: str | None = None  # every TCP client must present a certificate it signed
+    tls_client_names: tuple[str, ...] = ()  # certificate common names that may mutate over TCP
     max_streams: int = 128  # concurrent Watch streams
-    max_message_bytes: int = 16 << 20
-    max_concurrent_rpcs: int = 1024  # everything in flight, streams included
-    max_connections: int = 4096  # open at once; one more is closed at once (each holds a descriptor)
+    max_message_bytes: int = 16 << 20  # each way (grpc.max_receive/send_message_length)
+    max_concurrent_rpcs: int = 1024  # per listener, streams included (grpc.aio maximum_concurrent_rpcs)
+    max_concurrent_streams: int = 100  # per connection (HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS)
+    max_metadata_bytes: int = 8192  # request headers (grpc.max_metadata_size)
+    keepalive_min_interval_s: float = 30.0  # pings closer than this are strikes
+    max_ping_strikes: int = 2  # then GOAWAY ENHANCE_YOUR_CALM
+    keepalive_time_s: float = 300.0  # the server pings an open connection this often ...
+    keepalive_timeout_s: float = 20.0  # ... and closes it when the answer takes longer
+    max_connection_idle_s: float = 300.0  # a connection with no call for this long is sent GOAWAY
+    max_connection_age_s: float = 3600.0  # every connection is sent GOAWAY at this age ...
+    max_connection_age_grace_s: float = 600.0  # ... and closed this much later (calls still open end)
+    handshake_timeout_s: float = 5.0  # TLS handshake and the client's HTTP/2 preface and SETTINGS
+    send_timeout_s: float = 30.0  # one response message not taken by the peer in this is ended
     bookmark_interval_s: float = 5.0
     max_events_per_message: int = 512
 
     # Settings of earlier versions, refused with what became of them.
     RETIRED: ClassVar[dict[str, str]] = {
-        "idle_stop_s": "the API server (grpclib) has no idle cost to stop; it always serves",
-        "options": "grpcio server options; the server is grpclib, whose limits are the api.max_* settings",
+        "idle_stop_s": "the API server always serves",
+        "options": "gRPC server options are set from the api.max_*, keepalive_* and *_timeout_s settings",
+        "mutate_uids": "replaced by the admin socket: whoever can open api.admin_socket_path may mutate "
+                       "(api.admin_socket_mode, api.admin_socket_group)",
+        "mutate_gids": "replaced by the admin socket: give the group api.admin_socket_group with "
+                       "api.admin_socket_mode 0660",
+        "max_connections": "replaced by gRPC core's connection deadlines: api.handshake_timeout_s, "
+                           "api.max_connection_idle_s, api.max_connection_age_s",
     }
 
     def __post_init__(self) -> None:
         if self.socket_path is None and self.tcp_address is None:
             raise ValueError("api: set socket_path, tcp_address, or both")
         if self.socket_path is not None:
-            if not os.path.isabs(self.socket_path):
-                raise ValueError(f"api.socket_path: must be absolute, got {self.socket_path!r}")
-            if len(os.fsencode(self.socket_path)) > _UDS_PATH_MAX:
-                raise ValueError(f"api.socket_path: longer than {_UDS_PATH_MAX} bytes (unix socket limit)")
+            _check_socket_path("socket_path", self.socket_path)
+            if self.admin_socket_path is None:
+                object.__setattr__(self, "admin_socket_path", admin_socket_for(self.socket_path))
+        if self.admin_socket_path is not None:
+            _check_socket_path("admin_socket_path", self.admin_socket_path)
+            if self.admin_socket_path == self.socket_path:
+                raise ValueError("api.admin_socket_path: must differ from api.socket_path (reads are served "
+                                 "on one, every method on the other)")
         self._check_tls()
-        _check_callers(self.mutate_uids, self.mutate_gids, self.tls_client_names)
-        _check_socket_mode(self.socket_mode)
-        if not 1 <= self.max_streams <= 100_000:
-            raise ValueError(f"api.max_streams: must be in [1, 100000], got {self.max_streams}")
+        _check_names(self.tls_client_names)
+        _check_socket_mode("socket_mode", self.socket_mode)
+        _check_socket_mode("admin_socket_mode", self.admin_socket_mode)
+        if self.admin_socket_mode & 0o070 and self.admin_socket_group is None:
+            raise ValueError(f"api.admin_socket_mode: {oct(self.admin_socket_mode)} gives the group access; "
+                             "name it in api.admin_socket_group (or use 0600: root only)")
+        self._check_limits()
+
+    def _check_limits(self) -> None:
+        _within("max_streams", self.max_streams, 1, 100_000)
         if not self.max_streams < self.max_concurrent_rpcs <= 1_000_000:
             raise ValueError("api.max_concurrent_rpcs: must exceed max_streams (or open watches starve "
                              "calls) and be at most 1000000")
-        if not 1 <= self.max_connections <= 1_000_000:
-            raise ValueError(f"api.max_connections: must be in [1, 1000000], got {self.max_connections}")
-        if not 4096 <= self.max_message_bytes <= 1 << 30:
-            raise ValueError(f"api.max_message_bytes: must be in [4096, 2^30], got {self.max_message_bytes}")
-        if not 0.05 <= self.bookmark_interval_s <= 3600:
-            raise ValueError(f"api.bookmark_interval_s: must be in [0.05, 3600], "
-                             f"got {self.bookmark_interval_s}")
-        if not 1 <= self.max_events_per_message <= 100_000:
-            raise ValueError("api.max_events_per_message: must be in [1, 100000]")
+        _within("max_concurrent_streams", self.max_concurrent_streams, 1, 10_000)
+        _within("max_message_bytes", self.max_message_bytes, 4096, 1 << 30)
+        _within("max_metadata_bytes", self.max_metadata_bytes, 1024, 1 << 20)
+        _within("keepalive_min_interval_s", self.keepalive_min_interval_s, 1.0, 3600.0)
+        _within("max_ping_strikes", self.max_ping_strikes, 1, 100)
+        _within("keepalive_time_s", self.keepalive_time_s, 10.0, _DAY_S)
+        _within("keepalive_timeout_s", self.keepalive_timeout_s, 1.0, 600.0)
+        _within("max_connection_idle_s", self.max_connection_idle_s, 1.0, _DAY_S)
+        _within("max_connection_age_s", self.max_connection_age_s, 1.0, 30 * _DAY_S)
+        _within("max_connection_age_grace_s", self.max_connection_age_grace_s, 0.0, _DAY_S)
+        _within("handshake_timeout_s", self.handshake_timeout_s, 0.5, 120.0)
+        _within("send_timeout_s", self.send_timeout_s, 0.5, 3600.0)
+        _within("bookmark_interval_s", self.bookmark_interval_s, 0.05, 3600.0)
+        _within("max_events_per_message", self.max_events_per_message, 1, 100_000)
 
     def _check_tls(self) -> None:
         for name in ("tls_cert_file", "tls_key_file", "tls_client_ca_file"):
@@ -79,12 +124,26 @@ class ApiConfig:
             raise ValueError("api.tls_client_ca_file: needs api.tls_cert_file (client certificates need TLS)")
         if self.tls_client_names and self.tls_client_ca_file is None:
             raise ValueError("api.tls_client_names: needs api.tls_client_ca_file")
-        if any(not 0 <= n < 1 << 32 for n in (*self.mutate_uids, *self.mutate_gids)):
-            raise ValueError("api.mutate_uids / api.mutate_gids: must be uids/gids in [0, 2^32)")
-        if self.tcp_address is not None and self.tls_cert_file is None and not is_loopback(self.tcp_address):
-            raise ValueError(f"api.tcp_address: {self.tcp_address} is not a loopback address; serving it "
-                             "without TLS would let anyone on the network reach the API — set "
-                             "api.tls_cert_file and api.tls_key_file, or bind 127.0.0.1")
+        if self.tcp_address is not None and (self.tls_cert_file is None or self.tls_client_ca_file is None):
+            where = "a loopback address" if is_loopback(self.tcp_address) else "not a loopback address"
+            raise ValueError(f"api.tcp_address: {self.tcp_address} ({where}) is served only with TLS and "
+                             "required client certificates — set api.tls_cert_file, api.tls_key_file and "
+                             "api.tls_client_ca_file, or use the unix sockets")
+
+
+def admin_socket_for(socket_path: str) -> str:
+    """The admin socket beside a read socket: `admin.sock` beside `agent.sock`; `<name>.admin.sock` beside
+    any other `<name>.sock` (so agents sharing a directory get one each)."""
+    head, name = os.path.split(socket_path)
+    if name == "agent.sock":
+        return os.path.join(head, "admin.sock")
+    return os.path.join(head, name.removesuffix(".sock") + _ADMIN_SUFFIX)
+
+
+def is_admin_socket(path: str) -> bool:
+    """A file name `admin_socket_for` gives."""
+    name = os.path.basename(path)
+    return name == "admin.sock" or name.endswith(_ADMIN_SUFFIX)
 
 
 def is_loopback(address: str) -> bool:
@@ -98,19 +157,30 @@ def is_loopback(address: str) -> bool:
         return False
 
 
-def _check_callers(uids: tuple[int, ...], gids: tuple[int, ...], names: tuple[str, ...]) -> None:
-    """Who may mutate: bounded lists (an allow-list is a few ids), certificate names as X.509 allows."""
-    for field_name, items in (("mutate_uids", uids), ("mutate_gids", gids), ("tls_client_names", names)):
-        if len(items) > _MAX_CALLERS:
-            raise ValueError(f"api.{field_name}: at most {_MAX_CALLERS} entries, got {len(items)}")
+def _within(name: str, value: float, low: float, high: float) -> None:
+    if isinstance(value, bool) or not low <= value <= high:
+        raise ValueError(f"api.{name}: must be in [{low:g}, {high:g}], got {str(value)[:24]}")
+
+
+def _check_socket_path(name: str, path: str) -> None:
+    if not os.path.isabs(path):
+        raise ValueError(f"api.{name}: must be absolute, got {path[:80]!r}")
+    if len(os.fsencode(path)) > _UDS_PATH_MAX:
+        raise ValueError(f"api.{name}: longer than {_UDS_PATH_MAX} bytes (unix socket limit)")
+
+
+def _check_names(names: tuple[str, ...]) -> None:
+    """Certificate names that may mutate: a bounded list, each as X.509 allows."""
+    if len(names) > _MAX_CALLERS:
+        raise ValueError(f"api.tls_client_names: at most {_MAX_CALLERS} entries, got {len(names)}")
     for name in names:
         if not 1 <= len(name) <= _CN_MAX:
             raise ValueError(f"api.tls_client_names: each must be 1-{_CN_MAX} characters (an X.509 common "
                              f"name), got {name[:80]!r}")
 
 
-def _check_socket_mode(mode: int) -> None:
+def _check_socket_mode(name: str, mode: int) -> None:
     if not 0 <= mode <= 0o777:
-        raise ValueError(f"api.socket_mode: must be a permission mode, got {str(mode)[:24]}")
+        raise ValueError(f"api.{name}: must be a permission mode, got {str(mode)[:24]}")
     if mode & 0o007:  # anyone on the node could call the API
-        raise ValueError(f"api.socket_mode: must give others no access, got {oct(mode)}")
+        raise ValueError(f"api.{name}: must give others no access, got {oct(mode)}")

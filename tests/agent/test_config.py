@@ -98,9 +98,10 @@ def test_non_finite_and_degenerate_values_are_refused(tmp_path: Path, text: str,
         load_config(write(tmp_path, text))
 
 
-@pytest.mark.parametrize("key", ["idle_stop_s", "options"])
+@pytest.mark.parametrize("key", ["idle_stop_s", "options", "max_connections"])
 def test_a_retired_api_setting_is_refused_saying_what_became_of_it(tmp_path: Path, key: str) -> None:
     p = tmp_path / "agent.yaml"
     p.write_text(f"api:\n  {key}: 60\n")
-    with pytest.raises(ConfigError, match=rf"api\.{key}: no longer a setting \(.*grpclib.*\); delete it"):
+    retired = rf"api\.{key}: no longer a setting \(.*(serves|api\.).*\); delete it"
+    with pytest.raises(ConfigError, match=retired):
         load_config(p)

@@ -23,6 +23,7 @@ from realcg import RealRoot
 
 from agent.api.coloc.v1 import agent_pb2 as pb
 from agent.api.coloc.v1 import agent_pb2_grpc as pb_grpc
+from agent.config.api import admin_socket_for
 
 YARN = "besteffort/hadoop-yarn"
 
@@ -63,7 +64,8 @@ class Agent:
 
     @property
     def address(self) -> str:
-        return str(self.socket)
+        """The admin socket: recovery acknowledges, which the read socket refuses."""
+        return admin_socket_for(str(self.socket))
 
     def launch(self) -> None:
         """Start the process; `wait_ready` completes the start (so many agents can boot at once)."""

@@ -175,7 +175,8 @@ async def test_recovery_of_24_agents(real_root: RealRoot) -> None:
             assert pend == set().union(*pending.values())
             assert churn_counts["created"] > 20 and churn_counts["admitted"] > 5, churn_counts
             late_events = [
-                s for _, who, s in events if who == f"node-{LATE:02d}" or who.endswith(f"{LATE:02d}.sock")
+                s for _, who, s in events
+                if who == f"node-{LATE:02d}" or who.endswith(f"{LATE:02d}.admin.sock")
             ]
             assert late_events == ["lost", "recovered"], late_events
             await rec.stop()

@@ -108,10 +108,10 @@ async def _agent(d: Path, name: str, n: int, base: int = 0) -> tuple[Ledger, obj
 async def test_recovery_state_machine_lost_and_late_node() -> None:
     with short_dir() as d:
         agents = [await _agent(d, f"n{i}", 5 + i, base=10 * i) for i in range(3)]
-        late = str(d / "late.sock")
+        late = str(d / "late.admin.sock")  # recovery acknowledges: the admin sockets
         progress: list[tuple[str, str]] = []
         rec = Recovery(
-            [str(d / f"n{i}.sock") for i in range(3)] + [late],
+            [str(d / f"n{i}.admin.sock") for i in range(3)] + [late],
             RecoveryConfig(epoch=10, lost_after_s=0.5, retry_max_s=0.1),
             on_progress=lambda p: progress.append((p.node_id or p.address, p.state)),
         )
@@ -161,11 +161,11 @@ async def test_a_newer_scheduler_fences_the_old_one() -> None:
     with short_dir() as d:
         led, srv = await _agent(d, "n0", 3)
         try:
-            new = Recovery([str(d / "n0.sock")], RecoveryConfig(epoch=20))
+            new = Recovery([str(d / "n0.admin.sock")], RecoveryConfig(epoch=20))
             await new.start()
             assert await new.wait_running() is SchedulerState.RUNNING
             await new.stop()
-            old = Recovery([str(d / "n0.sock")], RecoveryConfig(epoch=19))
+            old = Recovery([str(d / "n0.admin.sock")], RecoveryConfig(epoch=19))
             await old.start()
             assert await asyncio.wait_for(old.wait_running(), 5) is SchedulerState.FAILED
             assert "fenced" in old.failure and "epoch 19 is stale" in old.failure
@@ -186,6 +186,10 @@ def test_agents_file_and_directory(tmp_path: Path) -> None:
         str(tmp_path / "d" / "x.sock"),
         str(tmp_path / "d" / "y.sock"),
     ]
+    for n in ("x.admin.sock", "admin.sock"):  # admin sockets beside them: only those (recovery mutates)
+        (tmp_path / "d" / n).write_text("")
+    assert read_agents(str(tmp_path / "d")) == [str(tmp_path / "d" / "admin.sock"),
+                                                str(tmp_path / "d" / "x.admin.sock")]
     f.write_text("/run/a.sock /run/b.sock\n")
     assert main(["--agents", str(f)]) == 2
     assert main(["--agents", str(tmp_path / "missing")]) == 2
@@ -194,7 +198,7 @@ def test_agents_file_and_directory(tmp_path: Path) -> None:
 def test_recover_cli_prints_a_cluster_view(capsys: pytest.CaptureFixture[str]) -> None:
     with short_dir() as d:
         f = d / "agents"
-        f.write_text(f"{d}/solo.sock\n{d}/dead.sock\n")
+        f.write_text(f"{d}/solo.admin.sock\n{d}/dead.admin.sock\n")
 
         async def scenario() -> int:
             led, srv = await _agent(d, "solo", 2)
@@ -211,6 +215,6 @@ def test_recover_cli_prints_a_cluster_view(capsys: pytest.CaptureFixture[str]) -
     assert code == 3  # running, with a lost node
     data = json.loads(out.out)
     states = {n["address"].rsplit("/", 1)[-1]: n["state"] for n in data["nodes"]}
-    assert states == {"solo.sock": "recovered", "dead.sock": "lost"}
+    assert states == {"solo.admin.sock": "recovered", "dead.admin.sock": "lost"}
     assert data["totals"]["allocations"] == 2
     assert "solo: recovered" in out.err and "Running" in out.err

@@ -97,7 +97,7 @@ async def serve(d: Path, ring: int = 4096, queue: int = 1024, **api: object) -> 
     ledger.start_persistence()
     cfg = ApiConfig(socket_path=str(d / "agent.sock"), **api)  # type: ignore[arg-type]
     server = await start_api_server(ledger, cfg)
-    return Served(ledger, server, d, str(d / "agent.sock"))
+    return Served(ledger, server, d, str(d / "admin.sock"))  # the admin socket serves every method
 
 
 @pytest_asyncio.fixture
@@ -546,20 +546,20 @@ async def test_socket_mode_group_and_path_checks() -> None:
     group = grp.getgrall()[-1]
     with short_dir() as d:
         ledger = Ledger.open(LedgerConfig(node_id="n", state_path=str(d / "s.json")))
-        sub = d / "run" / "coloc"  # created 0750 by the server
+        sub = d / "run" / "coloc"  # created 0750 (and the read socket's group) by the server
         path = sub / "agent.sock"
-        server = await start_api_server(
-            ledger, ApiConfig(socket_path=str(path), socket_group=group.gr_name, tcp_address="127.0.0.1:0")
-        )
+        server = await start_api_server(ledger, ApiConfig(socket_path=str(path), socket_group=group.gr_name))
         try:
             st = os.stat(path)
             assert (
                 stat.S_ISSOCK(st.st_mode) and stat.S_IMODE(st.st_mode) == 0o660 and st.st_gid == group.gr_gid
             )
+            admin = os.stat(sub / "admin.sock")  # beside it: root only
+            assert stat.S_ISSOCK(admin.st_mode) and stat.S_IMODE(admin.st_mode) == 0o600
+            assert admin.st_uid == os.getuid() and admin.st_gid == os.getgid()
             assert stat.S_IMODE(os.stat(sub).st_mode) == 0o750
-            assert server.addresses[0] == f"unix:{path}" and server.addresses[1].startswith("127.0.0.1:")
-            async with AgentClient(server.addresses[1]) as c:  # TCP, because it was asked for
-                assert (await c.get_snapshot()).identity.node_id == "n"
+            assert server.addresses == [f"unix:{path}"]
+            assert [p.name for p in sub.iterdir() if p.name.startswith(".")] == []  # bind directories gone
             with pytest.raises(ApiStartError, match="another process is serving"):
                 await start_api_server(ledger, ApiConfig(socket_path=str(path)))
         finally:

@@ -24,6 +24,10 @@ class Served:
     def socket(self) -> str:
         return str(self.dir / "agent.sock")
 
+    @property
+    def admin_socket(self) -> str:
+        return str(self.dir / "admin.sock")
+
 
 def short_dir() -> Path:
     """A fresh directory with a short path (unix socket paths are limited to 107 bytes), readable by all."""

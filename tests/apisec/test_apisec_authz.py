@@ -1,7 +1,9 @@
-"""Issue 15: who may call the node API. Reads for the socket's group, mutations for configured callers.
+"""Who may call the node API: the socket decides (issue 24). The read socket serves reads to its group and
+refuses every mutation; the admin socket (root, or an admin group) serves every method; TCP only with TLS
+and client certificates, mutations for the named certificates.
 
-A real server on a real unix socket; the callers are real processes that drop to another uid/gid before
-connecting (peer_client.py), so the agent sees their credentials through SO_PEERCRED. TLS uses
+A real server on real unix sockets; the callers are real processes that drop to another uid/gid before
+connecting (peer_client.py), so the file modes and groups are what let them in or not. TLS uses
 certificates made here with the openssl CLI.
 """
 
@@ -10,6 +12,8 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -43,28 +47,52 @@ async def as_user(socket_path: str, uid: int, gid: int) -> dict[str, str]:
     return result
 
 
-async def test_a_non_root_peer_may_read_but_not_admit_or_drain(caplog: pytest.LogCaptureFixture) -> None:
+async def test_a_read_group_member_may_read_but_mutate_on_no_socket_it_can_open(
+        caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, logger="coloc.api.audit")
     async with serving(socket_group=str(NOBODY), socket_mode=0o660) as s:
         codes = await as_user(s.socket, NOBODY, NOBODY)
         assert codes["GetSnapshot"] == "OK" and codes["GetStatus"] == "OK", codes
         for m in MUTATIONS:
             assert codes[m] == "PERMISSION_DENIED", codes
+        admin = await as_user(s.admin_socket, NOBODY, NOBODY)  # 0600 root: connect(2) refused
+        assert set(admin.values()) == {"UNAVAILABLE"}, admin
         assert s.ledger.node.highest_epoch == 0  # nothing changed, not even the fence
         assert s.ledger.node.lifecycle.value == "RECOVERING"
         assert s.server.policy.denied == len(MUTATIONS)
         denied = [r.getMessage() for r in caplog.records if r.getMessage().startswith("denied Admit")]
-        assert denied and f"uid={NOBODY} gid={NOBODY} pid=" in denied[0] and "'peer-test'" in denied[0]
+        assert denied and f"read socket {s.socket}" in denied[0] and "'peer-test'" in denied[0]
 
 
-async def test_root_and_configured_gids_may_mutate_and_are_audited(caplog: pytest.LogCaptureFixture) -> None:
+async def test_root_on_the_read_socket_may_not_mutate_either() -> None:
+    async with serving() as s:
+        codes = await as_user(s.socket, 0, 0)
+        assert codes["GetStatus"] == "OK" and all(codes[m] == "PERMISSION_DENIED" for m in MUTATIONS), codes
+        assert s.ledger.node.highest_epoch == 0
+
+
+async def test_root_on_the_admin_socket_may_mutate_and_is_audited(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, logger="coloc.api.audit")
-    async with serving(socket_group=str(NOBODY), socket_mode=0o660, mutate_gids=(NOBODY,)) as s:
-        codes = await as_user(s.socket, NOBODY, NOBODY)
+    async with serving(socket_group=str(NOBODY), socket_mode=0o660) as s:
+        mode = os.stat(s.admin_socket).st_mode
+        assert stat.S_IMODE(mode) == 0o600 and os.stat(s.admin_socket).st_uid == 0
+        codes = await as_user(s.admin_socket, 0, 0)
         assert all(codes[m] != "PERMISSION_DENIED" for m in MUTATIONS), codes
+        assert codes["GetSnapshot"] == "OK" and codes["GetStatus"] == "OK", codes
         assert s.ledger.node.highest_epoch == 7  # the fence of the allowed calls was taken
         allowed = [r.getMessage() for r in caplog.records if r.getMessage().startswith("Admit by")]
-        assert allowed and f"uid={NOBODY}" in allowed[0]
+        assert allowed and f"admin socket {s.admin_socket}" in allowed[0]
+
+
+async def test_an_admin_group_may_mutate_through_the_admin_socket() -> None:
+    async with serving(socket_group=str(NOBODY), socket_mode=0o660, admin_socket_group=str(NOBODY - 1),
+                       admin_socket_mode=0o660) as s:
+        assert stat.S_IMODE(os.stat(s.dir).st_mode) == 0o755  # both groups reach their sockets
+        codes = await as_user(s.admin_socket, NOBODY - 1, NOBODY - 1)
+        assert all(codes[m] != "PERMISSION_DENIED" for m in MUTATIONS), codes
+        assert s.ledger.node.highest_epoch == 7
+        reader = await as_user(s.admin_socket, NOBODY, NOBODY)  # the read group is not the admin group
+        assert set(reader.values()) == {"UNAVAILABLE"}, reader
 
 
 async def test_a_peer_outside_the_socket_group_cannot_even_read() -> None:
@@ -73,9 +101,12 @@ async def test_a_peer_outside_the_socket_group_cannot_even_read() -> None:
         assert codes["GetSnapshot"] == "UNAVAILABLE", codes  # connect(2) refused by the file's mode
 
 
-def test_tcp_without_tls_off_loopback_is_refused_at_start_up(tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match=r"api.tcp_address: 0.0.0.0:7443 is not a loopback"):
+def test_tcp_without_tls_and_client_certificates_is_refused_at_start_up(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match=r"api.tcp_address: 0.0.0.0:7443 \(not a loopback address\) is "
+                                         r"served only with TLS and required client certificates"):
         ApiConfig(tcp_address="0.0.0.0:7443")
+    with pytest.raises(ValueError, match=r"api.tcp_address: 127.0.0.1:7443 \(a loopback address\)"):
+        ApiConfig(tcp_address="127.0.0.1:7443", tls_cert_file="/c.pem", tls_key_file="/k.pem")
     cfg = tmp_path / "agent.yaml"
     cfg.write_text("node:\n  name: sec-node\napi:\n  socket_path: null\n  tcp_address: '0.0.0.0:0'\n")
     run = subprocess.run([sys.executable, "-m", "agent.cli", "run", "--config", str(cfg)], cwd=REPO,
@@ -131,7 +162,7 @@ async def _call(address: str, d: Path, client: str | None) -> dict[str, str]:
     return out
 
 
-async def test_tls_with_a_client_certificate_may_mutate(tmp_path: Path) -> None:
+async def test_tls_clients_read_and_only_named_certificates_mutate(tmp_path: Path) -> None:
     make_pki(tmp_path)
     tls = {"tcp_address": "127.0.0.1:0", "socket_path": None, "tls_cert_file": str(tmp_path / "server.pem"),
            "tls_key_file": str(tmp_path / "server.key"), "tls_client_ca_file": str(tmp_path / "ca.pem"),
@@ -144,6 +175,7 @@ async def test_tls_with_a_client_certificate_may_mutate(tmp_path: Path) -> None:
         assert s.ledger.node.highest_epoch == 0
         assert (await _call(address, tmp_path, "scheduler-1")) == {"GetStatus": "OK", "Drain": "OK"}
         assert s.ledger.node.highest_epoch == 9
-    server_only = {k: v for k, v in tls.items() if k not in ("tls_client_ca_file", "tls_client_names")}
-    async with serving(**server_only) as s:  # TLS without a client CA: reads only
-        assert (await _call(s.server.address, tmp_path, None)) == READ_ONLY
+    no_names = {k: v for k, v in tls.items() if k != "tls_client_names"}
+    async with serving(**no_names) as s:  # no names configured: nobody mutates over TCP
+        assert (await _call(s.server.address, tmp_path, "scheduler-1")) == READ_ONLY
+        assert s.ledger.node.highest_epoch == 0

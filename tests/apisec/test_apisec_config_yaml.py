@@ -3,7 +3,7 @@
 Each setting is written into a YAML file, a real `coloc-agent run` process is started from it (private
 cgroup root, state and socket in a temporary directory), and the setting is seen at work: callers are real
 processes that drop to another uid/gid before connecting (peer_client.py), TLS clients use certificates
-made with the openssl CLI (`make_pki`), epochs go through the real unix socket.
+made with the openssl CLI (`make_pki`), epochs go through the real unix sockets.
 """
 
 from __future__ import annotations
@@ -29,8 +29,9 @@ from agent.config.agent import ConfigError, load_config
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "reliability"))
 from agentproc import agent_config, free_port, running_agent
 
-GROUP = 4242  # the socket's group: every non-root caller below has it as primary gid, so it may connect
-MUTATOR = 4243  # a uid in mutate_uids
+GROUP = 4242  # the read socket's group
+ADMINS = 4244  # the admin socket's group
+MUTATOR = 4243  # a member of the admin group
 NOBODY = 65534
 
 pytestmark = [pytest.mark.cgroups,
@@ -111,20 +112,24 @@ async def test_unix_tls_and_epoch_settings_from_yaml_reach_the_running_agent(
         real_root: RealRoot, tmp_path: Path, sock_dir: Path) -> None:
     make_pki(tmp_path)
     port = free_port()
+    admin = str(sock_dir / "ops" / "admin.sock")
     cfg = _start(real_root, tmp_path, sock_dir, {"epoch_clock_skew_s": 60.0}, {
-        "socket_group": str(GROUP), "socket_mode": 0o660, "mutate_uids": [0, MUTATOR], "mutate_gids": [],
+        "socket_group": str(GROUP), "socket_mode": 0o660, "admin_socket_path": admin,
+        "admin_socket_group": str(ADMINS), "admin_socket_mode": 0o660,
         "tcp_address": f"127.0.0.1:{port}", "tls_cert_file": str(tmp_path / "server.pem"),
         "tls_key_file": str(tmp_path / "server.key"), "tls_client_ca_file": str(tmp_path / "ca.pem"),
         "tls_client_names": ["scheduler-1"]})
     sock = str(sock_dir / "agent.sock")
     with running_agent(cfg, tmp_path / "agent.log") as proc:
         await _serving(sock, tmp_path / "agent.log")
-        # api.socket_group / mutate_uids: same group, only the listed uid may mutate
+        # api.socket_group: the group reads and mutates nothing; api.admin_socket_*: the admin group mutates
         other = await as_user(sock, NOBODY, GROUP)
         assert other["GetStatus"] == "OK" and all(other[m] == "PERMISSION_DENIED" for m in MUTATIONS), other
-        listed = await as_user(sock, MUTATOR, GROUP)
+        assert set((await as_user(admin, NOBODY, GROUP)).values()) == {"UNAVAILABLE"}
+        listed = await as_user(admin, MUTATOR, ADMINS)
         assert all(listed[m] != "PERMISSION_DENIED" for m in MUTATIONS), listed
         assert await _highest_epoch(sock) == 7  # peer_client's fence, taken by the allowed caller
+        assert not (sock_dir / "admin.sock").exists()  # the admin socket is where the YAML put it
         # TLS files, client CA and names: a certificate of the CA with another name reads only
         tcp = f"127.0.0.1:{port}"
         assert await _tls_admit(tcp, tmp_path, "intruder", 8) == "PERMISSION_DENIED"
@@ -133,7 +138,7 @@ async def test_unix_tls_and_epoch_settings_from_yaml_reach_the_running_agent(
         assert await _highest_epoch(sock) == 9
         # state.epoch_clock_skew_s 60: 120 s ahead is refused (the default 600 s would take it), 30 s taken
         now_ms = int(time.time() * 1000)
-        ch, stub = _stub(f"unix:{sock}")
+        ch, stub = _stub(f"unix:{admin}")
         async with ch:
             assert await _code(stub.Admit(_admit(now_ms + 120_000, 1), timeout=5)) == "INVALID_ARGUMENT"
             assert await _highest_epoch(sock) == 9
@@ -142,25 +147,32 @@ async def test_unix_tls_and_epoch_settings_from_yaml_reach_the_running_agent(
         assert proc.poll() is None
 
 
-async def test_mutate_gids_from_yaml_lets_a_group_mutate(real_root: RealRoot, tmp_path: Path,
-                                                         sock_dir: Path) -> None:
-    cfg = _start(real_root, tmp_path, sock_dir, {}, {"socket_group": str(GROUP), "mutate_gids": [GROUP]})
-    sock = str(sock_dir / "agent.sock")
-    with running_agent(cfg, tmp_path / "agent.log"):
-        await _serving(sock, tmp_path / "agent.log")
-        codes = await as_user(sock, NOBODY, GROUP)
-        assert all(codes[m] != "PERMISSION_DENIED" for m in MUTATIONS), codes
-        assert await _highest_epoch(sock) == 7
+@pytest.mark.parametrize("key", ["mutate_uids", "mutate_gids", "max_connections"])
+def test_a_grpclib_era_setting_is_refused_in_one_line_naming_what_replaced_it(tmp_path: Path,
+                                                                              key: str) -> None:
+    path = tmp_path / "agent.yaml"
+    value = [0] if "mutate" in key else 9
+    path.write_text(yaml.safe_dump({"node": {"name": "cfg-node"}, "api": {key: value}}))
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    text = str(err.value)
+    assert f"agent.yaml: api.{key}: no longer a setting (" in text and "\n" not in text, text
+    assert ("api.admin_socket" in text) if "mutate" in key else ("api.max_connection_idle_s" in text), text
 
 
 @pytest.mark.parametrize(("section", "values", "message"), [
     ("state", {"epoch_clock_skew_s": -1}, "state.epoch_clock_skew_s: must be in [0, 86400]"),
     ("state", {"epoch_clock_skew_s": 86_401}, "state.epoch_clock_skew_s: must be in [0, 86400]"),
     ("state", {"epoch_clock_skew_s": "10m"}, "state.epoch_clock_skew_s: expected a finite number"),
-    ("api", {"mutate_uids": [-1]}, "api.mutate_uids"),
-    ("api", {"mutate_gids": [1 << 32]}, "api.mutate_gids"),
-    ("api", {"mutate_uids": list(range(257))}, "api.mutate_uids: at most 256 entries"),
-    ("api", {"mutate_uids": 0}, "api.mutate_uids: expected a list"),
+    ("api", {"tls_client_names": [0]}, "api.tls_client_names[0]: expected a string"),
+    ("api", {"admin_socket_mode": 0o660}, "api.admin_socket_mode: 0o660 gives the group access"),
+    ("api", {"admin_socket_mode": 0o606}, "api.admin_socket_mode: must give others no access"),
+    ("api", {"admin_socket_path": "/var/run/coloc-agent/agent.sock"}, "api.admin_socket_path: must differ"),
+    ("api", {"admin_socket_path": "admin.sock"}, "api.admin_socket_path: must be absolute"),
+    ("api", {"max_connection_idle_s": 0}, "api.max_connection_idle_s: must be in [1, 86400]"),
+    ("api", {"handshake_timeout_s": 600}, "api.handshake_timeout_s: must be in [0.5, 120]"),
+    ("api", {"keepalive_min_interval_s": 0.1}, "api.keepalive_min_interval_s: must be in [1, 3600]"),
+    ("api", {"max_concurrent_streams": 0}, "api.max_concurrent_streams: must be in [1, 10000]"),
     ("api", {"tls_cert_file": "server.pem", "tls_key_file": "/k"}, "api.tls_cert_file: must be an absolute"),
     ("api", {"tls_cert_file": "/c"}, "api.tls_cert_file / api.tls_key_file: set both or neither"),
     ("api", {"tls_client_ca_file": "/ca"}, "api.tls_client_ca_file: needs api.tls_cert_file"),

@@ -31,7 +31,7 @@ def _req(n: int) -> AdmitRequest:
 
 async def test_admit_with_epoch_2_63_minus_1_is_refused_and_not_persisted() -> None:
     async with serving(ledger_cfg={"await_scheduler_ack": False}) as s:
-        async with AgentClient(s.socket) as c:
+        async with AgentClient(s.admin_socket) as c:
             await c.admit(_req(1), 1_000_000)  # refused for capacity or not: the fence is taken first
             assert s.ledger.node.highest_epoch == 1_000_000
             with pytest.raises(AgentCallError) as err:

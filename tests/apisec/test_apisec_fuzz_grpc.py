@@ -101,7 +101,7 @@ def served() -> Iterator[tuple[Served, grpc.Channel]]:
     t.start()
     assert ready.wait(30)
     s: Served = box["s"]
-    channel = grpc.insecure_channel(f"unix:{s.socket}")
+    channel = grpc.insecure_channel(f"unix:{s.admin_socket}")  # every method, mutations parsed in full
     try:
         yield s, channel
     finally:
@@ -165,6 +165,6 @@ def test_garbage_bytes_get_clean_answers(method: str, served: tuple[Served, grpc
 
 def _still_serving(s: Served, channel: grpc.Channel) -> None:
     assert pb.Status.FromString(channel.unary_unary(f"/{SERVICE.full_name}/GetStatus")(b"", timeout=5))
-    allowed = {"agent.sock", "state", "state/state.json", "state/state.json.epoch"}
-    extra = {f for f in _files(s.dir) - allowed if not f.startswith(".coloc-grpc-")}
+    allowed = {"agent.sock", "admin.sock", "state", "state/state.json", "state/state.json.epoch"}
+    extra = _files(s.dir) - allowed
     assert not extra, f"unexpected files written: {sorted(extra)}"
