@@ -1,20 +1,14 @@
-"""The glue between grpc.aio and our servicers: methods, the call context, and the per-message send
-deadline.
+"""The glue between grpc.aio and our servicers: methods, the call context, our parser and serializer.
 
 Handlers get grpc.aio's `ServicerContext` (`Call`): `abort`, trailing metadata, `auth_context` (the TLS
 peer's certificate names). Requests are parsed by us, so a request whose bytes are not its message reaches
 its handler as a `Malformed` it refuses (INVALID_ARGUMENT) instead of gRPC's UNKNOWN with a traceback, and
-responses already encoded (`agent.api.wire`) are sent as they are.
-
-What gRPC core does not do for us: it times out no response write. A peer that never grants HTTP/2
-flow-control window would hold its call, and the call's slot in `maximum_concurrent_rpcs`, until the
-connection's age ran out. So every response message must be taken within `send_timeout_s`; the call is
-cancelled otherwise (gRPC core then resets the stream and the slot comes back).
+responses already encoded (`agent.api.wire`) are sent as they are. A response over `api.max_message_bytes`
+is refused naming the setting (gRPC core would refuse it too, naming nothing we configure).
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import enum
 from collections.abc import AsyncIterator, Callable
@@ -23,7 +17,7 @@ from typing import Any, NoReturn, TypeAlias
 import grpc
 from google.protobuf.message import DecodeError
 
-__all__ = ["REASON_KEY", "Call", "Cardinality", "Malformed", "Method", "SendDeadline", "Status",
+__all__ = ["REASON_KEY", "Call", "Cardinality", "Malformed", "Method", "Status",
            "encode", "handler_of", "raw_bytes"]
 
 REASON_KEY = "coloc-reason"
@@ -66,27 +60,6 @@ class Method:
         self.writes = writes  # a stream handler that calls `call.write` instead of yielding
 
 
-class SendDeadline:
-    """Cancels the running call unless the message being sent is taken within `seconds`."""
-
-    def __init__(self, seconds: float) -> None:
-        self.seconds = seconds
-        self.expired = 0  # calls cancelled because a peer did not take a message in time
-
-    def arm(self) -> Callable[[], None]:
-        """Start the clock for one message of the current call; the returned function stops it."""
-        task = asyncio.current_task()
-        if task is None:
-            return lambda: None
-        handle = asyncio.get_running_loop().call_later(self.seconds, self._expire, task)
-        return handle.cancel
-
-    def _expire(self, task: asyncio.Task[Any]) -> None:
-        if not task.done():
-            self.expired += 1
-            task.cancel()
-
-
 def raw_bytes(data: bytes) -> bytes:
     return data
 
@@ -105,33 +78,12 @@ def _parser(cls: Any) -> Callable[[bytes], Any]:
     return parse
 
 
-class _TimedWrites:
-    """A call context whose `write` must complete within the send deadline (handlers that write, such as
-    grpcio-health-checking's Watch, rather than yield)."""
-
-    def __init__(self, call: Call, deadline: SendDeadline) -> None:
-        self._call = call
-        self._deadline = deadline
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._call, name)
-
-    async def write(self, message: Any) -> None:
-        stop = self._deadline.arm()
-        try:
-            await self._call.write(message)
-        finally:
-            stop()
-
-
 class _Adapter:
-    """What every handler shares: the size check naming the setting, malformed requests refused, the send
-    deadline around each response message."""
+    """What every handler shares: the size check naming the setting, malformed requests refused."""
 
-    def __init__(self, m: Method, max_message_bytes: int, deadline: SendDeadline) -> None:
+    def __init__(self, m: Method, max_message_bytes: int) -> None:
         self.m = m
         self.max_bytes = max_message_bytes
-        self.deadline = deadline
 
     async def checked(self, call: Call, reply: Any) -> bytes:
         data = encode(reply)
@@ -147,20 +99,11 @@ class _Adapter:
     async def stream_out(self, replies: AsyncIterator[Any], call: Call) -> AsyncIterator[bytes]:
         async with contextlib.aclosing(replies):  # type: ignore[type-var]
             async for reply in replies:
-                stop = self.deadline.arm()
-                try:
-                    yield await self.checked(call, reply)  # resumed once grpc.aio has sent it
-                finally:
-                    stop()
+                yield await self.checked(call, reply)
 
     async def unary(self, request: Any, call: Call) -> bytes:
         await self.refuse_malformed(request, call)
-        data = await self.checked(call, await self.m.func(request, call))
-        # grpc.aio sends the reply after this returns, in this same task: the clock covers that send.
-        task = asyncio.current_task()
-        if task is not None:
-            task.add_done_callback(_stopper(self.deadline.arm()))
-        return data
+        return await self.checked(call, await self.m.func(request, call))
 
     async def unary_stream(self, request: Any, call: Call) -> AsyncIterator[bytes]:
         await self.refuse_malformed(request, call)
@@ -169,7 +112,7 @@ class _Adapter:
 
     async def unary_writes(self, request: Any, call: Call) -> None:
         await self.refuse_malformed(request, call)
-        await self.m.func(request, _TimedWrites(call, self.deadline))
+        await self.m.func(request, call)
 
     async def stream_stream(self, requests: AsyncIterator[Any], call: Call) -> AsyncIterator[bytes]:
         async def parsed() -> AsyncIterator[Any]:
@@ -180,10 +123,10 @@ class _Adapter:
             yield data
 
 
-def handler_of(m: Method, max_message_bytes: int, deadline: SendDeadline) -> grpc.RpcMethodHandler[Any, Any]:
-    """The grpc.aio handler for `m`: our parser, a size check naming the setting, the send deadline."""
+def handler_of(m: Method, max_message_bytes: int) -> grpc.RpcMethodHandler[Any, Any]:
+    """The grpc.aio handler for `m`: our parser, and a size check naming the setting."""
     parse = raw_bytes if m.request is bytes else _parser(m.request)
-    a = _Adapter(m, max_message_bytes, deadline)
+    a = _Adapter(m, max_message_bytes)
     if m.cardinality is Cardinality.UNARY_UNARY:
         return grpc.unary_unary_rpc_method_handler(a.unary, request_deserializer=parse,
                                                    response_serializer=encode)
@@ -192,7 +135,3 @@ def handler_of(m: Method, max_message_bytes: int, deadline: SendDeadline) -> grp
                                                     request_deserializer=parse, response_serializer=encode)
     return grpc.stream_stream_rpc_method_handler(a.stream_stream, request_deserializer=parse,
                                                  response_serializer=encode)
-
-
-def _stopper(stop: Callable[[], None]) -> Callable[[Any], None]:
-    return lambda _task: stop()

@@ -12,7 +12,7 @@ else can reach it there), given its mode and group, and only then renamed to its
 moment in which it is reachable with looser permissions.
 
 The HTTP/2 defences are gRPC core's, set from `api.*` (`server_options`; docs/api-access.md gives each
-value and why). gRPC core times out no response write, so `agent.api.rpc.SendDeadline` does.
+value and why, and what gRPC core does not defend).
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from grpc_reflection.v1alpha.reflection import SERVICE_NAME as V1ALPHA_SERVICE_N
 from grpc_reflection.v1alpha.reflection import aio as reflection_aio  # type: ignore[attr-defined]
 
 from agent.api.authz import MUTATIONS, AccessPolicy, Listener
-from agent.api.rpc import Cardinality, Method, SendDeadline, handler_of
+from agent.api.rpc import Cardinality, Method, handler_of
 from agent.api.service import SERVICE, NodeAgentService, PolicySettings
 from agent.config.api import ApiConfig
 from agent.published import Board
@@ -134,7 +134,6 @@ class ApiServer:
         self.service = service
         self.health = health
         self.policy = policy
-        self.send_deadline = SendDeadline(cfg.send_timeout_s)
         self.addresses: list[str] = []  # the read socket first (then TCP); see `admin_address`
         self.socket_path: Path | None = None
         self.admin_socket_path: Path | None = None
@@ -158,7 +157,7 @@ class ApiServer:
         server = grpc.aio.server(options=server_options(cfg),
                                  maximum_concurrent_rpcs=cfg.max_concurrent_rpcs)
         handlers = [grpc.method_handlers_generic_handler(name, {
-            method: handler_of(m, cfg.max_message_bytes, self.send_deadline)
+            method: handler_of(m, cfg.max_message_bytes)
             for method, m in methods.items()}) for name, methods in self._methods(listener).items()]
         server.add_generic_rpc_handlers(handlers)
         self.servers[listener] = server

@@ -53,10 +53,9 @@ class ApiConfig:
     keepalive_time_s: float = 300.0  # the server pings an open connection this often ...
     keepalive_timeout_s: float = 20.0  # ... and closes it when the answer takes longer
     max_connection_idle_s: float = 300.0  # a connection with no call for this long is sent GOAWAY
-    max_connection_age_s: float = 3600.0  # every connection is sent GOAWAY at this age ...
-    max_connection_age_grace_s: float = 600.0  # ... and closed this much later (calls still open end)
+    max_connection_age_s: float = 900.0  # every connection is sent GOAWAY at this age ...
+    max_connection_age_grace_s: float = 60.0  # ... and closed this much later (calls still open end)
     handshake_timeout_s: float = 5.0  # TLS handshake and the client's HTTP/2 preface and SETTINGS
-    send_timeout_s: float = 30.0  # one response message not taken by the peer in this is ended
     bookmark_interval_s: float = 5.0
     max_events_per_message: int = 512
 
@@ -109,7 +108,6 @@ class ApiConfig:
         _within("max_connection_age_s", self.max_connection_age_s, 1.0, 30 * _DAY_S)
         _within("max_connection_age_grace_s", self.max_connection_age_grace_s, 0.0, _DAY_S)
         _within("handshake_timeout_s", self.handshake_timeout_s, 0.5, 120.0)
-        _within("send_timeout_s", self.send_timeout_s, 0.5, 3600.0)
         _within("bookmark_interval_s", self.bookmark_interval_s, 0.05, 3600.0)
         _within("max_events_per_message", self.max_events_per_message, 1, 100_000)
 
