@@ -46,7 +46,7 @@ class ApiConfig:
     max_streams: int = 128  # concurrent Watch streams
     max_message_bytes: int = 16 << 20  # each way (grpc.max_receive/send_message_length)
     max_concurrent_rpcs: int = 1024  # per listener, streams included (grpc.aio maximum_concurrent_rpcs)
-    max_concurrent_streams: int = 100  # per connection (HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS)
+    max_concurrent_streams: int = 16  # per connection (HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS)
     max_metadata_bytes: int = 8192  # request headers (grpc.max_metadata_size)
     keepalive_min_interval_s: float = 30.0  # pings closer than this are strikes
     max_ping_strikes: int = 2  # then GOAWAY ENHANCE_YOUR_CALM

@@ -169,6 +169,7 @@ class RawH2:
         self.closed_by_peer = False
         self.goaway: h2.events.ConnectionTerminated | None = None
         self.outbox = bytearray()
+        self.h2_error: h2.exceptions.ProtocolError | None = None  # ours: the server has not closed for it
         self.opened_at = time.monotonic()
         self.closed_at: float | None = None
         self.blocked = 0  # sends the server did not take at once (it stopped reading: back-pressure)
@@ -210,11 +211,13 @@ class RawH2:
                 if not data:
                     self._closed()
                     break
+                if self.h2_error is not None:
+                    continue  # our h2 state is lost (we sent frames h2 did not make); only EOF counts now
                 try:
                     new = self.conn.receive_data(data)
-                except h2.exceptions.ProtocolError:
-                    self._closed()
-                    break
+                except h2.exceptions.ProtocolError as err:
+                    self.h2_error = err
+                    continue
                 events += new
                 for e in new:
                     if isinstance(e, h2.events.ConnectionTerminated):
@@ -239,6 +242,8 @@ class RawH2:
         how = "EOF"
         if self.goaway is not None:
             how = f"GOAWAY {self.goaway.error_code!r} {self.goaway.additional_data or b''!r}"
+        if self.h2_error is not None:
+            how += f" (our h2 stopped parsing: {str(self.h2_error)[:80]})"
         return f"{how} {self.closed_at - self.opened_at:.1f} s after connecting"
 
     def wait_closed(self, timeout: float) -> bool:

@@ -12,8 +12,9 @@ import time
 from collections.abc import Iterator
 
 import h2.events
+import h2.exceptions
 import pytest
-from abusekit import API, RawH2, Watched, open_fds, watched_agent
+from abusekit import API, RawH2, Watched, open_fds, rss_kib, watched_agent
 from h2.errors import ErrorCodes
 from realcg import CgroupsUnavailable, RealRoot, required
 
@@ -51,7 +52,7 @@ def test_a_ping_flood_is_sent_goaway_and_closed(agent: Watched) -> None:
             while abuser.backlog > 1 << 16 and abuser.send() and time.monotonic() < end:
                 abuser.read(0.01)
 
-    figures = agent.window(4.0, flood)
+    figures = agent.window(5.0, flood)
     closed = abuser.wait_closed(5)
     abuser.close()
     print(f"PING flood: {sent[0]} PINGs sent; {abuser.how_closed()}; {figures.line()}")
@@ -74,7 +75,7 @@ def test_a_settings_flood_is_closed(agent: Watched) -> None:
             abuser.send()
             abuser.read(0.001)
 
-    figures = agent.window(4.0, flood)
+    figures = agent.window(5.0, flood)
     closed = abuser.wait_closed(5)
     abuser.close()
     print(f"SETTINGS flood: {sent[0]} SETTINGS sent; {abuser.how_closed()}; {figures.line()}")
@@ -98,7 +99,7 @@ def test_empty_data_frames_in_a_loop_are_closed(agent: Watched) -> None:
             abuser.send()
             abuser.read(0.001)
 
-    figures = agent.window(4.0, flood)
+    figures = agent.window(5.0, flood)
     closed = abuser.wait_closed(5)
     abuser.close()
     print(f"empty DATA flood: {sent[0]} frames; {abuser.how_closed()}; {figures.line()}")
@@ -116,18 +117,21 @@ def test_rapid_reset_is_closed(agent: Watched) -> None:
     sent = [0]
 
     def flood(end: float) -> None:
-        while time.monotonic() < end and not abuser.closed_by_peer:
-            for _ in range(50):
-                sid = abuser.conn.get_next_available_stream_id()
-                abuser.conn.send_headers(sid, abuser_headers("/coloc.v1.NodeAgent/GetSnapshot"))
-                abuser.conn.reset_stream(sid)
-                sent[0] += 1
+        while time.monotonic() < end and not abuser.closed_by_peer and abuser.goaway is None:
+            try:
+                for _ in range(50):
+                    sid = abuser.conn.get_next_available_stream_id()
+                    abuser.conn.send_headers(sid, abuser_headers("/coloc.v1.NodeAgent/GetSnapshot"))
+                    abuser.conn.reset_stream(sid)
+                    sent[0] += 1
+            except h2.exceptions.ProtocolError:  # our h2 saw the server's GOAWAY: no new stream
+                break
             abuser.send(abuser.conn.data_to_send())
             abuser.read(0.001)
             while abuser.backlog > 1 << 16 and abuser.send() and time.monotonic() < end:
                 abuser.read(0.01)
 
-    figures = agent.window(4.0, flood)
+    figures = agent.window(5.0, flood)
     closed = abuser.wait_closed(5)
     abuser.close()
     print(f"rapid reset: {sent[0]} streams opened and reset; {abuser.how_closed()}; {figures.line()}")
@@ -140,9 +144,12 @@ def test_a_peer_granting_no_window_holds_its_calls_only_until_max_connection_age
     its slot in max_concurrent_rpcs) until the connection goes, at max_connection_age + grace."""
     abuser = RawH2(agent.socket, window=0)
     answered: set[int] = set()
+    abuser.read(1.0)  # the server's SETTINGS: its stream limit
+    limit = abuser.conn.remote_settings.max_concurrent_streams
+    assert limit == 16
 
     def hold(end: float) -> None:
-        while abuser.conn.open_outbound_streams < 100:
+        while abuser.conn.open_outbound_streams < limit:
             abuser.open_call()  # GetSnapshot: its answer needs window the peer never grants
         while time.monotonic() < end and not abuser.closed_by_peer:
             for e in abuser.read(0.2):
@@ -153,10 +160,10 @@ def test_a_peer_granting_no_window_holds_its_calls_only_until_max_connection_age
     age, grace = API["max_connection_age_s"], API["max_connection_age_grace_s"]
     closed = abuser.wait_closed(age + grace + 3)
     abuser.close()
-    print(f"no window: 100 calls held, {len(answered)} answered; {abuser.how_closed()}; {figures.line()}")
+    print(f"no window: {limit} calls held (the stream limit), {len(answered)} answered; {abuser.how_closed()}; {figures.line()}")
     assert not answered
     assert closed and abuser.closed_at is not None
-    assert age <= abuser.closed_at - abuser.opened_at <= age + grace + 2, abuser.how_closed()
+    assert age - 0.5 <= abuser.closed_at - abuser.opened_at <= age + grace + 2, abuser.how_closed()
     figures.check()
 
 
@@ -174,13 +181,13 @@ def test_slow_prefaces_are_closed_at_the_handshake_deadline(agent: Watched) -> N
             sent[0] += 1
             time.sleep(0.25)
 
-    figures = agent.window(4.0, dribble)
+    figures = agent.window(5.0, dribble)
     started = time.monotonic()
     closed = sum(c.wait_closed(max(0.1, started + 3 - time.monotonic())) for c in slow)
     for c in slow:
         c.close()
-    print(f"slow preface: {closed} of {len(slow)} closed ({sent[0]} bytes of the preface each); "
-          f"{figures.line()}")
+    print(f"slow preface: {closed} of {len(slow)} closed ({sent[0]} bytes of the preface each; the first: "
+          f"{slow[0].how_closed()}); {figures.line()}")
     assert closed == len(slow)
     figures.check()
 
@@ -193,14 +200,15 @@ def test_5000_idle_connections_are_closed_and_others_still_served(agent: Watched
         while len(idle) < 5000 and time.monotonic() < end:
             idle.append(RawH2(agent.socket))
 
-    figures = agent.window(4.0, connect)
+    figures = agent.window(5.0, connect)
     opened = len(idle)
     end = time.monotonic() + API["max_connection_idle_s"] + 8
     closed = sum(c.wait_closed(max(0.05, end - time.monotonic())) for c in idle)
     for c in idle:
         c.close()
-    print(f"idle connections: {opened} opened, {closed} closed by the agent; fds {fds_before} before; "
-          f"{figures.line()}")
+    print(f"idle connections: {opened} opened, {closed} closed by the agent (the first: {idle[0].how_closed()}; "
+          f"the last: {idle[-1].how_closed()}); fds {fds_before} before, {open_fds(agent.proc_pid)} after; "
+          f"RSS after {rss_kib(agent.proc_pid) / 1024:.1f} MiB; {figures.line()}")
     assert opened == 5000
     assert closed == opened
     figures.check(rss_growth_mib=120.0)
