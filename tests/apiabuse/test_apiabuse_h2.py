@@ -160,7 +160,8 @@ def test_a_peer_granting_no_window_holds_its_calls_only_until_max_connection_age
     age, grace = API["max_connection_age_s"], API["max_connection_age_grace_s"]
     closed = abuser.wait_closed(age + grace + 3)
     abuser.close()
-    print(f"no window: {limit} calls held (the stream limit), {len(answered)} answered; {abuser.how_closed()}; {figures.line()}")
+    print(f"no window: {limit} calls held (the stream limit), {len(answered)} answered; "
+          f"{abuser.how_closed()}; {figures.line()}")
     assert not answered
     assert closed and abuser.closed_at is not None
     assert age - 0.5 <= abuser.closed_at - abuser.opened_at <= age + grace + 2, abuser.how_closed()
@@ -206,8 +207,9 @@ def test_5000_idle_connections_are_closed_and_others_still_served(agent: Watched
     closed = sum(c.wait_closed(max(0.05, end - time.monotonic())) for c in idle)
     for c in idle:
         c.close()
-    print(f"idle connections: {opened} opened, {closed} closed by the agent (the first: {idle[0].how_closed()}; "
-          f"the last: {idle[-1].how_closed()}); fds {fds_before} before, {open_fds(agent.proc_pid)} after; "
+    print(f"idle connections: {opened} opened, {closed} closed by the agent (the first: "
+          f"{idle[0].how_closed()}; the last: {idle[-1].how_closed()}); fds {fds_before} before, "
+          f"{open_fds(agent.proc_pid)} after; "
           f"RSS after {rss_kib(agent.proc_pid) / 1024:.1f} MiB; {figures.line()}")
     assert opened == 5000
     assert closed == opened
