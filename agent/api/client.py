@@ -29,6 +29,10 @@ CHANNEL_OPTIONS: tuple[tuple[str, int], ...] = (
     ("grpc.min_reconnect_backoff_ms", 5000),
     ("grpc.max_reconnect_backoff_ms", 1000),
     ("grpc.enable_retries", 0),
+    # Each client its own connection: the agent limits the streams per connection (api.max_concurrent_streams,
+    # 16 on the read socket), and gRPC core refuses (REFUSED_STREAM) a stream past it that clients sharing
+    # one connection could open at once.
+    ("grpc.use_local_subchannel_pool", 1),
 )
 
 

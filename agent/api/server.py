@@ -53,15 +53,18 @@ class ApiStartError(Exception):
     """The server cannot start; the message says why and what to change."""
 
 
-def server_options(cfg: ApiConfig) -> list[tuple[str, int]]:
-    """gRPC core's channel arguments for every listener (names as in grpc's channel_arg_names.h)."""
+def server_options(cfg: ApiConfig, listener: Listener) -> list[tuple[str, int]]:
+    """gRPC core's channel arguments for a listener (names as in grpc's channel_arg_names.h). gRPC core's
+    overload protection (on by default) counts a stream against the limit until the server has let it go,
+    so a rapid-reset peer queues at most that many calls ahead of everyone else's."""
     def ms(seconds: float) -> int:
         return int(seconds * 1000)
 
+    streams = cfg.max_concurrent_streams if listener is Listener.READ else cfg.admin_max_concurrent_streams
     return [
         ("grpc.max_receive_message_length", cfg.max_message_bytes),
         ("grpc.max_send_message_length", cfg.max_message_bytes),
-        ("grpc.max_concurrent_streams", cfg.max_concurrent_streams),
+        ("grpc.max_concurrent_streams", streams),
         ("grpc.max_metadata_size", cfg.max_metadata_bytes),
         ("grpc.absolute_max_metadata_size", cfg.max_metadata_bytes),
         ("grpc.keepalive_permit_without_calls", 0),
@@ -154,7 +157,7 @@ class ApiServer:
 
     def build(self, listener: Listener) -> grpc.aio.Server:
         cfg = self._cfg
-        server = grpc.aio.server(options=server_options(cfg),
+        server = grpc.aio.server(options=server_options(cfg, listener),
                                  maximum_concurrent_rpcs=cfg.max_concurrent_rpcs)
         handlers = [grpc.method_handlers_generic_handler(name, {
             method: handler_of(m, cfg.max_message_bytes)

@@ -46,7 +46,8 @@ class ApiConfig:
     max_streams: int = 128  # concurrent Watch streams
     max_message_bytes: int = 16 << 20  # each way (grpc.max_receive/send_message_length)
     max_concurrent_rpcs: int = 1024  # per listener, streams included (grpc.aio maximum_concurrent_rpcs)
-    max_concurrent_streams: int = 16  # per connection (HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS)
+    max_concurrent_streams: int = 16  # per connection on the read socket (SETTINGS_MAX_CONCURRENT_STREAMS)
+    admin_max_concurrent_streams: int = 100  # ... on the admin socket and TCP (callers the agent trusts)
     max_metadata_bytes: int = 8192  # request headers (grpc.max_metadata_size)
     keepalive_min_interval_s: float = 30.0  # pings closer than this are strikes
     max_ping_strikes: int = 2  # then GOAWAY ENHANCE_YOUR_CALM
@@ -98,6 +99,7 @@ class ApiConfig:
             raise ValueError("api.max_concurrent_rpcs: must exceed max_streams (or open watches starve "
                              "calls) and be at most 1000000")
         _within("max_concurrent_streams", self.max_concurrent_streams, 1, 10_000)
+        _within("admin_max_concurrent_streams", self.admin_max_concurrent_streams, 1, 10_000)
         _within("max_message_bytes", self.max_message_bytes, 4096, 1 << 30)
         _within("max_metadata_bytes", self.max_metadata_bytes, 1024, 1 << 20)
         _within("keepalive_min_interval_s", self.keepalive_min_interval_s, 1.0, 3600.0)
