@@ -22,10 +22,8 @@ import argparse
 import asyncio
 import contextlib
 import json
-import math
 import os
 import re
-import statistics
 import subprocess
 import sys
 import time
@@ -168,11 +166,27 @@ def windowed(shaper: EgressShaper, t0: float, window: float = 0.3) -> list[tuple
     return out
 
 
-def mean_between(rows: list[tuple[float, float, float]], a: float, b: float) -> tuple[float, float]:
-    sel = [(hp, be) for t, hp, be in rows if a <= t <= b]
-    if not sel:
-        return float("nan"), float("nan")
-    return statistics.fmean(h for h, _ in sel), statistics.fmean(b_ for _, b_ in sel)
+def rates_between(shaper: EgressShaper, t0: float, a: float, b: float) -> tuple[float, float] | None:
+    """HP's and BE's mean rate (bits/s) from the class byte counters between the first and the last reading
+    in [a, b] (seconds after t0); None when fewer than two readings, 0.3 s apart at least, fall in it (the
+    shaper reads every 0.1 s, but a loaded machine leaves gaps of a second)."""
+    rows = [r for r in shaper._hist if r.root.kind == "ours" and a <= r.at - t0 <= b]
+    if len(rows) < 2 or rows[-1].at - rows[0].at < 0.3:
+        return None
+    dt = rows[-1].at - rows[0].at
+    return 8 * (rows[-1].hp_bytes - rows[0].hp_bytes) / dt, 8 * (rows[-1].be_bytes - rows[0].be_bytes) / dt
+
+
+def readings_at(shaper: EgressShaper, t0: float) -> str:
+    """When the shaper read its counters (seconds after t0), for a message."""
+    return ", ".join(f"{r.at - t0:.1f}" for r in shaper._hist if r.root.kind == "ours")
+
+
+async def set_sources(shaper: EgressShaper, addresses: set[str]) -> None:
+    """The BE filters, under the shaper's lock as its own actions take it: its reader dumps over the same
+    netlink socket every 0.1 s, and a second dump while one runs fails (EBUSY)."""
+    async with shaper._lock:
+        await shaper.set_sources(frozenset(addresses))
 
 
 async def case(t: Topology, link_mbit: float, phase: float, interval: float) -> dict[str, Any]:
@@ -187,7 +201,7 @@ async def case(t: Topology, link_mbit: float, phase: float, interval: float) -> 
             await asyncio.sleep(0.05)
             if runner.done():
                 raise RuntimeError(f"egress shaper stopped: {shaper.last_error}")
-        await shaper.set_sources(frozenset({BE4}))
+        await set_sources(shaper, {BE4})
         t0 = time.monotonic()
         loop = Loop(shaper, NetworkPolicy(cfg.policy), interval, t0)
         ticks_stop = asyncio.Event()
@@ -202,12 +216,26 @@ async def case(t: Topology, link_mbit: float, phase: float, interval: float) -> 
                 raise Unmeasurable(f"the {who} iperf3 flow moved nothing (iperf3 failed in the namespaces)")
         end = time.monotonic() - t0
         rows = windowed(shaper, t0)
-        hp_both, be_both = mean_between(rows, hp_end - phase / 2, hp_end - 0.3)
-        _, be_alone = mean_between(rows, end - phase / 2, end - 0.5)
-        if math.isnan(be_alone):  # a loaded machine can leave that window without a counter reading
-            _, be_alone = mean_between(rows, hp_end + 2 * interval, end)
+        # the phases' second halves; on a loaded machine, what readings there are after the flows ramped up
+        both = (rates_between(shaper, t0, hp_end - phase / 2, hp_end - 0.3)
+                or rates_between(shaper, t0, hp_end - phase + 1.0, hp_end - 0.3))
+        alone = (rates_between(shaper, t0, end - phase / 2, end - 0.5)
+                 or rates_between(shaper, t0, hp_end + 2 * interval, end))
+        for what, got, span in (("both flows saturating", both, (hp_end - phase + 1.0, hp_end - 0.3)),
+                                ("HP idle", alone, (hp_end + 2 * interval, end))):
+            if got is None:
+                raise Unmeasurable(f"the shares with {what}: the shaper read the class counters too seldom "
+                                   f"in {span[0]:.1f}..{span[1]:.1f} s (read at {readings_at(shaper, t0)})")
+        assert both is not None and alone is not None
+        (hp_both, be_both), (_, be_alone) = both, alone
         high = link * cfg.policy.high_share_percent / 100
         change = next((ts for ts, c in loop.applied if ts > hp_end and c >= high * 0.99), None)
+        if change is None:
+            early = next((ts for ts, c in loop.applied if ts <= hp_end and c >= high * 0.99), None)
+            why = (f"it was raised already at {early:.1f} s, before HP stopped at {hp_end:.1f} s (HP's "
+                   f"goodput {hp_gp / MBIT:.1f} Mbit/s: HP did not hold the link)" if early is not None
+                   else f"it was never raised after HP stopped at {hp_end:.1f} s (changes: {loop.applied})")
+            raise Unmeasurable(f"ceiling_change_s: no BE ceiling raise to time: {why}")
         reach = next((ts for ts, _, b in rows if ts > hp_end and b >= 0.9 * high), None)
         # latency: idle, BE flood with the agent, BE flood without the BE filter (one class, as without agent)
         idle = await ping_p99(t, 300, "on the idle link")
@@ -215,7 +243,7 @@ async def case(t: Topology, link_mbit: float, phase: float, interval: float) -> 
                                            ping_p99(t, 300, "under a BE flood, agent on", delay=1.5)))[1]
         ticks_stop.set()  # the loop would put the BE filter back
         await ticking
-        await shaper.set_sources(frozenset())
+        await set_sources(shaper, set())
         without = (await asyncio.gather(iperf(t, BE4, 5204, 5),
                                         ping_p99(t, 300, "under a BE flood, BE unclassified", delay=1.5)))[1]
         series = {"HP Mbit/s": [(ts, h / MBIT) for ts, h, _ in rows],
@@ -225,8 +253,8 @@ async def case(t: Topology, link_mbit: float, phase: float, interval: float) -> 
             "link_mbit": link_mbit,
             "hp_share_of_link": round(hp_both / link, 3),
             "be_share_both_saturating": round(be_both / link, 3),
-            "be_share_when_hp_idle": None if math.isnan(be_alone) else round(be_alone / link, 3),
-            "ceiling_change_s": round(change - hp_end, 3) if change is not None else None,
+            "be_share_when_hp_idle": round(be_alone / link, 3),
+            "ceiling_change_s": round(change - hp_end, 3),
             "be_reaches_90pct_of_high_s": round(reach - hp_end, 3) if reach is not None else None,
             "hp_goodput_mbit": round(hp_gp / MBIT, 1), "be_goodput_mbit": round(be_gp / MBIT, 1),
             "hp_ping_p99_ms_idle": idle, "hp_ping_p99_ms_be_flood_with_agent": with_agent,
