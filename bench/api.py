@@ -24,6 +24,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
 
 import grpc
 from benchkit import finish
@@ -243,9 +244,17 @@ async def fanout(sock: str, agent: subprocess.Popen[str], subscribers: int, even
     }
 
 
+def changes_socket(sock: str) -> str:
+    """Where the bench's scheduler sends Admit: the admin socket beside `sock` when the agent serves one (the
+    read socket refuses changes), else `sock` itself (before issue 24 one socket served every method; the
+    side-by-side runs of docs/dependencies.md run that commit too)."""
+    admin = Path(sock).with_name("admin.sock")
+    return str(admin) if admin.exists() else sock
+
+
 async def client_main(args: argparse.Namespace, sock: str, agent: subprocess.Popen[str]) -> dict[str, object]:
     assert agent.stdout is not None
-    async with AgentClient(sock) as c:
+    async with AgentClient(changes_socket(sock)) as c:
 
         async def place(i: int) -> None:  # through the API, as a scheduler would place them
             r = await c.admit(

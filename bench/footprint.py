@@ -15,14 +15,15 @@ standalone mode: no Kubernetes, but the node API serves its unix socket as on a 
            (what every agent paid before it was imported lazily), for RSS side by side.
 Measured from /proc for the agent's process (all its threads): CPU as % of one core (schedstat run time),
 wake-ups/s (voluntary context switches: each is a sleep ended by a wake-up), RSS and VmHWM; from its
-/metrics: ticks, mean tick duration, fast-path mode. Targets (issue 17): CPU ≤ 1 % of a core, ≤ 5
-wake-ups/s, RSS ≤ 50 MB at N. Preemptions (involuntary switches) are reported apart, `preempted_per_s`:
-they used to be counted as wake-ups too, but they measure the machine's other load (20-60/s while a 12 ms
-tick meets other load on a shared 2-CPU machine, ~0 on a quiet one), not the agent waking up.
-Wake-ups are also split by thread: gRPC core's (`event_engine`, `grpc_global_timer`, `lifeguard`; they woke
-13-15 times a second while a client held a connection, until the node API moved to grpclib: now there are
-none, and the figure shows it stays so) and the agent's own (`python`: the loop, 2/s calm). The budget is
-judged at `N` and at `N_watch` (a scheduler's Watch is the normal state of a node). The settling pause
+/metrics: ticks, mean tick duration, fast-path mode. Targets (issue 24): CPU ≤ 1 % of a core and RSS ≤ 64 MB
+at N; wake-ups/s are reported, not judged (issue 17's budget of 5 is retired: at 34 wake-ups/s the agent's
+effect on HP's tail was inside run-to-run noise, docs/performance.md). Preemptions (involuntary switches) are
+reported apart, `preempted_per_s`: they measure the machine's other load (20-60/s while a 12 ms tick meets
+other load on a shared 2-CPU machine, ~0 on a quiet one), not the agent waking up.
+Wake-ups are also split by thread: gRPC core's (`event_engine`, `grpc_global_timer`, `lifeguard`: the node API
+is grpc.aio, whose core threads wake on their own timers, more while a client holds a connection) and the
+agent's own (`python`: the loop, 2/s calm). The targets are judged at `N` and at `N_watch` (a scheduler's
+Watch is the normal state of a node). The settling pause
 (≥ 6 s after start) covers the agent's one-off release of start-up heap (5 s after start,
 agent/cli/run.py), so RSS is the steady state, not start-up's peak.
 Needs root and writable cgroups. Last line: one JSON object.
@@ -51,8 +52,7 @@ from prometheus_client.parser import text_string_to_metric_families  # noqa: E40
 from realcg import RealRoot  # noqa: E402
 
 TARGET_CPU_PERCENT = 1.0
-TARGET_WAKEUPS_PER_S = 5.0
-TARGET_RSS_MB = 50.0
+TARGET_RSS_MB = 64.0
 GRPC_THREADS = ("event_engine", "grpc_global_tim", "lifeguard")  # comm names are cut at 15 characters
 WATCHER = ("import asyncio, sys\n"
            "from agent.api.client import AgentClient\n"
@@ -263,12 +263,10 @@ def run(args: argparse.Namespace, root: RealRoot, d: Path) -> dict[str, Any]:
     res["grpc_core_wakeups_per_s"] = at["grpc_core_wakeups_per_s"]
     for key in ("wakeups_per_s", "cpu_percent", "rss_mb"):
         res[f"{key}_with_watch"] = res[f"{n}_watch"][key]
-    res["targets"] = {"cpu_percent": TARGET_CPU_PERCENT, "wakeups_per_s": TARGET_WAKEUPS_PER_S,
-                      "rss_mb": TARGET_RSS_MB}
+    res["targets"] = {"cpu_percent": TARGET_CPU_PERCENT, "rss_mb": TARGET_RSS_MB}
     res["budget_met"] = {}
     for suffix, r in (("", at), ("_with_watch", res[f"{n}_watch"])):
         res["budget_met"].update({f"cpu{suffix}": r["cpu_percent"] <= TARGET_CPU_PERCENT,
-                                  f"wakeups{suffix}": r["wakeups_per_s"] <= TARGET_WAKEUPS_PER_S,
                                   f"rss{suffix}": r["rss_mb"] <= TARGET_RSS_MB})
     return res
 
@@ -311,7 +309,6 @@ def main() -> int:
     for suffix, label in (("", ""), ("_with_watch", " with a Watch open")):
         print(f"budget at {n} workloads{label}: "
               f"CPU ≤ {TARGET_CPU_PERCENT} % {'met' if met['cpu' + suffix] else 'NOT met'}, "
-              f"wake-ups ≤ {TARGET_WAKEUPS_PER_S}/s {'met' if met['wakeups' + suffix] else 'NOT met'}, "
               f"RSS ≤ {TARGET_RSS_MB} MB {'met' if met['rss' + suffix] else 'NOT met'}")
     return finish("bench/footprint.py", out,
                   ("cpu_percent", "wakeups_per_s", "rss_mb", "rss_saved_by_lazy_kube_mb"))

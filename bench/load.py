@@ -241,6 +241,14 @@ def request(i: int) -> AdmitRequest:
                         Resources(1, 1 << 20), request_id=f"r{i}")
 
 
+def changes_socket(sock: str) -> str:
+    """Where the bench's scheduler sends Admit: the admin socket beside `sock` when the agent serves one (the
+    read socket refuses changes), else `sock` itself (before issue 24 one socket served every method; the
+    side-by-side runs of docs/dependencies.md run that commit too)."""
+    admin = Path(sock).with_name("admin.sock")
+    return str(admin) if admin.exists() else sock
+
+
 async def fill(sock: str, n: int) -> None:
     async with AgentClient(sock) as c:
         for _ in range(100):  # the batch budget is known after the agent's first ticks
@@ -361,7 +369,7 @@ async def load_phase(args: argparse.Namespace, sock: str, port: int, agent_pid: 
     for t in scrapers:
         t.start()
     admit_ms: list[float] = []
-    admitted = await admitter(sock, args.allocations, args.admit_rate, end, admit_ms, errors)
+    admitted = await admitter(changes_socket(sock), args.allocations, args.admit_rate, end, admit_ms, errors)
     for t in scrapers:
         t.join(15)
     stop.set()
@@ -420,7 +428,7 @@ async def measure(args: argparse.Namespace, d: Path, root: RealRoot) -> dict[str
                                  stdout=f, stderr=f, cwd=REPO)
     try:
         await wait_serving(sock, agent, log)
-        await fill(sock, args.allocations)
+        await fill(changes_socket(sock), args.allocations)
         progress(f"{args.allocations} allocations admitted")
         out: dict[str, Any] = {"allocations": args.allocations, "fd_limit": raise_fd_limit()}
         out.update(await quiet_snapshot(sock, args.snapshot_calls))
