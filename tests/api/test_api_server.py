@@ -7,11 +7,13 @@ test_api_agents.py.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import grp
 import json
 import os
 import socket
 import stat
+import threading
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -613,3 +615,39 @@ async def test_status_cli(served: Served, capsys: pytest.CaptureFixture[str]) ->
     assert data["allocations"][0]["count"] == 1
     assert await asyncio.to_thread(main, ["--socket", str(served.dir / "nobody.sock"), "--timeout", "1"]) == 1
     assert "UNAVAILABLE" in capsys.readouterr().err
+
+
+async def test_a_socket_is_never_reachable_with_a_looser_mode_than_configured() -> None:
+    """gRPC binds the path itself: the agent binds inside a 0700 directory and renames the socket into place
+    with its mode set. A watcher polling the directory during many starts never sees the public path with
+    another mode, nor the private directory with any access for group or others."""
+    seen: set[tuple[str, int]] = set()
+    stop = threading.Event()
+    with short_dir() as d:
+        run = d / "run"
+        run.mkdir()
+
+        def watch() -> None:
+            while not stop.is_set():
+                with contextlib.suppress(FileNotFoundError, NotADirectoryError):
+                    for entry in os.scandir(run):
+                        with contextlib.suppress(FileNotFoundError):
+                            mode = stat.S_IMODE(entry.stat(follow_symlinks=False).st_mode)
+                            seen.add((entry.name if not entry.name.startswith(".") else ".private", mode))
+
+        watcher = threading.Thread(target=watch, daemon=True)
+        watcher.start()
+        ledger = Ledger.open(LedgerConfig(node_id="n", state_path=str(d / "s.json")))
+        try:
+            for _ in range(20):
+                server = await start_api_server(ledger, ApiConfig(socket_path=str(run / "agent.sock"),
+                                                                  socket_mode=0o640))
+                await server.stop(0)
+        finally:
+            stop.set()
+            watcher.join(10)
+            await ledger.close()
+    assert {name for name, _ in seen} >= {"agent.sock", "admin.sock"}, seen
+    assert {(n, m) for n, m in seen if n == "agent.sock"} == {("agent.sock", 0o640)}, seen
+    assert {(n, m) for n, m in seen if n == "admin.sock"} == {("admin.sock", 0o600)}, seen
+    assert all(m == 0o700 for n, m in seen if n == ".private"), seen
