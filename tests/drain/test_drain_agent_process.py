@@ -56,7 +56,7 @@ class Agent:
     def __init__(self, tmp_path: Path, root: str) -> None:
         self.tmp = tmp_path
         self.config = _config(tmp_path, root)
-        self.sock = str(tmp_path / "agent.sock")
+        self.sock = str(tmp_path / "admin.sock")  # drains and acks: the admin socket (beside agent.sock)
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:

@@ -37,7 +37,7 @@ async def served(tmp_path: Path) -> AsyncIterator[tuple[Ledger, ApiServer]]:
 
 async def test_drain_and_recommission_over_grpc(served: tuple[Ledger, ApiServer]) -> None:
     _, server = served
-    async with AgentClient(server.address) as c:
+    async with AgentClient(server.admin_address) as c:
         resp = await c.drain(2, graceful=True, timeout_s=120, request_id="op-1", reason="kernel upgrade")
         assert resp.lifecycle == pb.LIFECYCLE_DECOMMISSIONING
         assert resp.remaining_allocations == 2
@@ -69,7 +69,7 @@ async def test_bad_drain_requests_are_invalid_argument_naming_the_field(
         served: tuple[Ledger, ApiServer], request_: pb.DrainRequest, field: str) -> None:
     ledger, server = served
     rev = ledger.revision
-    async with grpc.aio.insecure_channel(target(server.address)) as ch:
+    async with grpc.aio.insecure_channel(target(server.admin_address)) as ch:
         with pytest.raises(grpc.aio.AioRpcError) as err:
             await pb_grpc.NodeAgentStub(ch).Drain(request_)
     assert err.value.code() is grpc.StatusCode.INVALID_ARGUMENT
@@ -87,7 +87,7 @@ async def test_metrics_show_lifecycle_deadline_and_allocations_left(served: tupl
         return {f"{s.name}{dict(s.labels)}": s.value for m in collector.collect() for s in m.samples}
 
     assert "coloc_node_drain_allocations_left{}" not in values()
-    async with AgentClient(server.address) as c:
+    async with AgentClient(server.admin_address) as c:
         resp = await c.drain(1, graceful=True, timeout_s=600)
     snap = with_drain(ctl, snapshot(be("a")))
     ledger.sync(snap, BATCH, ledger.now())

@@ -101,7 +101,7 @@ def koord_node(real_root: RealRoot, tmp_path: Path, annotations: dict[str, str])
         }
         (tmp_path / "agent.yaml").write_text(yaml.safe_dump(cfg))
         with running_agent(tmp_path / "agent.yaml", tmp_path / "agent.log"):
-            yield Node(kubelet, api, str(d / "agent.sock"), tmp_path / "agent.log")
+            yield Node(kubelet, api, str(d / "admin.sock"), tmp_path / "agent.log")  # admits: admin socket
 
 
 def req(seq: int, cpu: int, mem: int = 64 << 20) -> AdmitRequest:

@@ -75,7 +75,7 @@ def test_a_disk_that_fills_while_running_turns_readyz_red_and_back(real_root: Re
                                                                      tmp_path: Path) -> None:
     port = free_port()
     cfg = agent_config(tmp_path, f"{real_root.name}/agent", port)
-    sock = str(tmp_path / "agent.sock")
+    sock = str(tmp_path / "admin.sock")  # Admit: the admin socket, beside agent.sock
     log = tmp_path / "agent.log"
     with small_tmpfs(tmp_path / "state", "256k") as state, running_agent(cfg, log):
         assert wait(lambda: readyz(port)[0] == 200, 30), log.read_text()[-3000:]

@@ -178,7 +178,7 @@ def test_a_cluster_agent_waits_for_the_scheduler_and_names_a_stale_source(real_r
             assert "kubelet" in body["stale"], body
 
             async def ack() -> None:
-                async with AgentClient(f"unix:{agent.sock}") as c:
+                async with AgentClient(f"unix:{agent.sock.with_name('admin.sock')}") as c:
                     st = await c.status()
                     await c.ack_recovery(1, st.identity.incarnation, st.revision)
 

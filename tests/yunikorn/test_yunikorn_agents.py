@@ -158,7 +158,7 @@ async def test_yunikorn_recover_output_is_accepted_by_si_proto(real_root: RealRo
                 (nm_dir / "containers.json").write_text(json.dumps(_containers(n)))
                 nm = fakes.enter_context(FakeNodeManager(nm_dir))
                 procs.append(_start(real_root, d, n, kubelet.url, nm.url))
-            addresses = [str(d / f"{node}.sock") for node in NODES]
+            addresses = [str(d / f"{node}.admin.sock") for node in NODES]  # recovery acks, admits
             for n, addr in enumerate(addresses):
                 await _wait_allocations(addr, {f"k8s/{_uid(n, 1)}", f"yarn/{_cid(10 + n, 1)}"},
                                         d / f"{NODES[n]}.log")
