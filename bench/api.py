@@ -187,7 +187,10 @@ async def fanout(sock: str, agent: subprocess.Popen[str], subscribers: int, even
     assert agent.stdout is not None
     # Several connections, as several schedulers would have. The subscribers only parse the protobuf
     # messages (no conversion), so the figure is the server's fan-out, not this client's Python.
-    channels = [grpc.aio.insecure_channel(f"unix:{sock}") for _ in range(min(subscribers, 20))]
+    # Each channel its own connection: the read socket allows 16 streams per connection, and on one shared
+    # connection the 17th Watch would wait for ever. 100 subscribers are 5 streams a connection.
+    own = [("grpc.use_local_subchannel_pool", 1)]
+    channels = [grpc.aio.insecure_channel(f"unix:{sock}", options=own) for _ in range(min(subscribers, 20))]
     async with AgentClient(sock) as c:
         view = await c.get_snapshot()
     inc, start_rev = view.identity.incarnation, view.revision
