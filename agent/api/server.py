@@ -252,8 +252,8 @@ async def start_api_server(ledger: Ledger, cfg: ApiConfig, *, board: Board | Non
         raise
     for name in ("", SERVICE):
         await health.set(name, health_pb2.HealthCheckResponse.SERVING)
-    log.info("node API serving", extra={"fields": {"addresses": api.addresses,
-                                                   "admin": str(api.admin_socket_path or "")}})
+    admin = api.admin_address if api.admin_socket_path is not None else ""
+    log.info("node API serving", extra={"fields": {"addresses": api.addresses, "admin": admin}})
     return api
 
 
