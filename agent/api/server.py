@@ -17,6 +17,7 @@ value and why, and what gRPC core does not defend).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import errno
 import grp
@@ -188,9 +189,7 @@ class ApiServer:
         with contextlib.suppress(Exception):
             await self.health.enter_graceful_shutdown()
         servers, self.servers = list(self.servers.values()), {}
-        for server in servers:
-            with contextlib.suppress(Exception):
-                await server.stop(grace)
+        await asyncio.gather(*(server.stop(grace) for server in servers), return_exceptions=True)
         for path in (self.socket_path, self.admin_socket_path):
             if path is not None:
                 path.unlink(missing_ok=True)
