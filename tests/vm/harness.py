@@ -7,7 +7,8 @@ the checkout and the guest venv shared over 9p at their host paths, and a privat
 "ctl") holding tests/vm/job.sh and its settings. The guest's pytest output is streamed here line by line,
 prefixed "[guest] ". With --results, the guest's junit XML, its output, the console log and `run.json`
 (timings, exit status, or why the run failed) are copied there for the host's test run
-(tests/vm/test_vm_guest.py). Exits with the guest pytest's status, or 3 when the guest did not get to run it.
+(tests/vm/test_vm_guest.py). Exits with the guest pytest's status, or 75 when the guest did not get to run
+it.
 Standard library only: any python3 on the host runs it.
 """
 
@@ -28,7 +29,7 @@ HERE = Path(__file__).resolve().parent
 CHECKOUT = HERE.parent.parent
 DEFAULT_SELECTION = HERE / "selection"
 BOOT_TIMEOUT_S = 180.0  # from QEMU's start to the job's first line (emulation on a loaded 2-core host)
-HARNESS_FAILED = 3
+HARNESS_FAILED = 75  # EX_TEMPFAIL: the guest did not get to run pytest (pytest exits 0-5)
 CMDLINE = (
     "console=ttyS0 quiet loglevel=3 systemd.show_status=false systemd.unified_cgroup_hierarchy=1 "
     "cgroup_no_v1=all psi=1 panic=-1 mitigations=off tsc=reliable coloc.job"

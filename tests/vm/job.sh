@@ -7,9 +7,9 @@ ctl=/run/coloc-ctl
 opts=trans=virtio,version=9p2000.L,msize=262144
 mkdir -p "$CHECKOUT" "$VENV"
 # cache=loose: Python imports twice as fast; the host leaves the tree alone while the guest runs.
-mount -t 9p -o "$opts,cache=loose" share "$CHECKOUT" || { echo "job: cannot mount the checkout"; exit 3; }
-mount -t 9p -o "$opts,cache=loose,ro" venv "$VENV" || { echo "job: cannot mount the guest venv"; exit 3; }
-cd "$CHECKOUT" || exit 3
+mount -t 9p -o "$opts,cache=loose" share "$CHECKOUT" || { echo "job: cannot mount the checkout"; exit 75; }
+mount -t 9p -o "$opts,cache=loose,ro" venv "$VENV" || { echo "job: cannot mount the guest venv"; exit 75; }
+cd "$CHECKOUT" || exit 75
 echo "guest: $(uname -r), $(nproc) cpus, cgroup2 controllers: $(cat /sys/fs/cgroup/cgroup.controllers)"
 export HOME=/root LANG=C.UTF-8 PATH="$VENV/bin:/usr/sbin:/usr/bin:/sbin:/bin" PYTHONPATH="$CHECKOUT"
 export COLOC_IN_GUEST=1 COLOC_REQUIRE_CGROUPS=1

@@ -132,10 +132,9 @@ def test_io_weight_default_and_per_device(real_root: RealRoot) -> None:
     writer.write("io", rel, "io.weight", "default 50")
     assert (real_root.path("unified", rel) / "io.weight").read_text().splitlines()[0] == "default 50"
     qos = Path("/sys/fs/cgroup/io.cost.qos")
-    before = qos.read_text()
-    if f"{dev} enable=1" not in before:
-        with pytest.raises(CgroupError, match="Operation not supported"):
-            writer.write("io", rel, "io.weight", f"{dev} 200")
+    assert f"{dev} enable=1" not in qos.read_text(), "iocost is already on for the disk"
+    with pytest.raises(CgroupError, match="Operation not supported"):
+        writer.write("io", rel, "io.weight", f"{dev} 200")
     qos.write_text(f"{dev} enable=1")
     try:
         writer.write("io", rel, "io.weight", f"{dev} 200")
