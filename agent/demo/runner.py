@@ -24,12 +24,11 @@ import asyncio
 import contextlib
 import json
 import os
+import shutil
 import signal
-import struct
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,16 +36,16 @@ from pathlib import Path
 from agent.config.agent import AgentConfig, CgroupConfig, EvictionConfig, LoopConfig, NodeConfig, StateConfig
 from agent.config.standalone import LocalWorkload, StandaloneConfig
 from agent.daemon.runtime import BE_TIER, Runtime, build, remove_tree
+from agent.demo import live as liveview
 from agent.demo.spawn import move_back, move_self, spawn_in_cgroup, workload_argv
 from agent.demo.workloads import read_counter
 from agent.published import ActionRecord
-from cgroups.reader import CgroupReader
 
 YARN_APP = "1700000000000_0001"
 HP = "hp-service"
 AGENT_POD = "burstable/pod-coloc-agent"
 AGENT_SHARES = 51  # the DaemonSet's 50m CPU request, as the kubelet converts it
-QUIET_EVERY_S = 3.0
+PROBE, STATE, SAMPLES = "probe.bin", "live-state.json", "live-samples.jsonl"  # in the demo's directory
 
 
 @dataclass
@@ -55,44 +54,66 @@ class Demo:
     tmp: Path
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     counters: list[Path] = field(default_factory=list)
-    samples: list[dict[str, float]] = field(default_factory=list)  # one per live line, from the printer
+    samples: list[dict[str, float]] = field(default_factory=list)  # the live view's rows (`load_samples`)
     t0: float = field(default_factory=time.monotonic)
     p99_ms: dict[str, float | None] = field(default_factory=dict)  # phase -> HP wake-up p99
     live: bool = True
-    phase: str = "starting"  # what the live lines say the demo is doing; set by the demo's steps
-    shown_at: float = 0.0  # when the last quiet progress line was printed
-    out: threading.Lock = field(default_factory=threading.Lock)  # one writer of stdout at a time
-
-    def write(self, text: str) -> None:
-        """Print `text` (one or more lines) whole: the printer thread's lines never split it."""
-        with self.out:
-            sys.stdout.write(text + "\n")
-            sys.stdout.flush()
+    phase: str = "starting"  # what the live lines say the demo is doing (`set_phase`)
 
     def say(self, msg: str) -> None:
         """A progress line, prefixed with the seconds since the demo started."""
-        self.write(f"{time.monotonic() - self.t0:6.1f}s  {msg}")
+        liveview.out(f"{time.monotonic() - self.t0:6.1f}s  {msg}")
 
     @property
     def probe_file(self) -> Path:
-        return self.tmp / "probe.bin"
+        return self.tmp / PROBE
+
+    @property
+    def state_file(self) -> Path:
+        return self.tmp / STATE
+
+    @property
+    def samples_file(self) -> Path:
+        return self.tmp / SAMPLES
 
     def probe_offset(self) -> int:
-        size = self.probe_file.stat().st_size if self.probe_file.exists() else 0
-        return size - size % 4
+        return liveview.probe_offset(str(self.probe_file))
 
     def probe_p99_ms(self, start: int, end: int) -> float | None:
         """p99 of how late the probe's wake-ups were (ms) between two offsets of its file."""
-        if end <= start:
-            return None
+        return liveview.probe_p99_ms(str(self.probe_file), start, end)
+
+    def set_phase(self, phase: str) -> None:
+        self.phase = phase
+        self.publish()
+
+    def publish(self) -> None:
+        """What the live view cannot measure itself: the phase, HP's counter files, the agent's last view."""
+        pub = self.rt.board.get()
+        snap = pub.snapshot if pub else None
+        mem = snap.node_usage.memory_working_set_bytes if snap else None
+        cap = self.rt.capacity.memory_bytes
+        liveview.State(
+            phase=self.phase, counters=[str(c) for c in self.counters],
+            budget_milli=pub.be_cpu_granted_milli if pub and pub.be_cpu_granted_milli is not None else -1,
+            be_cpus=_fmt_cpus(snap.be_tier.cpuset) if snap else "-",
+            mem_pct=round(100 * mem / cap, 1) if mem and cap else 0.0,
+            evictions=sum(pub.counters.evictions.values()) if pub else 0, at=time.monotonic(),
+        ).write(self.state_file)
+
+    async def keep_publishing(self, stop: asyncio.Event, every_s: float = 0.25) -> None:
+        while not stop.is_set():
+            self.publish()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), every_s)
+
+    def load_samples(self) -> None:
+        """The live view's rows so far (for the summary and the plots)."""
         try:
-            with self.probe_file.open("rb") as f:
-                f.seek(start)
-                data = f.read(end - start)
-        except OSError:  # removed at the very end, while the printer still runs
-            return None
-        late = sorted(struct.unpack(f"<{len(data) // 4}i", data[: len(data) // 4 * 4]))
-        return round(late[min(len(late) - 1, int(0.99 * len(late)))] / 1e3, 3) if late else None
+            lines = self.samples_file.read_text().splitlines()
+        except OSError:
+            lines = []
+        self.samples = [json.loads(ln) for ln in lines if ln.endswith("}")]
 
     def start(self, name: str, rel: str, argv: list[str]) -> None:
         """Start `argv` in `rel`; returns once the child has exec'd. A child that enters a starved cgroup (BE
@@ -123,6 +144,7 @@ class Demo:
     async def start_hp(self, name: str, threads: int) -> None:
         counter = self.tmp / f"{name}.count"
         self.counters.append(counter)
+        self.publish()
         await self.start_bg(name, HP, workload_argv("hp", threads, counter))
 
     def signal_hp(self, sig: int, names: tuple[str, ...] = ("hp-base", "hp-burst")) -> None:
@@ -154,93 +176,52 @@ def _fmt_cpus(cpus: tuple[int, ...]) -> str:
 
 
 class LiveView:
-    """The live view: a thread of its own that, every `every_s` on its own clock, reads the latest state
-    (HP's work counters, the tiers' CPU, the probe's file, the agent's last publication) and prints one line
-    (`--quiet`: a short one every QUIET_EVERY_S). A demo step that blocks or keeps the main thread busy does
-    not hold it up: it shares no lock with them (its own cgroup reader; the board is read lock-free) but
-    stdout's, and Python hands it the GIL within a switch interval. Only the process's own CPU share
-    (the agent pod's) paces it."""
+    """The live view (`agent.demo.live`): a process of its own, started from the cgroup the demo was started
+    in, so neither the demo's thread (blocked in a fork, a spawn, a plot) nor its process's CPU share (the
+    agent pod's 51 shares, next to nothing on a loaded machine) holds it up. It needs no more than the
+    demo's directory and cgroup root: the demo starts it first, before anything slow."""
 
-    def __init__(self, demo: Demo, every_s: float = 1.0) -> None:
-        self.demo = demo
-        self.every_s = every_s
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="demo-live-view", daemon=True)
-        self._reader = CgroupReader(demo.rt.hierarchy, demo.rt.cfg.cgroups.root.strip("/"), psi=False,
-                                    memory_psi=False, memory_limit=False)
+    def __init__(self, tmp: Path, cgroups: CgroupConfig, t0: float, live: bool = True,
+                 every_s: float = 1.0) -> None:
+        self.spec = liveview.Spec(cgroup_mount=cgroups.mount, cgroup_root=cgroups.root.strip("/"), hp=HP,
+                                  be=BE_TIER, probe=str(tmp / PROBE), state=str(tmp / STATE),
+                                  samples=str(tmp / SAMPLES), t0=t0, live=live, every_s=every_s)
+        self.spec_file = tmp / "live-spec.json"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @classmethod
+    def of(cls, demo: Demo, every_s: float = 1.0) -> LiveView:
+        """The live view of a demo already built (its state published first)."""
+        demo.publish()
+        return cls(demo.tmp, demo.rt.cfg.cgroups, demo.t0, demo.live, every_s)
 
     def start(self) -> None:
-        self._thread.start()
+        self.spec.write(self.spec_file)
+        self.proc = subprocess.Popen([sys.executable, "-m", "agent.demo.live", str(self.spec_file)],
+                                     stdin=subprocess.DEVNULL)
 
     def stop(self) -> None:
-        """Stop printing (a line being printed is finished first); safe to call if never started."""
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join()
-        self._reader.close()
-
-    def _cpu_ns(self, rel: str) -> int:
-        try:
-            return self._reader.cpu_usage(rel)[1]
-        except Exception:  # not made yet, or gone: no CPU to count
-            return 0
-
-    def _read(self) -> tuple[float, int, dict[str, int], int]:
-        """(when, HP's work count, the tiers' CPU ns, the probe file's length) now."""
-        demo = self.demo
-        return (time.monotonic(), demo.hp_count(), {k: self._cpu_ns(k) for k in (HP, BE_TIER)},
-                demo.probe_offset())
-
-    def _run(self) -> None:
-        demo = self.demo
-        prev = self._read()
-        due = prev[0] + self.every_s
-        while not self._stop.wait(max(0.0, due - time.monotonic())):
-            due += self.every_s
+        """Stop printing; safe to call if never started."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
             try:
-                cur = self._read()
-                if due <= cur[0]:  # this thread itself was held up past a period: one line, then on time
-                    due = cur[0] + self.every_s
-                self._line(cur[0], cur[0] - prev[0], cur[1] - prev[1],
-                           {k: cur[2][k] - prev[2][k] for k in cur[2]}, demo.probe_p99_ms(prev[3], cur[3]))
-                prev = cur
-            except Exception as err:  # a line that cannot be made is said: never a silent printer
-                demo.write(f"{time.monotonic() - demo.t0:6.1f}s  {demo.phase:<22} (live view: {err!r})")
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
 
-    def _line(self, now: float, dt: float, units: int, cpu_ns: dict[str, int], p99: float | None) -> None:
-        demo = self.demo
-        dt = max(dt, 1e-6)
-        phase = demo.phase
-        pub = demo.rt.board.get()
-        snap = pub.snapshot if pub else None
-        mem = snap.node_usage.memory_working_set_bytes if snap else None
-        cap = demo.rt.capacity.memory_bytes
-        budget = pub.be_cpu_granted_milli if pub and pub.be_cpu_granted_milli is not None else -1
-        row = {"t": round(now - demo.t0, 1), "phase": phase, "hp_units_per_s": round(units / dt),
-               "hp_milli_cpu": round(cpu_ns[HP] / 1e6 / dt), "be_budget_milli_cpu": budget,
-               "be_cpus": _fmt_cpus(snap.be_tier.cpuset) if snap else "-",
-               "be_milli_cpu": round(cpu_ns[BE_TIER] / 1e6 / dt),
-               "mem_pct": round(100 * mem / cap, 1) if mem and cap else 0.0,
-               "evictions": sum(pub.counters.evictions.values()) if pub else 0,
-               "hp_p99_ms": p99 if p99 is not None else -1.0}
-        demo.samples.append({k: v for k, v in row.items() if isinstance(v, int | float)})
-        grant = f"{budget:>5}m" if budget >= 0 else "    -"
-        tail = f"{p99:.2f}" if p99 is not None else "-"
-        if demo.live:
-            demo.write(f"{row['t']:6.1f}s  {phase:<22} HP {row['hp_units_per_s']:>7}/s "
-                       f"{row['hp_milli_cpu']:>5}m  HP wake-up p99 {tail:>5} ms  BE budget {grant} "
-                       f"cpus {row['be_cpus']:<4} used "
-                       f"{row['be_milli_cpu']:>5}m  mem {row['mem_pct']:>5}%  evictions {row['evictions']}")
-        elif now - demo.shown_at >= QUIET_EVERY_S - 0.5:
-            demo.shown_at = now
-            demo.write(f"{row['t']:6.1f}s  {phase}: HP {row['hp_units_per_s']}/s, wake-up p99 {tail} ms, "
-                       f"BE budget {grant.strip()}")
+    def __enter__(self) -> LiveView:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
 
 
 async def measure(demo: Demo, seconds: float, phase: str) -> float:
     """HP work units per second over `seconds` of `phase` (the live view's lines carry its name meanwhile);
     the phase's HP wake-up p99 goes to `demo.p99_ms`."""
-    demo.phase = phase
+    demo.set_phase(phase)
     start_count, start = demo.hp_count(), time.monotonic()
     phase_off = demo.probe_offset()
     await asyncio.sleep(seconds)
@@ -275,29 +256,38 @@ def write_plot(demo: Demo, path: Path) -> str:
 
 async def run_demo(scale: float, memory: str, live: bool, out: Path | None,
                    plot: Path | None = None) -> dict[str, object]:
-    root = f"coloc-demo-{os.getpid()}"
-    rt = build(demo_config(root, memory, 0.5))
+    t0, root = time.monotonic(), f"coloc-demo-{os.getpid()}"
+    cfg = demo_config(root, memory, 0.5)
     tmp = Path(tempfile.mkdtemp(prefix="coloc-demo-"))
-    demo = Demo(rt, tmp, live=live)
-    view = LiveView(demo)
+    view = LiveView(tmp, cfg.cgroups, t0, live)
+    view.start()  # a line a second from here until everything is removed, from outside the agent's pod
+    try:
+        rt = build(cfg)
+    except BaseException:
+        view.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    demo = Demo(rt, tmp, t0=t0, live=live)
     stop = asyncio.Event()
     agent_task: asyncio.Task[None] | None = None
     back: list[tuple[str, str]] = []
+    publishing = asyncio.Event()
+    publisher: asyncio.Task[None] | None = None
     try:
         rt.writer.mkdir(HP)
         rt.writer.mkdir(AGENT_POD)
         rt.writer.set_cpuset(AGENT_POD, rt.cpus)
         rt.writer.set_cpu_shares(AGENT_POD, AGENT_SHARES)
-        back = move_self(rt.hierarchy, root, AGENT_POD)  # where the DaemonSet puts the agent
         for rel in ("batch-low", "batch-mid", "batch-hog", f"hadoop-yarn/container_e01_{YARN_APP}_01_000001",
                     f"hadoop-yarn/container_e01_{YARN_APP}_01_000002"):
             rt.writer.mkdir(f"{BE_TIER}/{rel}")
             rt.writer.set_cpuset(f"{BE_TIER}/{rel}", rt.cpus)
-        demo.write(f"coloc-agent demo: private node {root}: {len(rt.cpus)} CPUs, {memory} memory; this "
-                   f"process (and the agent, later) in {AGENT_POD}, cpu.shares {AGENT_SHARES}")
+        liveview.out(f"coloc-agent demo: private node {root}: {len(rt.cpus)} CPUs, {memory} memory; this "
+                     f"process (and the agent, later) in {AGENT_POD}, cpu.shares {AGENT_SHARES}")
         demo.phase = "0 starting HP"
+        publisher = asyncio.create_task(demo.keep_publishing(publishing))
+        back = move_self(rt.hierarchy, root, AGENT_POD)  # where the DaemonSet puts the agent
         demo.say("starting the HP service (2 processes, 1 thread each) and its wake-up probe (every 2 ms)")
-        view.start()  # from here on a live line every second, until everything is removed
         await demo.start_hp("hp-base", 1)
         await demo.start_hp("hp-burst", 1)
         await demo.start_bg("hp-probe", HP, workload_argv("probe", 2, demo.probe_file))
@@ -326,17 +316,18 @@ async def run_demo(scale: float, memory: str, live: bool, out: Path | None,
         await measure(demo, 2, "4 after eviction")
         last = rt.board.get()
         records = list(last.recent_actions) if last else []
+        demo.load_samples()
         summary = summarize(alone, contended, with_agent, records, cuts, demo)
         if plot is not None:
-            demo.phase = "writing plots"
+            demo.set_phase("writing plots")
             demo.say("writing plots")
             summary["plot"] = await asyncio.to_thread(write_plot, demo, plot)  # the agent's loop goes on
-        demo.write(json.dumps(summary, indent=2))
+        liveview.out(json.dumps(summary, indent=2))
         if out is not None:
             out.write_text(json.dumps(summary, indent=2))
         return summary
     finally:
-        demo.phase = "cleaning up"
+        demo.set_phase("cleaning up")
         demo.say("stopping the agent and the workloads, removing the private node")
         stop.set()
         if agent_task is not None:
@@ -347,18 +338,19 @@ async def run_demo(scale: float, memory: str, live: bool, out: Path | None,
             await rt.executor.drain(5)
         move_back(back)  # out of the pod first: removing the tree kills what is left in it
         await asyncio.to_thread(remove_tree, rt.writer, rt.reader, "")
+        publishing.set()
+        if publisher is not None:
+            await publisher
         view.stop()
         rt.reader.close()
-        for f in tmp.iterdir():
-            f.unlink()
-        tmp.rmdir()
-        demo.write(f"removed {root} and everything under it")
+        shutil.rmtree(tmp, ignore_errors=True)
+        liveview.out(f"removed {root} and everything under it")
 
 
 async def start_be(demo: Demo, what: str, be: list[tuple[str, str]]) -> None:
     """Start BE burners, off the event loop: each enters besteffort (cpu.shares 2) before it execs, so beside
     a busy HP service (or a busy machine) its start-up alone can take seconds; the live view goes on."""
-    demo.phase = "2 starting BE"
+    demo.set_phase("2 starting BE")
     demo.say(f"starting {what}")
     for name, rel in be:
         await demo.start_bg(name, f"{BE_TIER}/{rel}", workload_argv("burn"))
@@ -368,7 +360,7 @@ async def hog_phase(demo: Demo, scale: float) -> None:
     """HP steps down to one process and a memory hog grows in BE until the agent evicts (20 s at most once
     the hog runs). The hog enters BE before it execs: on a busy machine that alone can take long; the agent
     and the live view go on meanwhile (the phase says so)."""
-    demo.phase = "4 memory hog starting"
+    demo.set_phase("4 memory hog starting")
     demo.say("HP load steps down to one process; a memory hog starts in BE (64 MiB every 0.1 s)")
     demo.signal_hp(signal.SIGSTOP, ("hp-burst",))
     await demo.start_bg("be-hog", f"{BE_TIER}/batch-hog", workload_argv("hog", 64, 0.1, 2048))
