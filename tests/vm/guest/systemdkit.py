@@ -8,8 +8,9 @@ D-Bus (`StartTransientUnit`, as the kubelet's libcontainer does), container scop
         node.cgroup(pod.slice)                                 # its directory under /sys/fs/cgroup
 
 Every unit made is stopped on the way out (processes killed by systemd), then `kubepods.slice` if this kit
-started it; anything left below it afterwards (a directory someone made by hand that systemd could not
-remove) is killed and removed, and reported by `leftovers()` so the test can fail on it.
+started it; their runtime drop-ins are removed and systemd reloaded. Anything left below kubepods.slice
+afterwards (a directory someone made by hand that systemd could not remove) is killed and removed, and
+reported by `leftovers()` so the test can fail on it.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
+import shutil
 import subprocess
 import time
 import uuid
@@ -178,6 +180,13 @@ class SystemdPods:
         for proc in self.procs:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=20)
+        # Runtime properties set on the units (SetUnitProperties, the agent's) stay as drop-ins; and a
+        # transient slice unloaded while named as another unit's parent stays "not found" to systemd until a
+        # reload (a later pod slice below it then fails to start): both go, so the next test starts afresh.
+        for unit in stop:
+            shutil.rmtree(f"/run/systemd/system.control/{unit}.d", ignore_errors=True)
+        subprocess.run(["systemctl", "reset-failed"], check=False, capture_output=True, timeout=120)
+        subprocess.run(["systemctl", "daemon-reload"], check=False, capture_output=True, timeout=120)
         self.units.clear()
         if self.started_kubepods:
             self._left = remove_tree(CGROUP2 / KUBEPODS)
