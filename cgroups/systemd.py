@@ -44,6 +44,10 @@ class SystemdError(Exception):
     """systemd could not be reached, or refused a call; the message says which and why."""
 
 
+class SystemdUnreachable(SystemdError):
+    """No answer from systemd (no socket, a timeout, a broken connection): worth asking again later."""
+
+
 def cpu_mask(cpus: Iterable[int]) -> bytes:
     """`AllowedCPUs` as systemd takes it over D-Bus: little-endian bits, CPU n is bit n % 8 of byte n // 8."""
     cpus = sorted(set(cpus))
@@ -103,11 +107,12 @@ class SystemdUnits:
 
     mount_root: str
     socket_path: str = ""
-    timeout_s: float = 2.0
+    timeout_s: float = 5.0
 
     def __post_init__(self) -> None:
         self._conn: _Connection | None = None
         self._units: dict[str, bool] = {}  # rel -> whether systemd owns that cgroup as a unit
+        self._warned = False
         self.errors = 0
 
     # -- connection --------------------------------------------------------------------------------
@@ -134,7 +139,7 @@ class SystemdUnits:
                     continue
             self._conn = conn
             return conn
-        raise SystemdError("cannot reach systemd over D-Bus (" + "; ".join(errors) + ")")
+        raise SystemdUnreachable("cannot reach systemd over D-Bus (" + "; ".join(errors) + ")")
 
     def _call(self, msg: Message) -> tuple[Any, ...]:
         conn = self._connect()
@@ -143,7 +148,7 @@ class SystemdUnits:
         except (OSError, TimeoutError) as err:
             self.errors += 1
             self.close()
-            raise SystemdError(f"D-Bus call to systemd failed: {err}") from None
+            raise SystemdUnreachable(f"D-Bus call to systemd failed: {err}") from None
         except SystemdError:
             self.errors += 1
             raise
@@ -183,10 +188,15 @@ class SystemdUnits:
         if name is not None:
             try:
                 owned = self._control_group(name) == self.cgroup_path(rel)
+            except SystemdUnreachable as err:
+                if not self._warned:
+                    self._warned = True
+                    log.warning("systemd did not answer; cgroup files alone are written until it does",
+                                extra={"fields": {"cgroup": rel, "why": str(err)}})
+                return False  # not remembered: asked again next time
             except SystemdError as err:
                 log.info("cgroup is not a systemd unit we can set", extra={"fields": {"cgroup": rel,
                                                                                        "why": str(err)}})
-                owned = False
         self._units[rel] = owned
         return owned
 

@@ -207,12 +207,11 @@ def systemd_units(cfg: AgentConfig, hierarchy: Hierarchy, layout: Layout) -> Sys
     # systemd names a unit's cgroup by its path from the hierarchy's root, as the agent's root is named.
     units = SystemdUnits("/" + cfg.cgroups.root.strip("/"),
                          "" if cfg.cgroups.systemd_bus == "auto" else cfg.cgroups.systemd_bus)
-    if not units.available():
-        log.warning("the systemd driver is in use but systemd does not answer over D-Bus: knobs go to the "
-                    "cgroup files only, and systemd will put its own values back on daemon-reload or a pod "
-                    "start (mount /run/systemd into the agent's container)",
+    if not units.available():  # kept: asked again at each change (it may be starting, or slow)
+        log.warning("the systemd driver is in use but systemd does not answer over D-Bus yet: until it "
+                    "does, knobs go to the cgroup files only, and systemd puts its own values back on "
+                    "daemon-reload or a pod start (mount /run/systemd into the agent's container)",
                     extra={"fields": {"bus": cfg.cgroups.systemd_bus}})
-        return None
     return units
 
 

@@ -106,13 +106,17 @@ class KubeletSlices:
         """Start `argv` in a new `cri-containerd-<id>.scope` of the pod; its cgroup path (relative)."""
         cid = uuid.uuid4().hex + uuid.uuid4().hex
         unit = f"cri-containerd-{cid}.scope"
-        cmd = ["systemd-run", "--scope", "--quiet", f"--unit={unit}", f"--slice={self.pod_slice(tier, uid)}"]
+        # Delegate=yes, as runc asks for a container's scope: systemd keeps every controller enabled for it.
+        cmd = ["systemd-run", "--scope", "--quiet", f"--unit={unit}", f"--slice={self.pod_slice(tier, uid)}",
+               "--property=Delegate=yes"]
         cmd += [f"--property={p}" for p in properties]
         proc = subprocess.Popen([*cmd, *argv], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         self.scopes.append((unit, proc))
         rel = f"{self.pod(tier, uid)}/{unit}"
         if not wait(lambda: bool(read(rel, "cgroup.procs")), 120):
-            raise AssertionError(f"scope {unit} did not start: {proc.poll()}")
+            done = proc.poll() is not None and proc.stderr is not None
+            err = proc.stderr.read().decode(errors="replace") if done and proc.stderr else ""
+            raise AssertionError(f"scope {unit} did not start: exit status {proc.poll()} {err}")
         enable_controllers(rel)
         return rel
 
