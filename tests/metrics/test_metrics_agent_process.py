@@ -79,7 +79,7 @@ def test_agent_process_is_scraped_by_prometheus_and_answers_status(
         assert "prom-node" in json.dumps(doc)
 
         async def admit_while_recovering() -> AdmitResult:
-            async with AgentClient(f"unix:{tmp_path / 'agent.sock'}") as client:
+            async with AgentClient(f"unix:{tmp_path / 'admin.sock'}") as client:  # mutations: admin socket
                 return await client.admit(AdmitRequest("local/besteffort/new", "app-1", Source.LOCAL,
                                                        Resources(100, 1 << 20)), 1)
 
