@@ -12,10 +12,11 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
+
+from agentproc import wait
 
 CGROUP2 = Path("/sys/fs/cgroup")
 
@@ -54,18 +55,6 @@ def write(rel: str, name: str, value: str) -> str | None:
 
 def systemctl(*args: str) -> None:
     subprocess.run(["systemctl", *args], check=True, capture_output=True, timeout=60)
-
-
-def wait(pred: Callable[[], bool], timeout: float, step: float = 0.1) -> bool:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        try:
-            if pred():
-                return True
-        except OSError:
-            pass
-        time.sleep(step)
-    return False
 
 
 def enable_controllers(rel: str) -> None:
