@@ -19,6 +19,7 @@ from h2.errors import ErrorCodes
 from realcg import CgroupsUnavailable, RealRoot, required
 
 pytestmark = [pytest.mark.cgroups, pytest.mark.slow, pytest.mark.xdist_group("cpu")]
+CONTROL_S = 2.5  # a window without abuse just before each abused one
 
 
 @pytest.fixture(scope="module")
@@ -38,6 +39,7 @@ def agent(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Watched]:
 
 
 def test_a_ping_flood_is_sent_goaway_and_closed(agent: Watched) -> None:
+    control = agent.window(CONTROL_S)  # before any abuser connects
     abuser = RawH2(agent.socket)
     sent = [0]
 
@@ -52,17 +54,18 @@ def test_a_ping_flood_is_sent_goaway_and_closed(agent: Watched) -> None:
             while abuser.backlog > 1 << 16 and abuser.send() and time.monotonic() < end:
                 abuser.read(0.01)
 
-    figures = agent.window(5.0, flood)
+    figures = agent.window(4.0, flood)
     closed = abuser.wait_closed(5)
     abuser.close()
     print(f"PING flood: {sent[0]} PINGs sent; {abuser.how_closed()}; {figures.line()}")
     assert closed, f"still open after {sent[0]} PINGs"
     assert abuser.goaway is not None and abuser.goaway.error_code == ErrorCodes.ENHANCE_YOUR_CALM
     assert sent[0] < 100_000
-    figures.check()
+    figures.check(control)
 
 
 def test_a_settings_flood_is_closed(agent: Watched) -> None:
+    control = agent.window(CONTROL_S)  # before any abuser connects
     abuser = RawH2(agent.socket)
     sent = [0]
     frame = b"\x00\x00\x06\x04\x00\x00\x00\x00\x00" + b"\x00\x03\x00\x00\x00\x64"  # MAX_CONCURRENT 100
@@ -75,15 +78,16 @@ def test_a_settings_flood_is_closed(agent: Watched) -> None:
             abuser.send()
             abuser.read(0.001)
 
-    figures = agent.window(5.0, flood)
+    figures = agent.window(4.0, flood)
     closed = abuser.wait_closed(5)
     abuser.close()
     print(f"SETTINGS flood: {sent[0]} SETTINGS sent; {abuser.how_closed()}; {figures.line()}")
     assert closed, f"still open after {sent[0]} SETTINGS frames"
-    figures.check()
+    figures.check(control)
 
 
 def test_empty_data_frames_in_a_loop_are_closed(agent: Watched) -> None:
+    control = agent.window(CONTROL_S)  # before any abuser connects
     abuser = RawH2(agent.socket)
     sid = abuser.conn.get_next_available_stream_id()
     abuser.conn.send_headers(sid, [*abuser_headers("/grpc.health.v1.Health/Watch")])
@@ -99,12 +103,12 @@ def test_empty_data_frames_in_a_loop_are_closed(agent: Watched) -> None:
             abuser.send()
             abuser.read(0.001)
 
-    figures = agent.window(5.0, flood)
+    figures = agent.window(4.0, flood)
     closed = abuser.wait_closed(5)
     abuser.close()
     print(f"empty DATA flood: {sent[0]} frames; {abuser.how_closed()}; {figures.line()}")
     assert closed, f"still open after {sent[0]} empty DATA frames"
-    figures.check()
+    figures.check(control)
 
 
 def abuser_headers(path: str) -> list[tuple[str, str]]:
@@ -113,6 +117,7 @@ def abuser_headers(path: str) -> list[tuple[str, str]]:
 
 
 def test_rapid_reset_is_closed(agent: Watched) -> None:
+    control = agent.window(CONTROL_S)  # before any abuser connects
     abuser = RawH2(agent.socket)
     sent = [0]
 
@@ -131,17 +136,18 @@ def test_rapid_reset_is_closed(agent: Watched) -> None:
             while abuser.backlog > 1 << 16 and abuser.send() and time.monotonic() < end:
                 abuser.read(0.01)
 
-    figures = agent.window(5.0, flood)
+    figures = agent.window(4.0, flood)
     closed = abuser.wait_closed(5)
     abuser.close()
     print(f"rapid reset: {sent[0]} streams opened and reset; {abuser.how_closed()}; {figures.line()}")
     assert closed, f"still open after {sent[0]} resets"
-    figures.check()
+    figures.check(control)
 
 
 def test_a_peer_granting_no_window_holds_its_calls_only_until_max_connection_age(agent: Watched) -> None:
     """gRPC core times out no write: a stream whose answer the peer never lets through keeps its call (and
     its slot in max_concurrent_rpcs) until the connection goes, at max_connection_age + grace."""
+    control = agent.window(CONTROL_S)  # before any abuser connects
     abuser = RawH2(agent.socket, window=0)
     answered: set[int] = set()
     abuser.read(1.0)  # the server's SETTINGS: its stream limit
@@ -165,10 +171,11 @@ def test_a_peer_granting_no_window_holds_its_calls_only_until_max_connection_age
     assert not answered
     assert closed and abuser.closed_at is not None
     assert age - 0.5 <= abuser.closed_at - abuser.opened_at <= age + grace + 2, abuser.how_closed()
-    figures.check()
+    figures.check(control)
 
 
 def test_slow_prefaces_are_closed_at_the_handshake_deadline(agent: Watched) -> None:
+    control = agent.window(CONTROL_S)  # before any abuser connects
     preface = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
     slow = [RawH2(agent.socket, preface=False) for _ in range(200)]
     sent = [0]
@@ -182,7 +189,7 @@ def test_slow_prefaces_are_closed_at_the_handshake_deadline(agent: Watched) -> N
             sent[0] += 1
             time.sleep(0.25)
 
-    figures = agent.window(5.0, dribble)
+    figures = agent.window(4.0, dribble)
     started = time.monotonic()
     closed = sum(c.wait_closed(max(0.1, started + 3 - time.monotonic())) for c in slow)
     for c in slow:
@@ -190,10 +197,11 @@ def test_slow_prefaces_are_closed_at_the_handshake_deadline(agent: Watched) -> N
     print(f"slow preface: {closed} of {len(slow)} closed ({sent[0]} bytes of the preface each; the first: "
           f"{slow[0].how_closed()}); {figures.line()}")
     assert closed == len(slow)
-    figures.check()
+    figures.check(control)
 
 
 def test_5000_idle_connections_are_closed_and_others_still_served(agent: Watched) -> None:
+    control = agent.window(CONTROL_S)  # before any abuser connects
     fds_before = open_fds(agent.proc_pid)
     idle: list[RawH2] = []
 
@@ -201,7 +209,7 @@ def test_5000_idle_connections_are_closed_and_others_still_served(agent: Watched
         while len(idle) < 5000 and time.monotonic() < end:
             idle.append(RawH2(agent.socket))
 
-    figures = agent.window(5.0, connect)
+    figures = agent.window(4.0, connect)
     opened = len(idle)
     end = time.monotonic() + API["max_connection_idle_s"] + 8
     closed = sum(c.wait_closed(max(0.05, end - time.monotonic())) for c in idle)
@@ -213,4 +221,4 @@ def test_5000_idle_connections_are_closed_and_others_still_served(agent: Watched
           f"RSS after {rss_kib(agent.proc_pid) / 1024:.1f} MiB; {figures.line()}")
     assert opened == 5000
     assert closed == opened
-    figures.check(rss_growth_mib=120.0)
+    figures.check(control, rss_growth_mib=120.0)
