@@ -106,6 +106,10 @@ def test_replace_koordlet_differs_from_koordinator_in_the_port_and_koordlets_dut
     assert "nodemetric" not in beside["sources"] and "nodeslo" not in beside["sources"]
     assert instead["sources"].pop("nodemetric") == {"enabled": True}
     assert instead["sources"].pop("nodeslo") == {"enabled": True}
+    # koordlet's batchresource hook and yarn-copilot's memory cgroups are theirs beside koordlet; the agent's
+    # batch limits (on by default) do them where koordlet is gone.
+    assert beside.pop("batch_limits") == {"enabled": False, "yarn": False}
+    assert "batch_limits" not in instead
     assert beside == instead
 
 
