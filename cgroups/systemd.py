@@ -108,11 +108,14 @@ class SystemdUnits:
     mount_root: str
     socket_path: str = ""
     timeout_s: float = 5.0
+    retry_s: float = 10.0  # after no answer, calls fail at once this long (each could block timeout_s)
 
     def __post_init__(self) -> None:
         self._conn: _Connection | None = None
         self._units: dict[str, bool] = {}  # rel -> whether systemd owns that cgroup as a unit
         self._warned = False
+        self._silent_until = 0.0
+        self._last_failure = ""
         self.errors = 0
 
     # -- connection --------------------------------------------------------------------------------
@@ -126,7 +129,7 @@ class SystemdUnits:
             try:
                 sock = prep_socket(path, False, timeout=self.timeout_s)
             except (OSError, TimeoutError, ValueError) as err:
-                errors.append(f"{path}: {err}")
+                errors.append(f"{path}: {self._failure(err)}")
                 continue
             conn = _Connection(sock)
             # A bus daemon wants Hello first; systemd's own socket is no bus and does not.
@@ -135,23 +138,44 @@ class SystemdUnits:
                     conn.call(new_method_call(_BUS, "Hello"), self.timeout_s)
                 except (OSError, TimeoutError, SystemdError) as err:
                     conn.close()
-                    errors.append(f"{path}: Hello: {err}")
+                    errors.append(f"{path}: Hello: {self._failure(err)}")
                     continue
             self._conn = conn
             return conn
         raise SystemdUnreachable("cannot reach systemd over D-Bus (" + "; ".join(errors) + ")")
 
     def _call(self, msg: Message) -> tuple[Any, ...]:
-        conn = self._connect()
+        if time.monotonic() < self._silent_until:
+            raise SystemdUnreachable(f"not asked: systemd did not answer less than {self.retry_s:g} s ago "
+                                     f"({self._last_failure})")
         try:
-            return conn.call(msg, self.timeout_s)
+            conn = self._connect()
+            reply = conn.call(msg, self.timeout_s)
+        except SystemdUnreachable as err:
+            self._unreachable(str(err))
+            raise
         except (OSError, TimeoutError) as err:
-            self.errors += 1
             self.close()
-            raise SystemdUnreachable(f"D-Bus call to systemd failed: {err}") from None
+            why = f"D-Bus call to systemd failed: {self._failure(err)}"
+            self._unreachable(why)
+            raise SystemdUnreachable(why) from None
         except SystemdError:
             self.errors += 1
             raise
+        if self._warned:
+            self._warned = False
+            log.info("systemd answers again; unit properties are set through it")
+        return reply
+
+    def _failure(self, err: Exception) -> str:
+        if isinstance(err, TimeoutError):  # jeepney's carries no message
+            return f"no answer in {self.timeout_s:g} s"
+        return str(err) or type(err).__name__
+
+    def _unreachable(self, why: str) -> None:
+        self.errors += 1
+        self._last_failure = why
+        self._silent_until = time.monotonic() + self.retry_s
 
     def close(self) -> None:
         if self._conn is not None:
@@ -199,6 +223,10 @@ class SystemdUnits:
                                                                                        "why": str(err)}})
         self._units[rel] = owned
         return owned
+
+    def knows(self, rel: str) -> bool:
+        """Whether `owns(rel)` has an answer from systemd (False while systemd did not answer)."""
+        return rel in self._units
 
     def forget(self, rel: str) -> None:
         prefix = rel + "/"

@@ -102,6 +102,7 @@ class CgroupWriter:
         self._writes = self._skipped = self._reasserted = self._errors = 0
         self._latency: float | None = None
         self._systemd_sets = self._systemd_errors = 0
+        self._unheld: set[tuple[str, str]] = set()  # (knob, rel) in the file alone, for systemd to hold
         self.overrides: deque[Override] = deque(maxlen=64)
         self.override_counts: Counter[tuple[str, str]] = Counter()  # (knob, writer) -> re-asserts
 
@@ -195,6 +196,8 @@ class CgroupWriter:
         if knob.equal(current, wanted):
             self._skipped += 1
             self._cache[key] = wanted
+            if key in self._unheld:  # right in the file, but systemd did not take it when it was written
+                self._through_systemd(knob, rel, wanted)
             return False
         if key in self._cache and knob.equal(self._cache[key], wanted):
             self._reasserted += 1
@@ -233,9 +236,22 @@ class CgroupWriter:
         """Set the knob as a runtime property of the unit too, so systemd keeps it (daemon-reload, a
         set-property, a child unit starting would otherwise put systemd's value back); the file is then
         written as well, as the kubelet's systemd driver does, so the value is in place at once."""
-        if self.units is None or not self._by_systemd(knob, rel):
+        key = (knob.name, rel)
+        retry = key in self._unheld
+        self._unheld.discard(key)
+        if self.units is None or not self._systemd_holds(knob):
             return
-        from cgroups.systemd import SystemdError, cpu_mask, memory_property, quota_properties
+        if not self.units.owns(rel):
+            if not self.units.knows(rel):
+                self._unheld.add(key)  # systemd did not answer: handed over at a later set
+            return
+        from cgroups.systemd import (
+            SystemdError,
+            SystemdUnreachable,
+            cpu_mask,
+            memory_property,
+            quota_properties,
+        )
 
         props: list[tuple[str, tuple[str, Any]]]
         if knob is CPUSET:
@@ -255,6 +271,10 @@ class CgroupWriter:
             self._systemd_sets += 1
         except SystemdError as err:
             self._systemd_errors += 1
+            if isinstance(err, SystemdUnreachable):
+                self._unheld.add(key)
+                if retry:
+                    return  # said once already
             log.warning("systemd did not take a unit property; the file alone is written",
                         extra={"fields": {"knob": knob.name, "cgroup": rel, "error": str(err)}})
 
@@ -376,6 +396,7 @@ class CgroupWriter:
         prefix = rel + "/"
         for key in [k for k in self._cache if k[1] == rel or k[1].startswith(prefix) or not rel]:
             del self._cache[key]
+        self._unheld = {k for k in self._unheld if not (k[1] == rel or k[1].startswith(prefix) or not rel)}
         for r in [r for r in self._weights if r == rel or r.startswith(prefix) or not rel]:
             del self._weights[r]
         if self.units is not None:

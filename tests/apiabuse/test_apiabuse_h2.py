@@ -18,7 +18,7 @@ from abusekit import API, RawH2, Watched, open_fds, rss_kib, watched_agent
 from h2.errors import ErrorCodes
 from realcg import CgroupsUnavailable, RealRoot, required
 
-pytestmark = [pytest.mark.cgroups, pytest.mark.slow, pytest.mark.xdist_group("cpu")]
+pytestmark = [pytest.mark.cgroups, pytest.mark.slow, pytest.mark.timing]
 CONTROL_S = 2.5  # a window without abuse just before each abused one
 
 

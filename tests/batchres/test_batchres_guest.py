@@ -50,7 +50,10 @@ def node() -> Iterator[KubeletSlices]:
 async def test_v2_pod_and_container_limits_held_through_systemd(node: KubeletSlices, tmp_path: Path) -> None:
     uid = str(uuid.uuid4())
     flag = tmp_path / "go"
-    scope = node.container("besteffort", uid, argv=[sys.executable, "-c", HOG.format(flag=str(flag))])
+    # The hog runs below a shell that outlives it: were the OOM-killed hog the scope's only process,
+    # systemd would end the scope and remove its cgroup before its memory.events could be read.
+    scope = node.container("besteffort", uid, argv=["sh", "-c", f'{sys.executable} -c "$0"; exec sleep 3600',
+                                                    HOG.format(flag=str(flag))])
     cid = scope.rsplit("/", 1)[-1].removeprefix("cri-containerd-").removesuffix(".scope")
     rel = scope.removeprefix(node.root + "/")
     layout = Layout("systemd", kubepods=node.kubepods)

@@ -18,7 +18,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 import network as bench
 
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("net")]
+pytestmark = [pytest.mark.slow, pytest.mark.timing]
 
 
 @pytest.mark.skipif(os.geteuid() != 0 or shutil.which("iperf3") is None, reason="needs root and iperf3")

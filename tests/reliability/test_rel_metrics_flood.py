@@ -14,7 +14,7 @@ import pytest
 from agentproc import agent_config, free_port, get, metric, running_agent, wait
 from realcg import RealRoot
 
-pytestmark = [pytest.mark.cgroups, pytest.mark.slow]
+pytestmark = [pytest.mark.cgroups, pytest.mark.slow, pytest.mark.timing]
 
 INTERVAL_S = 0.2
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from unitkit import CGROUP2, KubeletSlices, read, systemctl, systemd_v2_host, wait, write
@@ -118,3 +119,28 @@ def test_an_idle_cgroup_refuses_the_kubelets_weight_write_on_v2(node: KubeletSli
     assert write(pod, "cpu.weight", "1") is not None
     assert write(pod, "cpu.idle", "0") is None
     assert write(pod, "cpu.weight", "1") is None
+
+
+def test_a_value_written_while_systemd_did_not_answer_is_handed_to_systemd_once_it_does(
+        node: KubeletSlices, tmp_path: Path) -> None:
+    """Seen in CI: systemd did not answer the agent's first calls (a busy, emulated guest), the BE cpuset
+    went to the file alone, and every later tick found the file already right and skipped it, so systemd
+    never held it and would put its own value back at the next reload. A value written to the file alone
+    where systemd should hold it is handed to systemd at the next set once systemd answers."""
+    node.container("besteffort", str(uuid.uuid4()))
+    tier_rel, tier = _be_tier(node), node.tier("besteffort")
+    systemctl("set-property", "--runtime", tier.rsplit("/", 1)[1], "CPUQuota=90%")
+    assert wait(lambda: read(tier, "cpu.max") == "90000 100000", 10)
+    units = SystemdUnits("/" + node.root, socket_path=str(tmp_path / "no-systemd-here"), retry_s=0.0)
+    w = CgroupWriter(Hierarchy.v2(CGROUP2), node.root, units=units)
+    assert w.set_cpu_quota(tier_rel, 30_000, 100_000)  # systemd unreachable: the file alone
+    assert read(tier, "cpu.max") == "30000 100000"
+    assert w.stats.systemd_sets == 0
+    units.socket_path = ""  # systemd answers now (its private socket, then the system bus)
+    assert not w.set_cpu_quota(tier_rel, 30_000, 100_000)  # the file is right: nothing written to it ...
+    assert w.stats.systemd_sets == 1  # ... but systemd was given the value it must hold
+    assert units.unit_properties(tier_rel, ["CPUQuotaPerSecUSec"])["CPUQuotaPerSecUSec"] == 300_000
+    systemctl("daemon-reload")
+    assert read(tier, "cpu.max") == "30000 100000", "daemon-reload put systemd's 90% back"
+    assert not w.set_cpu_quota(tier_rel, 30_000, 100_000)
+    assert w.stats.systemd_sets == 1, "handed over once, not at every set"
