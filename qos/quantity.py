@@ -1,7 +1,7 @@
 """Kubernetes resource quantities (`250m`, `2`, `4Gi`, `1e3`, `2k`) parsed exactly, without floats.
 
 Grammar (apimachinery `resource.Quantity`): a signed decimal number followed by a binary suffix
-(Ki Mi Gi Ti Pi Ei), a decimal suffix (m, k, M, G, T, P, E, or none) or a decimal exponent (e3, E-2).
+(Ki Mi Gi Ti Pi Ei), a decimal suffix (n, u, m, k, M, G, T, P, E, or none) or a decimal exponent (e3, E-2).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from fractions import Fraction
 from functools import lru_cache
 
 _NUMBER = r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)"
-_QUANTITY = re.compile(rf"^({_NUMBER})(Ki|Mi|Gi|Ti|Pi|Ei|m|k|M|G|T|P|E|[eE][+-]?[0-9]{{1,3}})?$")
+_QUANTITY = re.compile(rf"^({_NUMBER})(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E|[eE][+-]?[0-9]{{1,3}})?$")
 _SUFFIX = {
     None: Fraction(1),
     "Ki": Fraction(2**10),
@@ -20,6 +20,8 @@ _SUFFIX = {
     "Ti": Fraction(2**40),
     "Pi": Fraction(2**50),
     "Ei": Fraction(2**60),
+    "n": Fraction(1, 10**9),
+    "u": Fraction(1, 10**6),
     "m": Fraction(1, 1000),
     "k": Fraction(10**3),
     "M": Fraction(10**6),

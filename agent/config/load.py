@@ -27,6 +27,7 @@ MAX_CONFIG_BYTES = 1 << 20  # a real config is a few KiB
 MAX_DEPTH = 32  # the deepest real config is 5 levels
 MAX_NODES = 100_000
 INT64_MAX = (1 << 63) - 1
+_SUB_BYTE = {"u": "millionths", "n": "billionths"}
 
 
 class ConfigError(ValueError):
@@ -97,10 +98,15 @@ def parse_yaml(raw: bytes) -> object:
 def parse_bytes(value: object, where: str) -> int:
     """A byte count: an int, or a Kubernetes quantity (`qos.quantity`: `2Gi`, `512Mi`, `1G`, `1e9`), a
     fraction of a byte rounded up as Kubernetes does. Refused: negatives, and two likely typos that
-    Kubernetes reads otherwise or not at all: `m` (thousandths of a byte; meant `Mi`), `K` (`k` or `Ki`)."""
+    Kubernetes reads otherwise or not at all: `m`, `u`, `n` (fractions of a byte; `m` meant `Mi`), `K` (`k`
+    or `Ki`)."""
     text = value.strip() if isinstance(value, str) else ""
     if text.endswith("m"):
         raise ConfigError(f"{where}: {short(value)} is in thousandths of a byte (suffix m); did you mean Mi?")
+    if text[-1:] in _SUB_BYTE:
+        unit = text[-1]
+        raise ConfigError(f"{where}: {short(value)} is in {_SUB_BYTE[unit]} of a byte (suffix {unit}); "
+                          "write a whole number of bytes or Ki, Mi, Gi")
     if text.endswith("K"):
         raise ConfigError(
             f"{where}: {short(value)}: K is not a Kubernetes suffix; write k (1000) or Ki (1024)")
