@@ -7,7 +7,6 @@ _ = object()
 
 # Called by a framework, not by our code.
 _.et, _.tb  # agent/api/client.py: the __aexit__ signature
-_.intercept_service  # agent/api/authz.py: grpc.aio.ServerInterceptor hook
 _.denied  # agent/api/authz.py: set on the servicer context, read by the audit log record
 
 # Fields of records: filled by parsers, read through dataclasses.asdict / the proto conversion / status.
@@ -20,15 +19,11 @@ _.time_left_s  # qos/drain.py: DrainDecision, shown by `status` while draining
 _.packets, _.drops  # agent/executors/htb_tree.py: tc class stats as the kernel reports them
 _.pod_uid  # cgroups/layout.py: ParsedPath, what a cgroup path names
 _.free_bytes  # cgroups/parsers.py: MemInfo
-_.memory_usage_bytes, _.memory_limit_bytes  # cgroups/reader.py: CgroupSample
-_.skipped, _.reasserted, _.last_write_latency_s  # cgroups/writer.py: WriterStats
-_.closed  # agent/state/ledger.py, ring.py: set on close; watchers check it
+_.memory_usage_bytes  # cgroups/reader.py: CgroupSample
+_.skipped, _.last_write_latency_s  # cgroups/writer.py: WriterStats
 
 # The kernel interface's own API (cgroups/ is a library the agent, the demo, benches and tests use).
-_.set_memory_limit  # cgroups/writer.py: demo and e2e tests build memory-limited workloads with it
-_.set_memory_high
 _.freeze  # cgroups/writer.py: freezer, used by the executor tests and the demo's pause
-_.freezer_state
 _.move_pid  # cgroups/writer.py: benches and tests place processes in cgroups
 _.kubepods_dir  # cgroups/layout.py: the root on a real node (`inspect` and the layout tests)
 _.utilisation  # cgroups/node.py: node CPU figure, used by `inspect`
@@ -38,7 +33,6 @@ _.format_psi, _.read_size  # cgroups/parsers.py, reader.py: PSI formatting and s
 # Public API for callers outside the daemon.
 _.watch_raw  # agent/api/client.py: raw Watch bytes for schedulers that decode themselves (bench/recovery)
 _.get_logger  # agent/daemon/logs.py: the structured logger for embedders of the daemon
-#                   (an unknown pod cgroup) is not wired since notice_pod_uids went (see the closing note)
 
 # Observed by the loop's own tests and the interference bench (fast-path wake-up counts).
 _.wakeups

@@ -1,7 +1,8 @@
 """An asyncio client of the node API, returning the ledger's own record types.
 
 Addresses: `/path/agent.sock`, a relative `agent.sock` or `run/agent.sock`, `unix:/path`, `unix:///path`, or
-`host:port` (TCP).
+`host:port` (plaintext TCP: the agent's own TCP listener, `api.tcp_address`, takes only TLS with a client
+certificate, which this client does not present; use its unix sockets).
 """
 
 from __future__ import annotations
