@@ -18,7 +18,6 @@ value and why, and what gRPC core does not defend).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import errno
 import grp
 import logging
@@ -186,8 +185,10 @@ class ApiServer:
 
     async def stop(self, grace: float | None = 1.0) -> None:
         """Report NOT_SERVING, end every call and connection (GOAWAY), remove the socket files."""
-        with contextlib.suppress(Exception):
+        try:
             await self.health.enter_graceful_shutdown()
+        except Exception:  # the stop goes on: the servers below end every call anyway
+            log.warning("health service could not report NOT_SERVING before the stop", exc_info=True)
         servers, self.servers = list(self.servers.values()), {}
         await asyncio.gather(*(server.stop(grace) for server in servers), return_exceptions=True)
         for path in (self.socket_path, self.admin_socket_path):

@@ -60,6 +60,14 @@ def batch_memory(rt: Runtime) -> int | None:
     return node.batch_allocatable.memory_bytes if reports_batch(node.lifecycle) else None
 
 
+async def _settle(task: asyncio.Future[None], what: str) -> None:
+    """Wait for a task at shutdown; a failure is logged once, naming the task, and the shutdown goes on."""
+    try:
+        await task
+    except Exception:
+        log.warning("%s task ended with an error", what, exc_info=True)
+
+
 def start_batch_limits(rt: Runtime, stop: asyncio.Event) -> asyncio.Future[None]:
     """BE pods' batch limits (agent/daemon/batch_limits.py) as a task; a finished future when it is off."""
     limits = batch_limits.build(rt.cfg.batch_limits, rt.sources.kubelet, rt.writer,
@@ -132,15 +140,12 @@ async def serve(config_path: str, dry_run: bool = False, ready: asyncio.Event | 
     finally:
         stop.set()
         trim.cancel()
-        with contextlib.suppress(Exception):
-            await sources
-        with contextlib.suppress(Exception):
-            await limits_task
+        await _settle(sources, "sources")
+        await _settle(limits_task, "batch limits")
         await rt.executor.drain(timeout_s=cfg.eviction.grace_period_s + 2)
         rt.executor.release_be()
         if network is not None:  # removes our egress tree (network.remove_on_exit) once `stop` is set
-            with contextlib.suppress(Exception):
-                await network
+            await _settle(network, "network shaper")
         await api.stop(2.0)
         if metrics is not None:
             metrics.stop()

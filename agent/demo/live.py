@@ -29,6 +29,7 @@ from pathlib import Path
 
 from agent.demo.workloads import read_counter
 from cgroups.discovery import discover
+from cgroups.errors import CgroupGone
 from cgroups.reader import CgroupReader
 
 QUIET_EVERY_S = 3.0
@@ -114,11 +115,17 @@ class Printer:
         self.reader = CgroupReader(discover(base=Path(spec.cgroup_mount)), spec.cgroup_root, psi=False,
                                    memory_psi=False, memory_limit=False)
         self.shown_at = 0.0
+        self.unreadable: set[str] = set()
 
     def cpu_ns(self, rel: str) -> int:
         try:
             return self.reader.cpu_usage(rel)[1]
-        except Exception:  # not made yet, or gone: no CPU to count
+        except CgroupGone:  # not made yet, or gone: no CPU to count
+            return 0
+        except Exception as err:  # said once per cgroup, then counted as no CPU: the view goes on
+            if rel not in self.unreadable:
+                self.unreadable.add(rel)
+                out(f"{time.monotonic() - self.spec.t0:6.1f}s  (live view: cannot read {rel}'s CPU: {err!r})")
             return 0
 
     def read(self, state: State) -> tuple[float, int, int, int, int]:

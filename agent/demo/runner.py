@@ -331,11 +331,17 @@ async def run_demo(scale: float, memory: str, live: bool, out: Path | None,
         demo.say("stopping the agent and the workloads, removing the private node")
         stop.set()
         if agent_task is not None:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
+            try:
                 await asyncio.wait_for(agent_task, 5)
+            except asyncio.CancelledError:
+                pass
+            except Exception as err:  # the cleanup goes on; the reason is said once
+                demo.say(f"the agent ended with an error: {err!r}")
         await asyncio.to_thread(demo.stop_all)
-        with contextlib.suppress(Exception):
+        try:
             await rt.executor.drain(5)
+        except Exception as err:
+            demo.say(f"waiting for evictions at cleanup failed: {err!r}")
         move_back(back)  # out of the pod first: removing the tree kills what is left in it
         await asyncio.to_thread(remove_tree, rt.writer, rt.reader, "")
         publishing.set()
