@@ -27,8 +27,8 @@ import time
 from pathlib import Path
 
 import grpc
-from benchkit import finish
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+from kit.bench import finish
 
 from agent.api.client import AgentClient
 from agent.api.coloc.v1 import agent_pb2 as pb

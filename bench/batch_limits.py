@@ -39,8 +39,6 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
 from cgroups.discovery import Hierarchy, discover
 from cgroups.writer import CgroupWriter
 

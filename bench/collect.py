@@ -25,11 +25,8 @@ import subprocess
 import sys
 import time
 import uuid
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from benchkit import finish, require_tools
+from kit.bench import finish, require_tools
 
 from cgroups.discovery import Hierarchy, discover
 from cgroups.reader import CgroupReader, read_size

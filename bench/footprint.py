@@ -34,7 +34,6 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -43,13 +42,13 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(REPO), str(REPO / "tests")]
+import yaml
+from kit.bench import finish, require_tools
+from kit.ports import free_port
+from kit.realcg import RealRoot
+from prometheus_client.parser import text_string_to_metric_families
 
-import yaml  # noqa: E402
-from benchkit import finish, require_tools  # noqa: E402
-from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
-from realcg import RealRoot  # noqa: E402
+REPO = Path(__file__).resolve().parent.parent
 
 TARGET_CPU_PERCENT = 1.0
 TARGET_RSS_MB = 64.0
@@ -70,12 +69,6 @@ EAGER_KUBE = ("import sys, runpy, kubernetes.client, kubernetes.config; sys.argv
 
 def progress(msg: str) -> None:
     print(f"[footprint] {msg}", file=sys.stderr, flush=True)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def write_config(d: Path, node_root: str, port: int) -> Path:

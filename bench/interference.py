@@ -70,7 +70,6 @@ import os
 import random
 import shutil
 import signal
-import socket
 import statistics
 import struct
 import subprocess
@@ -83,10 +82,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
 import yaml
-from benchkit import require_tools
+from kit.bench import require_tools
+from kit.ports import free_port
 
 from agent.config.agent import load_config
 from agent.daemon.runtime import BE_SHARES, BE_TIER, machine_capacity, remove_tree, setup_tiers
@@ -317,12 +315,6 @@ def parse_metrics(text: str) -> AgentView:
         elif line.startswith("coloc_fast_path_mode{") and line.rsplit(" ", 1)[1] in ("1", "1.0"):
             mode = line.split('mode="', 1)[1].split('"', 1)[0]
     return AgentView(budget, floor, mode)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def agent_config(node: Node, mode: str, port: int, d: Path) -> Path:

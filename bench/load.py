@@ -41,20 +41,20 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+import grpc
+import psutil
+import yaml
+from kit.bench import finish
+from kit.ports import free_port
+from kit.realcg import RealRoot
+from prometheus_client.parser import text_string_to_metric_families
+
+from agent.api.client import AgentClient
+from agent.api.coloc.v1 import agent_pb2 as pb
+from agent.state import AdmitRequest
+from qos.model import Resources, Source
+
 REPO = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(REPO), str(REPO / "tests")]
-
-import grpc  # noqa: E402
-import psutil  # noqa: E402
-import yaml  # noqa: E402
-from benchkit import finish  # noqa: E402
-from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
-from realcg import RealRoot  # noqa: E402
-
-from agent.api.client import AgentClient  # noqa: E402
-from agent.api.coloc.v1 import agent_pb2 as pb  # noqa: E402
-from agent.state import AdmitRequest  # noqa: E402
-from qos.model import Resources, Source  # noqa: E402
 
 CHANNEL = [("grpc.use_local_subchannel_pool", 1), ("grpc.max_receive_message_length", 64 << 20)]
 TARGET_TICK_P99_RATIO = 1.10
@@ -71,13 +71,6 @@ def pct(xs: list[float], p: float) -> float:
         return float("nan")
     s = sorted(xs)
     return s[min(len(s) - 1, round(p / 100 * (len(s) - 1)))]
-
-
-def free_port() -> int:
-    import socket
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def raise_fd_limit() -> int:

@@ -30,9 +30,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from benchkit import Unmeasurable, finish, require_tools
+from kit.bench import Unmeasurable, finish, require_tools
 
 from agent.config.network import NetworkConfig
 from agent.demo.plots import plot_timeseries

@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import signal
-import socket
 import socketserver
 import statistics
 import subprocess
@@ -33,18 +32,18 @@ import time
 import urllib.request
 from pathlib import Path
 
+import psutil
+import yaml
+from kit.bench import finish
+from kit.fakes.kubelet import FakeKubelet
+from kit.payload import FIX, pod_copies, podlist_body
+from kit.ports import free_port
+from kit.realcg import RealRoot
+from prometheus_client.parser import text_string_to_metric_families
+
+from agent.config.sources import KubeletConfig
+
 REPO = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(REPO), str(REPO / "tests"), str(REPO / "tests" / "payload")]
-
-import psutil  # noqa: E402
-import yaml  # noqa: E402
-from benchkit import finish  # noqa: E402
-from fakes.kubelet import FakeKubelet  # noqa: E402
-from payloadkit import FIX, pod_copies, podlist_body  # noqa: E402
-from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
-from realcg import RealRoot  # noqa: E402
-
-from agent.config.sources import KubeletConfig  # noqa: E402
 
 INTERVAL_S = 0.5
 TARGET_CADENCE = 0.95
@@ -59,12 +58,6 @@ CASES = {  # name -> (body, max_body_bytes or None for the default)
 
 def progress(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def ticks(port: int) -> float | None:

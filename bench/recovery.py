@@ -29,20 +29,17 @@ import time
 import uuid
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(REPO), str(REPO / "tests"), str(REPO / "tests" / "api")]
+import grpc
+from kit.api import app_id, cid
+from kit.bench import finish
+from kit.fleet import Agent, start_all, stop_all
+from kit.realcg import RealRoot
 
-import grpc  # noqa: E402
-from agentfleet import Agent, start_all, stop_all  # noqa: E402
-from apikit import app_id, cid  # noqa: E402
-from benchkit import finish  # noqa: E402
-from realcg import RealRoot  # noqa: E402
-
-from agent.api.client import AgentClient  # noqa: E402
-from agent.api.coloc.v1 import agent_pb2 as pb  # noqa: E402
-from agent.recovery import NodeState, Recovery, RecoveryConfig, SchedulerState  # noqa: E402
-from agent.state import AdmitRequest  # noqa: E402
-from qos.model import Resources, Source  # noqa: E402
+from agent.api.client import AgentClient
+from agent.api.coloc.v1 import agent_pb2 as pb
+from agent.recovery import NodeState, Recovery, RecoveryConfig, SchedulerState
+from agent.state import AdmitRequest
+from qos.model import Resources, Source
 
 TS = b"1700000000000"
 RECORDED = 10

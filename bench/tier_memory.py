@@ -37,8 +37,6 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
 from agent.executors.batch_limits import TierMemoryExecutor
 from cgroups.discovery import Hierarchy, discover
 from cgroups.writer import CgroupWriter

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from realcg import CgroupsUnavailable, RealRoot, leftover_dirs, required
+from kit.realcg import CgroupsUnavailable, RealRoot, leftover_dirs, required
 
 
 @pytest.fixture(autouse=True)

@@ -18,7 +18,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from realcg import RealRoot
+from kit.realcg import RealRoot
 
 from agent.config.agent import CgroupConfig
 from agent.daemon.runtime import BE_TIER, build

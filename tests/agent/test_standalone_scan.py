@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from realcg import RealRoot
+from kit.realcg import RealRoot
 
 from agent.config.agent import AgentConfig, CgroupConfig, EvictionConfig, LoopConfig, NodeConfig, StateConfig
 from agent.config.standalone import LocalWorkload, StandaloneConfig

@@ -12,9 +12,9 @@ from collections.abc import AsyncIterator
 import grpc
 import pytest
 import pytest_asyncio
-from apikit import short_dir
 from hypothesis import given
 from hypothesis import strategies as st
+from kit.api import short_dir
 from test_api_server import BATCH, Served, admit_req, serve, snap, workload
 
 from agent.api import convert

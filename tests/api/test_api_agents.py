@@ -12,9 +12,9 @@ from collections.abc import Callable, Iterator
 
 import grpc
 import pytest
-from agentfleet import Agent, stop_all
-from apikit import Mirror, app_id, cid, short_dir
-from realcg import RealRoot
+from kit.api import Mirror, app_id, cid, short_dir
+from kit.fleet import Agent, stop_all
+from kit.realcg import RealRoot
 
 from agent.api.client import AgentCallError, AgentClient, Marker
 from agent.recovery import NodeState, Recovery, RecoveryConfig, SchedulerState

@@ -23,9 +23,9 @@ import h2.connection
 import h2.events
 import h2.exceptions
 import pytest
-from apikit import short_dir
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from h2.settings import SettingCodes
+from kit.api import short_dir
 from test_api_server import admit_req, expect_error, serve
 
 from agent.api.client import AgentCallError, AgentClient

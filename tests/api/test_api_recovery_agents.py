@@ -15,9 +15,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from agentfleet import Agent, start_all, stop_all
-from apikit import app_id, cid, short_dir
-from realcg import RealRoot
+from kit.api import app_id, cid, short_dir
+from kit.fleet import Agent, start_all, stop_all
+from kit.realcg import RealRoot
 
 from agent.api.client import AgentCallError, AgentClient
 from agent.recovery import NodeState, Recovery, RecoveryConfig, SchedulerState

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from apikit import app_id, cid, short_dir
+from kit.api import app_id, cid, short_dir
 
 from agent.api.server import start_api_server
 from agent.cli.recover import cluster_json, main, read_agents

@@ -22,9 +22,9 @@ from pathlib import Path
 import grpc
 import pytest
 import pytest_asyncio
-from apikit import Mirror, app_id, cid, short_dir
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+from kit.api import Mirror, app_id, cid, short_dir
 
 from agent.api import convert
 from agent.api.client import AgentCallError, AgentClient, Marker

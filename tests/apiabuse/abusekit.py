@@ -23,8 +23,10 @@ import h2.config
 import h2.connection
 import h2.events
 import h2.exceptions
-from agentproc import agent_config, free_port, metric, running_agent, wait
-from realcg import RealRoot
+from kit.agentproc import agent_config, metric, running_agent
+from kit.poll import wait
+from kit.ports import free_port
+from kit.realcg import RealRoot
 
 from agent.api.coloc.v1 import agent_pb2 as pb
 from agent.api.coloc.v1 import agent_pb2_grpc as pb_grpc

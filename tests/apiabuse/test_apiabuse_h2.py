@@ -16,7 +16,7 @@ import h2.exceptions
 import pytest
 from abusekit import API, RawH2, Watched, open_fds, rss_kib, watched_agent
 from h2.errors import ErrorCodes
-from realcg import CgroupsUnavailable, RealRoot, required
+from kit.realcg import CgroupsUnavailable, RealRoot, required
 
 pytestmark = [pytest.mark.cgroups, pytest.mark.slow, pytest.mark.timing]
 CONTROL_S = 2.5  # a window without abuse just before each abused one

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import shutil
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,15 +18,14 @@ import grpc
 import pytest
 import yaml
 from apiseckit import short_dir
-from realcg import RealRoot
+from kit.agentproc import agent_config, running_agent
+from kit.ports import free_port
+from kit.realcg import RealRoot
 from test_apisec_authz import MUTATIONS, as_user, make_pki
 
 from agent.api.coloc.v1 import agent_pb2 as pb
 from agent.api.coloc.v1 import agent_pb2_grpc as pb_grpc
 from agent.config.agent import ConfigError, load_config
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "reliability"))
-from agentproc import agent_config, free_port, running_agent
 
 GROUP = 4242  # the read socket's group
 ADMINS = 4244  # the admin socket's group

@@ -7,10 +7,11 @@ from pathlib import Path
 
 import pytest
 import yaml
-from agentproc import running_agent, wait
 from batchkit import CONTAINER, MI, POD, be_pod, read, write_list
-from fakes.kubelet import FakeKubelet
-from realcg import RealRoot
+from kit.agentproc import running_agent
+from kit.fakes.kubelet import FakeKubelet
+from kit.poll import wait
+from kit.realcg import RealRoot
 
 pytestmark = [pytest.mark.cgroups]
 

@@ -19,7 +19,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "systemd"))
 
 from batchkit import MI, be_pod, controller, write_list
-from fakes.kubelet import FakeKubelet
+from kit.fakes.kubelet import FakeKubelet
 from unitkit import CGROUP2, KubeletSlices, read, systemctl, systemd_v2_host, wait
 
 from cgroups.discovery import Hierarchy

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 from batchkit import CONTAINER, MI, POD, UID, be_pod, controller, read, until, write_list
-from fakes.kubelet import FakeKubelet
+from kit.fakes.kubelet import FakeKubelet
+from kit.realcg import RealRoot
 from prometheus_client import CollectorRegistry
-from realcg import RealRoot
 
 from agent.daemon.batch_limits import BatchLimitsMetrics
 from cgroups.writer import CgroupWriter

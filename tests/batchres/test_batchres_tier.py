@@ -8,7 +8,7 @@ import sys
 import time
 
 import pytest
-from realcg import RealRoot
+from kit.realcg import RealRoot
 
 from agent.executors.batch_limits import TierMemoryExecutor
 from cgroups.writer import CgroupWriter

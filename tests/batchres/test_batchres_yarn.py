@@ -14,9 +14,9 @@ import time
 from pathlib import Path
 
 import pytest
-from fakes.nodemanager import FakeNodeManager
+from kit.fakes.nodemanager import FakeNodeManager
+from kit.realcg import RealRoot
 from prometheus_client import CollectorRegistry
-from realcg import RealRoot
 
 from agent.config.sources import NodeManagerConfig
 from agent.daemon.batch_limits import BatchLimitsController, BatchLimitsMetrics

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from realcg import RealRoot
+from kit.realcg import RealRoot
 
 REPO = Path(__file__).resolve().parents[2]
 KEYS = ("creation_pod_p50_ms", "creation_pod_p99_ms", "creation_container_p99_ms", "periodic_pod_p50_ms",

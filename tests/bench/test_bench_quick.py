@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from realcg import RealRoot
+from kit.realcg import RealRoot
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -81,7 +81,7 @@ def test_every_bench_names_each_program_it_lacks(bench: str, tmp_path: Path) -> 
 
 FINISH = """
 import json, sys
-from benchkit import finish
+from kit.bench import finish
 sys.exit(finish("bench/x.py", json.loads(sys.argv[1]), sys.argv[2:]))
 """
 

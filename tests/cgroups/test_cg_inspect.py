@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 import pytest
-from realcg import RealRoot
+from kit.realcg import RealRoot
 from v2files import write_cgroup
 
 from agent.cli.inspect import main

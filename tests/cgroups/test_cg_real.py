@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from realcg import RealRoot
+from kit.realcg import RealRoot
 
 from cgroups.errors import CgroupBusy, CgroupError, CgroupGone, InvalidValue
 from cgroups.node import NodeCpuMeter, read_meminfo

@@ -13,8 +13,10 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from agentproc import agent_config, free_port, running_agent, wait
-from realcg import RealRoot
+from kit.agentproc import agent_config, running_agent
+from kit.poll import wait
+from kit.ports import free_port
+from kit.realcg import RealRoot
 
 from agent.api.client import AgentClient
 

@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
-from realcg import CgroupsUnavailable, RealRoot, required
+from kit.realcg import CgroupsUnavailable, RealRoot, required
 
 from agent.api.coloc.v1 import agent_pb2 as pb
 from agent.cli.status import render

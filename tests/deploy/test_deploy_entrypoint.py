@@ -53,7 +53,7 @@ from unittest import mock
 import pytest
 import yaml
 from deploy_render import REPO, image_env, image_exec_form, needs_kubectl, one, pod_spec
-from realcg import RealRoot
+from kit.realcg import RealRoot
 
 from agent.config.agent import AgentConfig, load_config
 from agent.config.load import parse_bytes

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from realcg import RealRoot
+from kit.realcg import RealRoot
 
 SCRIPT = Path(sys.executable).with_name("coloc-agent")
 

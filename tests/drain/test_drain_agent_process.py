@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 import yaml
-from realcg import RealRoot
+from kit.realcg import RealRoot
 
 from agent.api.client import AgentClient
 from agent.api.coloc.v1 import agent_pb2 as pb

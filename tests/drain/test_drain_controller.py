@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from drainkit import be, plan, snapshot, with_drain
+from kit.clock import FakeClock
 
 from agent.decommission.controller import DrainController, request_drain, request_recommission
 from agent.published import ActionRecord
@@ -22,16 +23,8 @@ from qos.model import NodeSnapshot, Resources, Source, Workload
 BATCH = Resources(2000, 4 << 30)
 
 
-class Clock:
-    def __init__(self, t: float = 1000.0) -> None:
-        self.t = t
-
-    def __call__(self) -> float:
-        return self.t
-
-
-def schedulable(path: Path | None = None, clock: Clock | None = None) -> tuple[Ledger, Clock]:
-    clock = clock or Clock()
+def schedulable(path: Path | None = None, clock: FakeClock | None = None) -> tuple[Ledger, FakeClock]:
+    clock = clock or FakeClock()
     cfg = LedgerConfig("node-d", state_path=str(path) if path else None)
     ledger = Ledger.open(cfg, boot_id="boot", clock=clock)
     ledger.sync(snapshot(), BATCH, clock())
@@ -39,7 +32,7 @@ def schedulable(path: Path | None = None, clock: Clock | None = None) -> tuple[L
     return ledger, clock
 
 
-def tick(ledger: Ledger, ctl: DrainController, workloads: Sequence[Workload], clock: Clock,
+def tick(ledger: Ledger, ctl: DrainController, workloads: Sequence[Workload], clock: FakeClock,
          refuse: Sequence[str] = ()) -> list[Evict]:
     """One tick as the loop runs it: drain view → plan → execute (evictions start, unless refused) → sync
     → hooks."""
@@ -81,10 +74,10 @@ def test_graceful_drain_waits_then_drains_when_the_work_ends_by_itself() -> None
     request_drain(ledger, 1, graceful=True, timeout_s=60)
     assert tick(ledger, ctl, [a, b], clock) == []
     assert ledger.node.drain.allocations_left == 2
-    clock.t += 10
+    clock.advance(10)
     tick(ledger, ctl, [b], clock)
     assert ledger.node.drain.allocations_left == 1 and ledger.node.lifecycle is Lifecycle.DECOMMISSIONING
-    clock.t += 10
+    clock.advance(10)
     tick(ledger, ctl, [], clock)
     assert ledger.node.lifecycle is Lifecycle.DECOMMISSIONED
     assert ledger.node.drain.phase is DrainPhase.DRAINED
@@ -96,7 +89,7 @@ def test_deadline_evicts_what_is_left_and_records_timed_out() -> None:
     ws = [be("a", priority=5000), be("b", priority=1000)]
     tick(ledger, ctl, ws, clock)
     request_drain(ledger, 1, graceful=True, timeout_s=30)
-    clock.t += 30
+    clock.advance(30)
     evicted = tick(ledger, ctl, ws, clock)
     assert [e.key for e in evicted] == ["local/besteffort/b", "local/besteffort/a"], "victim order"
     assert ledger.node.lifecycle is Lifecycle.DECOMMISSIONED
@@ -154,7 +147,7 @@ def test_negative_timeout_has_no_deadline() -> None:
     ctl = DrainController(ledger, clock=clock)
     request_drain(ledger, 1, graceful=True, timeout_s=-1)
     assert ledger.node.drain.deadline is None
-    clock.t += 1e8
+    clock.advance(1e8)
     assert tick(ledger, ctl, [be("a")], clock) == []
     assert ledger.node.lifecycle is Lifecycle.DECOMMISSIONING
 
@@ -163,7 +156,7 @@ def test_reissue_changes_only_the_deadline_counted_from_the_start() -> None:
     ledger, clock = schedulable()
     request_drain(ledger, 1, graceful=True, timeout_s=60, wait_for_apps=True, reason="kernel")
     first = ledger.node.drain
-    clock.t += 20
+    clock.advance(20)
     request_drain(ledger, 1, graceful=True, timeout_s=30, wait_for_apps=False, reason="other")
     shorter = ledger.node.drain
     assert shorter.deadline == first.started_at + 30
@@ -219,7 +212,7 @@ def test_requests_are_idempotent_on_request_id_and_fenced() -> None:
     ledger, clock = schedulable()
     request_drain(ledger, 5, graceful=True, timeout_s=60, request_id="same")
     rev = ledger.revision
-    clock.t += 5
+    clock.advance(5)
     again = request_drain(ledger, 5, graceful=True, timeout_s=10, request_id="same")
     assert not again.changed and ledger.revision == rev and ledger.node.drain.deadline == 1060
     with pytest.raises(StaleEpoch):
@@ -250,7 +243,7 @@ def test_drain_state_and_absolute_deadline_survive_a_restart(tmp_path: Path) -> 
     ledger, clock = schedulable(path)
     request_drain(ledger, 1, graceful=True, timeout_s=60, wait_for_apps=True, request_id="d1")
     ledger.save()
-    clock.t += 30  # the agent is down for 30 s
+    clock.advance(30)  # the agent is down for 30 s
     again = Ledger.open(LedgerConfig("node-d", state_path=str(path)), boot_id="boot", clock=clock)
     node = again.node
     assert node.lifecycle is Lifecycle.DECOMMISSIONING
@@ -259,7 +252,7 @@ def test_drain_state_and_absolute_deadline_survive_a_restart(tmp_path: Path) -> 
     assert again.seen_request("d1")
     ctl = DrainController(again, clock=clock)
     assert tick(again, ctl, [be("a")], clock) == [], "30 s still left: not decommissioned at start"
-    clock.t += 31
+    clock.advance(31)
     assert [e.key for e in tick(again, ctl, [be("a")], clock)] == ["local/besteffort/a"]
     assert again.node.lifecycle is Lifecycle.DECOMMISSIONED
     assert request_recommission(again, 1).lifecycle is Lifecycle.SCHEDULABLE
@@ -271,7 +264,7 @@ def test_a_deadline_that_passed_while_down_is_acted_on_at_the_first_tick(tmp_pat
     ledger, clock = schedulable(path)
     request_drain(ledger, 1, graceful=True, timeout_s=10)
     ledger.save()
-    clock.t += 100
+    clock.advance(100)
     again = Ledger.open(LedgerConfig("node-d", state_path=str(path)), boot_id="boot", clock=clock)
     ctl = DrainController(again, clock=clock)
     assert [e.key for e in tick(again, ctl, [be("a"), be("b")], clock)] == \

@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
 from pathlib import Path
 
-from realcg import RealRoot
+from kit.realcg import RealRoot
 
 from agent.config.agent import AgentConfig, CgroupConfig, EvictionConfig, LoopConfig, NodeConfig, StateConfig
 from agent.config.standalone import LocalWorkload, StandaloneConfig

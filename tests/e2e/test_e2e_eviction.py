@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from agentkit import agent_config, running, wait_for
-from realcg import RealRoot
+from kit.realcg import RealRoot
 
 from agent.config.sources import NodeManagerConfig
 from agent.config.standalone import LocalWorkload

@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 import pytest
-from realcg import RealRoot
+from kit.realcg import RealRoot
 
 from agent.executors.process_kill import kill_cgroup
 from cgroups.reader import CgroupReader

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from agentkit import read_quota_milli, running, spawn_hp, start_runtime, throughput, wait_for
-from realcg import RealRoot
+from kit.realcg import RealRoot
 
 from agent.demo.spawn import workload_argv
 from agent.demo.workloads import read_counter

@@ -5,23 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from fakes.tls import TlsFiles, make_tls
+from kit.clock import FakeClock
+from kit.fakes.tls import TlsFiles, make_tls
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
-
-
-class FakeClock:
-    """A monotonic clock the test moves by hand (only the sources' staleness/resync clocks use it;
-    HTTP timeouts are real)."""
-
-    def __init__(self, start: float = 1000.0) -> None:
-        self.now = start
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
 
 
 @pytest.fixture

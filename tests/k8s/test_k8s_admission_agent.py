@@ -18,10 +18,10 @@ from typing import Any
 
 import pytest
 import yaml
-from agentproc import kubeconfig, running_agent
-from fakes.apiserver import FakeApiServer
-from fakes.kubelet import FakeKubelet
-from realcg import RealRoot
+from kit.agentproc import kubeconfig, running_agent
+from kit.fakes.apiserver import FakeApiServer
+from kit.fakes.kubelet import FakeKubelet
+from kit.realcg import RealRoot
 from test_k8s_overcommit_e2e import FIX, _podlist
 
 from agent.api.client import AgentClient

@@ -13,18 +13,17 @@ from pathlib import Path
 
 import pytest
 import yaml
-from agentproc import kubeconfig, running_agent, wait
-from fakes.apiserver import FakeApiServer
-from fakes.kubelet import FakeKubelet
-from fakes.nodemanager import FakeNodeManager
-from realcg import RealRoot
+from kit.agentproc import kubeconfig, running_agent
+from kit.fakes.apiserver import FakeApiServer
+from kit.fakes.kubelet import FakeKubelet
+from kit.fakes.nodemanager import FakeNodeManager
+from kit.poll import wait
+from kit.realcg import RealRoot
 from test_k8s_overcommit_e2e import C1, C2, C3, FIX, PODS, _containers, _podlist
 
 from qos.batch import THIRD_PARTY_ANNOTATION, parse_third_party_allocations
 
 pytestmark = [pytest.mark.cgroups, pytest.mark.slow]
-
-
 
 
 def test_agent_process_arbitrates_k8s_and_yarn_against_the_node_origin(real_root: RealRoot,

@@ -7,7 +7,7 @@ import asyncio
 from pathlib import Path
 
 import pytest
-from fakes.apiserver import FakeApiServer
+from kit.fakes.apiserver import FakeApiServer
 from kubernetes import client
 
 from agent.config.sources import KubeApiConfig

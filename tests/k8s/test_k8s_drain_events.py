@@ -10,8 +10,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from fakes.apiserver import FakeApiServer
-from fakes.tls import TlsFiles
+from kit.fakes.apiserver import FakeApiServer
+from kit.fakes.tls import TlsFiles
 from kubernetes import client
 
 from agent.config.sources import KubeApiConfig

@@ -11,9 +11,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import FakeClock
-from fakes.apiserver import FakeApiServer
-from fakes.tls import TlsFiles
+from kit.clock import FakeClock
+from kit.fakes.apiserver import FakeApiServer
+from kit.fakes.tls import TlsFiles
 from kubernetes import client
 
 from agent.config.sources import KubeApiConfig

@@ -12,9 +12,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from conftest import FakeClock
-from fakes.kubelet import FakeKubelet
-from fakes.tls import TlsFiles
+from kit.clock import FakeClock
+from kit.fakes.kubelet import FakeKubelet
+from kit.fakes.tls import TlsFiles
 
 from agent.config.sources import KubeletConfig
 from agent.sources.kubelet import KubeletSource, PodListError, parse_pod_list

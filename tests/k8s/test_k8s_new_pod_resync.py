@@ -12,10 +12,11 @@ from pathlib import Path
 
 import pytest
 import yaml
-from agentproc import running_agent, wait
-from conftest import FakeClock
-from fakes.kubelet import FakeKubelet
-from realcg import RealRoot
+from kit.agentproc import running_agent
+from kit.clock import FakeClock
+from kit.fakes.kubelet import FakeKubelet
+from kit.poll import wait
+from kit.realcg import RealRoot
 
 from agent.config.sources import KubeletConfig
 from agent.daemon.source_runner import WorkloadSources, pod_cgroup_lister

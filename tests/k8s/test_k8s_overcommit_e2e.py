@@ -14,12 +14,12 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import FakeClock
-from fakes.apiserver import FakeApiServer
-from fakes.kubelet import FakeKubelet
-from fakes.nodemanager import FakeNodeManager
+from kit.clock import FakeClock
+from kit.fakes.apiserver import FakeApiServer
+from kit.fakes.kubelet import FakeKubelet
+from kit.fakes.nodemanager import FakeNodeManager
+from kit.realcg import RealRoot
 from kubernetes import client
-from realcg import RealRoot
 
 from agent.config.sources import KubeApiConfig, KubeletConfig, NodeManagerConfig, ReportingConfig
 from agent.executors.k8s_eviction import K8sEvictor

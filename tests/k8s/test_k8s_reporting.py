@@ -9,8 +9,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import FakeClock
-from fakes.apiserver import FakeApiServer
+from kit.clock import FakeClock
+from kit.fakes.apiserver import FakeApiServer
 from kubernetes import client
 
 from agent.config.sources import KubeApiConfig, ReportingConfig

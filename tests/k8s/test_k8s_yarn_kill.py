@@ -13,9 +13,9 @@ from pathlib import Path
 
 import psutil
 import pytest
-from conftest import FakeClock
-from fakes.nodemanager import FakeNodeManager
-from realcg import RealRoot
+from kit.clock import FakeClock
+from kit.fakes.nodemanager import FakeNodeManager
+from kit.realcg import RealRoot
 
 from agent.config.sources import NodeManagerConfig
 from agent.executors.yarn_kill import YarnKiller

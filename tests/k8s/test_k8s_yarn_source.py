@@ -11,12 +11,12 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import FakeClock
-from fakes.kubelet import FakeKubelet
-from fakes.nodemanager import FakeNodeManager
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from realcg import RealRoot
+from kit.clock import FakeClock
+from kit.fakes.kubelet import FakeKubelet
+from kit.fakes.nodemanager import FakeNodeManager
+from kit.realcg import RealRoot
 
 from agent.config.sources import KubeletConfig, NodeManagerConfig
 from agent.sources.kubelet import KubeletSource

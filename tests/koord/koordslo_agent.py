@@ -5,34 +5,17 @@ Node and Koordinator's NodeSLO as the real API server sends them), and what the 
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
-import time
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import yaml
-from agentproc import kubeconfig
+from kit.agentproc import kubeconfig
 
 NODESLO = ("nodeslos", "node-a")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def wait(pred: Callable[[], bool], timeout: float, every: float = 0.1) -> bool:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if pred():
-            return True
-        time.sleep(every)
-    return False
 
 
 def nodeslo(rv: str, **strategy: Any) -> dict[str, Any]:

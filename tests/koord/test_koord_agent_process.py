@@ -17,21 +17,21 @@ from pathlib import Path
 
 import pytest
 import yaml
-from agentproc import kubeconfig, running_agent
-from fakes.apiserver import FakeApiServer, schema_errors
-from fakes.kubelet import FakeKubelet
-from fakes.nodemanager import FakeNodeManager
+from kit.agentproc import kubeconfig, running_agent
+from kit.fakes.apiserver import FakeApiServer, schema_errors
+from kit.fakes.kubelet import FakeKubelet
+from kit.fakes.nodemanager import FakeNodeManager
+from kit.poll import wait
+from kit.ports import free_port
+from kit.realcg import RealRoot
 from koordslo_agent import (
     NODESLO,
     agent_config,
-    free_port,
     metric,
     nodeslo,
     settings,
     threshold_is,
-    wait,
 )
-from realcg import RealRoot
 
 from qos.batch import ORIGIN_ANNOTATION, THIRD_PARTY_ANNOTATION
 
@@ -42,7 +42,6 @@ TS = 1700000000000
 GIB = 1 << 30
 C1, C2 = (f"container_e17_{TS}_0001_01_00000{i}" for i in (1, 2))
 ZERO = json.dumps({"resources": {"kubernetes.io/batch-cpu": "0", "kubernetes.io/batch-memory": "0"}})
-
 
 
 def _podlist() -> dict[str, object]:

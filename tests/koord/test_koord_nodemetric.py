@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from fakes.apiserver import FakeApiServer, schema_errors
+from kit.fakes.apiserver import FakeApiServer, schema_errors
 from kubernetes import client
 
 from agent.config.sources import KubeApiConfig, NodeMetricConfig

@@ -7,10 +7,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from agentproc import running_agent
-from fakes.apiserver import FakeApiServer, schema_errors
-from koordslo_agent import NODESLO, agent_config, nodeslo, settings, status, threshold_is, wait
-from realcg import RealRoot
+from kit.agentproc import running_agent
+from kit.fakes.apiserver import FakeApiServer, schema_errors
+from kit.poll import wait
+from kit.realcg import RealRoot
+from koordslo_agent import NODESLO, agent_config, nodeslo, settings, status, threshold_is
 
 from agent.api import convert
 from agent.api.coloc.v1 import agent_pb2 as pb

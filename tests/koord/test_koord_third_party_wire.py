@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from fakes.apiserver import FakeApiServer
+from kit.fakes.apiserver import FakeApiServer
 from kubernetes import client
 
 from agent.config.sources import KubeApiConfig, ReportingConfig

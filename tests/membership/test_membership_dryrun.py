@@ -10,7 +10,7 @@ import asyncio
 import time
 
 import pytest
-from realcg import RealRoot
+from kit.realcg import RealRoot
 
 from agent.config.agent import AgentConfig, CgroupConfig, EvictionConfig, LoopConfig, NodeConfig, StateConfig
 from agent.daemon.runtime import build

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from realcg import RealRoot
+from kit.realcg import RealRoot
 
 from agent.daemon.collector import Collector, TierPaths
 from agent.executors.apply import ActionExecutor

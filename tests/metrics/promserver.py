@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import socket
 import subprocess
 import time
 import urllib.error
@@ -24,18 +23,13 @@ from types import TracebackType
 from typing import Any
 
 import yaml
+from kit.ports import free_port
 
 BINARY = "prometheus"
 
 
 def available() -> bool:
     return shutil.which(BINARY) is not None
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class PrometheusError(RuntimeError):

@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-from promserver import PrometheusServer, free_port
-from realcg import RealRoot
+from kit.ports import free_port
+from kit.realcg import RealRoot
+from promserver import PrometheusServer
 
 from agent.api.client import AgentClient
 from agent.demo.spawn import workload_argv

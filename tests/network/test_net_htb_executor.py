@@ -12,8 +12,8 @@ import time
 from typing import Any
 
 import pytest
+from kit.realcg import RealRoot
 from net14kit import BE4, BE6, FAR4, FAR6, HP4, HP6, Topo, topology
-from realcg import RealRoot
 
 from agent.config.network import NetworkConfig
 from agent.executors.htb import EgressShaper, be_addresses

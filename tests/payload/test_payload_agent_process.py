@@ -7,18 +7,19 @@ normal-size body the agent does evict (so the setup really would have)."""
 
 from __future__ import annotations
 
-import socket
 import urllib.request
 from pathlib import Path
 
 import pytest
 import yaml
-from agentproc import kubeconfig, running_agent, wait
-from fakes.apiserver import FakeApiServer
-from fakes.kubelet import FakeKubelet
-from payloadkit import FIX, fixture_pod, podlist_body
+from kit.agentproc import kubeconfig, running_agent
+from kit.fakes.apiserver import FakeApiServer
+from kit.fakes.kubelet import FakeKubelet
+from kit.payload import FIX, fixture_pod, podlist_body
+from kit.poll import wait
+from kit.ports import free_port
+from kit.realcg import RealRoot
 from prometheus_client.parser import text_string_to_metric_families
-from realcg import RealRoot
 
 from agent.config.sources import KubeletConfig
 
@@ -39,13 +40,6 @@ def _be_pods() -> list[dict[str, object]]:
         p["status"]["startTime"] = f"2024-05-01T10:00:0{n}Z"  # type: ignore[index]
         pods.append(p)
     return pods
-
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _scrape(port: int) -> str:
@@ -71,7 +65,7 @@ def test_over_cap_kubelet_body_leaves_the_source_stale_and_evicts_nothing(real_r
     big = podlist_body(_be_pods(), cap + 1)
     normal = podlist_body(_be_pods())
     known = {("batch", name): f"0a1b2c3d-0000-4000-8000-0000000000c{n}" for name, (_, n) in BE.items()}
-    port = _free_port()
+    port = free_port()
     with (
         FakeKubelet(FIX / "kubelet" / "podlist-mixed.json") as kubelet,
         FakeApiServer(FIX / "apiserver" / "node.json", known) as api,

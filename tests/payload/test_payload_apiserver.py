@@ -9,9 +9,9 @@ import json
 import logging
 
 import pytest
-from fakes.apiserver import FakeApiServer
+from kit.fakes.apiserver import FakeApiServer
+from kit.payload import FIX
 from kubernetes import client
-from payloadkit import FIX
 
 from agent.config.sources import KubeApiConfig, ReportingConfig
 from agent.reporting.node_annotations import NodeReporter, ReportOutcome

@@ -8,8 +8,8 @@ import json
 import threading
 
 import pytest
-from fakes.kubelet import FakeKubelet
-from payloadkit import FIX, podlist_body
+from kit.fakes.kubelet import FakeKubelet
+from kit.payload import FIX, podlist_body
 
 from agent.config.sources import KubeletConfig
 from agent.sources.fetch_errors import FETCH_ERRORS

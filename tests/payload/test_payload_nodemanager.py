@@ -7,8 +7,8 @@ import copy
 import json
 from pathlib import Path
 
-from fakes.nodemanager import FakeNodeManager
-from payloadkit import FIX
+from kit.fakes.nodemanager import FakeNodeManager
+from kit.payload import FIX
 
 from agent.config.sources import NodeManagerConfig
 from agent.sources.fetch_errors import FETCH_ERRORS

@@ -16,8 +16,10 @@ from pathlib import Path
 
 import grpc
 import pytest
-from agentproc import agent_config, free_port, get, metric, running_agent, wait
-from realcg import RealRoot
+from kit.agentproc import agent_config, get, metric, running_agent
+from kit.poll import wait
+from kit.ports import free_port
+from kit.realcg import RealRoot
 
 from agent.api.client import AgentCallError, AgentClient
 from agent.state import AdmitRequest

@@ -11,8 +11,10 @@ import time
 from pathlib import Path
 
 import pytest
-from agentproc import agent_config, free_port, get, metric, running_agent, wait
-from realcg import RealRoot
+from kit.agentproc import agent_config, get, metric, running_agent
+from kit.poll import wait
+from kit.ports import free_port
+from kit.realcg import RealRoot
 
 pytestmark = [pytest.mark.cgroups, pytest.mark.slow, pytest.mark.timing]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 
 import pytest
-from realcg import RealRoot
+from kit.realcg import RealRoot
 
 from agent.daemon.runtime import remove_tree
 from cgroups.discovery import discover

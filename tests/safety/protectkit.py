@@ -7,7 +7,7 @@ import dataclasses
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from fakes.kubelet import FakeKubelet
+from kit.fakes.kubelet import FakeKubelet
 
 from agent.config.sources import KubeletConfig
 from agent.sources.kubelet import KubeletSource

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from fakes.kubelet import FakeKubelet
+from kit.fakes.kubelet import FakeKubelet
 from protectkit import BATCH, HP, PODLIST, PROTECTED, fetch
 
 from agent.config.agent import load_config

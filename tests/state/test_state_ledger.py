@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from kit.clock import FakeClock
 from statekit import CAP, Replica, container, hp, k8s, snapshot, yarn, yarn_app
 
 from agent.state import (
@@ -25,21 +26,13 @@ BATCH = Resources(2000, 4 << 30)
 UID = "0b6e1c9a-6f9d-4a55-9a3c-2f1e8c7d6b5a"
 
 
-class Clock:
-    def __init__(self, t: float = 1000.0) -> None:
-        self.t = t
-
-    def __call__(self) -> float:
-        return self.t
-
-
-def make(ring: int = 4096, ttl: float = 60.0, clock: Clock | None = None) -> Ledger:
+def make(ring: int = 4096, ttl: float = 60.0, clock: FakeClock | None = None) -> Ledger:
     return Ledger(
         LedgerConfig(
             node_id="node-a", state_path=None, ring_size=ring, pending_launch_ttl_s=ttl, watch_queue_size=16
         ),
         boot_id="boot-1",
-        clock=clock or Clock(),
+        clock=clock or FakeClock(),
     )
 
 
@@ -247,7 +240,7 @@ def test_ack_checks_the_revision() -> None:
 
 
 def test_pending_launch_expires_after_ttl() -> None:
-    clock = Clock(1000.0)
+    clock = FakeClock(1000.0)
     led = make(ttl=30.0, clock=clock)
     schedulable(led)
     led.admit(request(1, 1), 1)

@@ -10,7 +10,6 @@ import contextlib
 import json
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -22,8 +21,9 @@ from typing import Any
 
 import pytest
 import yaml
-from fakes.kubelet import FakeKubelet
-from realcg import RealRoot
+from kit.fakes.kubelet import FakeKubelet
+from kit.ports import free_port
+from kit.realcg import RealRoot
 
 from agent.api.client import AgentClient
 
@@ -31,12 +31,6 @@ pytestmark = [pytest.mark.cgroups, pytest.mark.slow]
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 STALE_AFTER_S = 1.5
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _wait(pred: Callable[[], bool], timeout: float) -> bool:
@@ -55,7 +49,7 @@ class StatusAgent:
                  state: dict[str, Any] | None = None) -> None:
         self.tmp = tmp
         self.sock = tmp / "agent.sock"
-        self.port = _free_port()
+        self.port = free_port()
         cfg: dict[str, Any] = {
             "node": {"name": "status-node", "cpus": 2, "memory": "1Gi", "scope": "cgroup-root"},
             "cgroups": {"root": root, "driver": "cgroupfs", "setup_tiers": True},

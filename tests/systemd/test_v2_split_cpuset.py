@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 
 import pytest
-from realcg import RealRoot
+from kit.realcg import RealRoot
 
 from agent.executors.apply import ActionExecutor
 from cgroups.parsers import parse_cpuset

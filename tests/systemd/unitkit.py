@@ -16,7 +16,7 @@ import uuid
 from collections.abc import Sequence
 from pathlib import Path
 
-from agentproc import wait
+from kit.poll import wait
 
 CGROUP2 = Path("/sys/fs/cgroup")
 

@@ -9,18 +9,19 @@ usage, and nothing is evicted although counting the dying containers would overc
 from __future__ import annotations
 
 import asyncio
-import socket
 import time
 import urllib.request
 from pathlib import Path
 
 import pytest
 import yaml
-from agentproc import kubeconfig, running_agent, wait
-from fakes.apiserver import FakeApiServer
-from fakes.nodemanager import FakeNodeManager
+from kit.agentproc import kubeconfig, running_agent
+from kit.fakes.apiserver import FakeApiServer
+from kit.fakes.nodemanager import FakeNodeManager
+from kit.poll import wait
+from kit.ports import free_port
+from kit.realcg import RealRoot
 from prometheus_client.parser import text_string_to_metric_families
-from realcg import RealRoot
 from test_yarnlive_source import DYING_WITH_STATE, LIVE, LIVE_TOTAL, MIXED, cid
 
 from agent.api.client import AgentClient
@@ -33,14 +34,6 @@ FIX = Path(__file__).resolve().parent.parent / "fixtures"
 MIB = 1 << 20
 WITH_PROCESS = [cid(1, 1), cid(1, 2), cid(2, 1), cid(1, 4), cid(1, 5)]  # live ones and two dying ones
 EMPTY_CGROUP = [cid(1, 6)]  # DONE, its cgroup not removed yet
-
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
 
 
 def _scrape(port: int) -> dict[str, dict[tuple[tuple[str, str], ...], float]]:
@@ -76,7 +69,7 @@ def test_agent_process_reports_only_live_yarn_containers(real_root: RealRoot, tm
         real_root.spawn(real_root.mkcg(f"besteffort/hadoop-yarn/{c}"), ["sleep", "300"])
     for c in EMPTY_CGROUP:
         real_root.mkcg(f"besteffort/hadoop-yarn/{c}")
-    port = _free_port()
+    port = free_port()
     sock = tmp_path / "agent.sock"
     with FakeNodeManager(MIXED) as nm, FakeApiServer(FIX / "apiserver" / "node.json", {}) as api:
         cfg = {

@@ -13,8 +13,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from fakes.nodemanager import FakeNodeManager
-from realcg import RealRoot
+from kit.clock import FakeClock
+from kit.fakes.nodemanager import FakeNodeManager
+from kit.realcg import RealRoot
 
 from agent.config.sources import NodeManagerConfig
 from agent.sources.result import SourceResult
@@ -46,14 +47,6 @@ DYING_WITH_STATE = {cid(1, 4): "EXITED_WITH_SUCCESS", cid(1, 5): "KILLING", cid(
 LIVE_TOTAL = Resources(sum(v for v, _ in LIVE.values()) * 1000, sum(m for _, m in LIVE.values()) * MIB)
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def _cfg(url: str) -> NodeManagerConfig:
     return NodeManagerConfig(enabled=True, url=url, timeout_s=1.0, resync_s=1.0, stale_after_s=5.0,
                              priority=5000)
@@ -74,7 +67,7 @@ async def _read(fixture_dir: Path, children: Callable[[str], list[str]] = _no_cg
                 ) -> SourceResult:
     with FakeNodeManager(fixture_dir) as nm:
         kw: dict[str, object] = {} if capacity is None else {"capacity": capacity}
-        src = NodeManagerSource(_cfg(nm.url), Layout("cgroupfs"), children, clock=Clock(),
+        src = NodeManagerSource(_cfg(nm.url), Layout("cgroupfs"), children, clock=FakeClock(),
                                 cgroup_dir=cgroup_dir, **kw)  # type: ignore[arg-type]
         await src.refresh()
         assert nm.seen("GET", "/ws/v1/node/containers")
@@ -143,7 +136,7 @@ async def test_a_container_that_exits_leaves_the_ledger(tmp_path: Path) -> None:
     ledger = Ledger(LedgerConfig(node_id="node-a", state_path=None), boot_id="b", incarnation="i",
                     clock=lambda: 100.0)
     with FakeNodeManager(tmp_path) as nm:
-        src = NodeManagerSource(_cfg(nm.url), Layout("cgroupfs"), children, clock=Clock())
+        src = NodeManagerSource(_cfg(nm.url), Layout("cgroupfs"), children, clock=FakeClock())
         await src.refresh()
         ledger.sync(_snapshot(src.workloads().workloads), Resources(8000, 32 * GIB), 100.0)
         assert ledger.allocation(f"yarn/{exiting}") is not None

@@ -26,9 +26,9 @@ from typing import Any
 
 import pytest
 import yaml
-from fakes.kubelet import FakeKubelet
-from fakes.nodemanager import FakeNodeManager
-from realcg import RealRoot
+from kit.fakes.kubelet import FakeKubelet
+from kit.fakes.nodemanager import FakeNodeManager
+from kit.realcg import RealRoot
 from sikit import SI_VERSION, as_dict, parse_output
 
 from agent.api.client import AgentClient

@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 
 import pytest
-from realcg import RealRoot
+from kit.realcg import RealRoot
 
 from cgroups.discovery import discover
 

@@ -9,7 +9,7 @@ import sys
 import time
 
 import pytest
-from realcg import RealRoot
+from kit.realcg import RealRoot
 
 from cgroups.errors import InvalidValue
 from cgroups.reader import CgroupReader, cpu_milli

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from realcg import RealRoot
+from kit.realcg import RealRoot
 
 from cgroups.errors import CgroupError, CgroupGone
 from cgroups.parsers import parse_kv

@@ -9,7 +9,7 @@ import sys
 import time
 
 import pytest
-from realcg import RealRoot
+from kit.realcg import RealRoot
 
 from agent.config.agent import LoopConfig
 from agent.config.load import ConfigError

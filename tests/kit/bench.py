@@ -1,8 +1,7 @@
 """What every benchmark shares: the external programs it needs, checked before it starts, and its last line,
 printed only when every figure in it was measured.
 
-A bench is run as a script (`python bench/<name>.py`), so this directory is first on `sys.path` and
-`from benchkit import ...` finds this module.
+A bench is run as a script (`python bench/<name>.py`) and imports this as `kit.bench` (docs/testing.md).
 """
 
 from __future__ import annotations

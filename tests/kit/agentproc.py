@@ -2,24 +2,16 @@
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import yaml
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def agent_config(tmp_path: Path, root: str, port: int, **extra: Any) -> Path:
@@ -65,18 +57,6 @@ def metric(port: int, name: str, timeout: float = 5.0) -> float:
         if line.startswith((name + " ", name + "{")):
             return float(line.rsplit(" ", 1)[1])
     raise AssertionError(f"{name} not in /metrics")
-
-
-def wait(pred: Callable[[], bool], timeout: float) -> bool:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        try:
-            if pred():
-                return True
-        except OSError:
-            pass
-        time.sleep(0.1)
-    return False
 
 
 @contextmanager

@@ -26,13 +26,13 @@ import re
 from pathlib import Path
 from typing import Any
 
-from fakes.httpserver import Answer, FakeHttpServer, Recorded
+from kit.fakes.httpserver import Answer, FakeHttpServer, Recorded
 
 _EVICT = re.compile(r"^/api/v1/namespaces/([^/]+)/pods/([^/]+)/eviction$")
 _EVENTS = re.compile(r"^/api/v1/namespaces/([^/]+)/events$")
 _NODE = re.compile(r"^/api/v1/nodes/([^/]+)$")
 _KOORD = re.compile(r"^/apis/slo\.koordinator\.sh/v1alpha1/(nodemetrics|nodeslos)/([^/]+?)(/status)?$")
-CRDS = Path(__file__).resolve().parent.parent / "vendor" / "koordinator"
+CRDS = Path(__file__).resolve().parents[2] / "vendor" / "koordinator"
 _RFC3339 = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(Z|[+-]\d\d:\d\d)$")
 PATCH_TYPES = (
     "application/json-patch+json",

@@ -18,12 +18,12 @@ from pathlib import Path
 
 import grpc
 import yaml
-from apikit import cid
-from realcg import RealRoot
 
 from agent.api.coloc.v1 import agent_pb2 as pb
 from agent.api.coloc.v1 import agent_pb2_grpc as pb_grpc
 from agent.config.api import admin_socket_for
+from kit.api import cid
+from kit.realcg import RealRoot
 
 YARN = "besteffort/hadoop-yarn"
 

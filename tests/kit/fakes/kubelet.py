@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from fakes.httpserver import Answer, FakeHttpServer, Recorded
+from kit.fakes.httpserver import Answer, FakeHttpServer, Recorded
 
 
 class FakeKubelet(FakeHttpServer):
