@@ -1,11 +1,14 @@
-"""Shared fixtures. `real_root` gives a private, real cgroup hierarchy (see tests/realcg.py)."""
+"""Shared fixtures. `real_root` gives a private, real cgroup hierarchy (tests/kit/realcg.py); `systemd_pods`
+and `own_pods` lay pods out through systemd (tests/kit/systemd.py; only in the guest)."""
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
 
 import pytest
 from kit.realcg import CgroupsUnavailable, RealRoot, leftover_dirs, required
+from kit.systemd import SystemdPods
 
 
 @pytest.fixture(autouse=True)
@@ -34,3 +37,26 @@ def real_root() -> Iterator[RealRoot]:
         yield root
     finally:
         root.cleanup()
+
+
+def _laid_out(kubepods: str) -> Iterator[SystemdPods]:
+    node = SystemdPods(kubepods)
+    try:
+        yield node
+    finally:
+        node.cleanup()
+    left = node.leftovers()
+    if left:
+        pytest.fail(f"left below {node.root} after every unit was stopped: {', '.join(left)}")
+
+
+@pytest.fixture
+def systemd_pods() -> Iterator[SystemdPods]:
+    """Pods laid out by systemd below kubepods.slice; the test fails if anything is left below it."""
+    yield from _laid_out("kubepods")
+
+
+@pytest.fixture
+def own_pods() -> Iterator[SystemdPods]:
+    """The same below a kubepods slice of the test's own name (`kp<8 hex>`), apart from any other pods."""
+    yield from _laid_out(f"kp{uuid.uuid4().hex[:8]}")

@@ -18,11 +18,11 @@ import sys
 import urllib.error
 import urllib.request
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from unitkit import CGROUP2, KubeletSlices, read, systemctl, systemd_v2_host, wait
+from kit.poll import wait
+from kit.systemd import CGROUP2, SystemdPods, read, systemctl, systemd_v2_host
 
 pytestmark = pytest.mark.guest
 why_not = systemd_v2_host()
@@ -90,20 +90,11 @@ class Agent:
             raise AssertionError("the agent did not exit on SIGTERM within 90 s") from None
 
 
-@pytest.fixture
-def kubelet() -> Iterator[KubeletSlices]:
-    k = KubeletSlices("kubepods")  # the shipped config's name; the guest is thrown away after the run
-    try:
-        yield k
-    finally:
-        k.cleanup()
-
-
 def test_shipped_config_finds_the_systemd_tiers_suppresses_and_leaves_nothing_below_the_tier(
-        kubelet: KubeletSlices, tmp_path: Path) -> None:
-    kubelet.container("burstable", str(uuid.uuid4()))  # an HP pod
-    kubelet.container("besteffort", str(uuid.uuid4()), ["sh", "-c", "while :; do :; done"])
-    tier = kubelet.tier("besteffort")
+        systemd_pods: SystemdPods, tmp_path: Path) -> None:
+    systemd_pods.scope("burstable", str(uuid.uuid4()))  # an HP pod
+    systemd_pods.scope("besteffort", str(uuid.uuid4()), ["sh", "-c", "while :; do :; done"])
+    tier = systemd_pods.tier_rel("besteffort")
     before = _below(tier)
     every = _cpus(read("", "cpuset.cpus.effective"))
     agent = Agent(tmp_path / "agent.log")
@@ -117,7 +108,7 @@ def test_shipped_config_finds_the_systemd_tiers_suppresses_and_leaves_nothing_be
             (tmp_path / "agent.log").read_text()[-3000:]
         systemctl("daemon-reload")
         assert read(tier, "cpuset.cpus") == held, "daemon-reload undid the BE cpuset"
-        kubelet.container("besteffort", str(uuid.uuid4()))
+        systemd_pods.scope("besteffort", str(uuid.uuid4()))
         assert read(tier, "cpuset.cpus") == held, "a new pod's units undid the BE cpuset"
         rc = agent.stop()
     finally:

@@ -11,11 +11,11 @@ through systemd survives all three.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from unitkit import CGROUP2, KubeletSlices, read, systemctl, systemd_v2_host, wait, write
+from kit.poll import wait
+from kit.systemd import CGROUP2, SystemdPods, read, systemctl, systemd_v2_host, write
 
 from cgroups.discovery import Hierarchy
 from cgroups.systemd import SystemdUnits, cpu_mask
@@ -27,28 +27,19 @@ if why_not is not None:
     pytest.skip(f"needs the systemd + cgroup v2 guest: {why_not}", allow_module_level=True)
 
 
-@pytest.fixture
-def node() -> Iterator[KubeletSlices]:
-    k = KubeletSlices()
-    try:
-        yield k
-    finally:
-        k.cleanup()
-
-
-def _writer(k: KubeletSlices, units: bool) -> CgroupWriter:
+def _writer(k: SystemdPods, units: bool) -> CgroupWriter:
     return CgroupWriter(Hierarchy.v2(CGROUP2), k.root,
                         units=SystemdUnits("/" + k.root) if units else None)
 
 
-def _be_tier(k: KubeletSlices) -> str:
-    return k.tier("besteffort").split("/", 1)[1]  # relative to the kubepods root
+def _be_tier(k: SystemdPods) -> str:
+    return k.tier_rel("besteffort").split("/", 1)[1]  # relative to the kubepods root
 
 
-def test_systemd_puts_its_own_value_back_over_a_file_write(node: KubeletSlices) -> None:
+def test_systemd_puts_its_own_value_back_over_a_file_write(own_pods: SystemdPods) -> None:
     """Why the agent speaks systemd: a hand-written cpu.max / cpuset of a unit's cgroup is undone."""
-    node.container("besteffort", str(uuid.uuid4()))
-    tier = node.tier("besteffort")
+    own_pods.scope("besteffort", str(uuid.uuid4()))
+    tier = own_pods.tier_rel("besteffort")
     systemctl("set-property", "--runtime", tier.rsplit("/", 1)[1], "CPUQuota=80%")
     assert wait(lambda: read(tier, "cpu.max") == "80000 100000", 10)
     assert write(tier, "cpu.max", "20000 100000") is None
@@ -57,13 +48,13 @@ def test_systemd_puts_its_own_value_back_over_a_file_write(node: KubeletSlices) 
 
 
 def test_be_knobs_set_through_systemd_survive_reload_set_property_and_a_new_child(
-        node: KubeletSlices) -> None:
+        own_pods: SystemdPods) -> None:
     uid = str(uuid.uuid4())
-    node.container("besteffort", uid)
-    node.container("burstable", str(uuid.uuid4()))
-    w = _writer(node, units=True)
+    own_pods.scope("besteffort", uid)
+    own_pods.scope("burstable", str(uuid.uuid4()))
+    w = _writer(own_pods, units=True)
     assert w.units is not None and w.units.available()
-    tier_rel, tier = _be_tier(node), node.tier("besteffort")
+    tier_rel, tier = _be_tier(own_pods), own_pods.tier_rel("besteffort")
     assert w.units.owns(tier_rel)
     cut = {max(int(c) for c in read("", "cpuset.cpus.effective").replace("-", ",").split(","))}
     assert w.set_cpuset(tier_rel, cut, descendants=True)
@@ -83,7 +74,7 @@ def test_be_knobs_set_through_systemd_survive_reload_set_property_and_a_new_chil
     systemctl("set-property", "--runtime", tier.rsplit("/", 1)[1], "CPUWeight=1")
     assert wait(lambda: read(tier, "cpu.weight") == "1", 10)
     assert held() == want, "a set-property of another property undid a knob"
-    node.container("besteffort", str(uuid.uuid4()))  # a new pod slice and scope below the tier
+    own_pods.scope("besteffort", str(uuid.uuid4()))  # a new pod slice and scope below the tier
     assert held() == want, "a new child unit undid a knob"
     # v2: the pod slices and the runtime's delegated scopes below the tier were never written.
     below = [p / "cpuset.cpus" for p in (CGROUP2 / tier).rglob("*") if (p / "cpuset.cpus").exists()]
@@ -95,26 +86,26 @@ def test_be_knobs_set_through_systemd_survive_reload_set_property_and_a_new_chil
     assert read(tier, "cpu.max") == "max 100000"
 
 
-def test_a_file_only_writer_sees_systemd_undo_its_value_and_counts_it(node: KubeletSlices) -> None:
+def test_a_file_only_writer_sees_systemd_undo_its_value_and_counts_it(own_pods: SystemdPods) -> None:
     """Without systemd (units off) a reload undoes the value; setting it again is a re-assert, counted with
     the knob and the cgroup."""
-    node.container("besteffort", str(uuid.uuid4()))
-    tier = node.tier("besteffort")
+    own_pods.scope("besteffort", str(uuid.uuid4()))
+    tier = own_pods.tier_rel("besteffort")
     systemctl("set-property", "--runtime", tier.rsplit("/", 1)[1], "CPUQuota=90%")
     assert wait(lambda: read(tier, "cpu.max") == "90000 100000", 10)
-    w = _writer(node, units=False)
-    assert w.set_cpu_quota(_be_tier(node), 30_000, 100_000)
+    w = _writer(own_pods, units=False)
+    assert w.set_cpu_quota(_be_tier(own_pods), 30_000, 100_000)
     systemctl("daemon-reload")
     assert wait(lambda: read(tier, "cpu.max") == "90000 100000", 10)
-    assert w.set_cpu_quota(_be_tier(node), 30_000, 100_000)
+    assert w.set_cpu_quota(_be_tier(own_pods), 30_000, 100_000)
     assert read(tier, "cpu.max") == "30000 100000"
     seen = [(o.knob, o.cgroup, o.found) for o in w.overrides]
-    assert seen == [("cpu_quota", _be_tier(node), "90000 100000")]
+    assert seen == [("cpu_quota", _be_tier(own_pods), "90000 100000")]
 
 
-def test_an_idle_cgroup_refuses_the_kubelets_weight_write_on_v2(node: KubeletSlices) -> None:
+def test_an_idle_cgroup_refuses_the_kubelets_weight_write_on_v2(own_pods: SystemdPods) -> None:
     """The kernel fact behind the coexistence rule, on v2: cpu.weight is refused while cpu.idle is 1."""
-    pod = node.container("besteffort", str(uuid.uuid4())).rsplit("/", 1)[0]
+    pod = own_pods.scope("besteffort", str(uuid.uuid4())).rsplit("/", 1)[0]
     assert write(pod, "cpu.idle", "1") is None
     assert write(pod, "cpu.weight", "1") is not None
     assert write(pod, "cpu.idle", "0") is None
@@ -122,17 +113,17 @@ def test_an_idle_cgroup_refuses_the_kubelets_weight_write_on_v2(node: KubeletSli
 
 
 def test_a_value_written_while_systemd_did_not_answer_is_handed_to_systemd_once_it_does(
-        node: KubeletSlices, tmp_path: Path) -> None:
+        own_pods: SystemdPods, tmp_path: Path) -> None:
     """Seen in CI: systemd did not answer the agent's first calls (a busy, emulated guest), the BE cpuset
     went to the file alone, and every later tick found the file already right and skipped it, so systemd
     never held it and would put its own value back at the next reload. A value written to the file alone
     where systemd should hold it is handed to systemd at the next set once systemd answers."""
-    node.container("besteffort", str(uuid.uuid4()))
-    tier_rel, tier = _be_tier(node), node.tier("besteffort")
+    own_pods.scope("besteffort", str(uuid.uuid4()))
+    tier_rel, tier = _be_tier(own_pods), own_pods.tier_rel("besteffort")
     systemctl("set-property", "--runtime", tier.rsplit("/", 1)[1], "CPUQuota=90%")
     assert wait(lambda: read(tier, "cpu.max") == "90000 100000", 10)
-    units = SystemdUnits("/" + node.root, socket_path=str(tmp_path / "no-systemd-here"), retry_s=0.0)
-    w = CgroupWriter(Hierarchy.v2(CGROUP2), node.root, units=units)
+    units = SystemdUnits("/" + own_pods.root, socket_path=str(tmp_path / "no-systemd-here"), retry_s=0.0)
+    w = CgroupWriter(Hierarchy.v2(CGROUP2), own_pods.root, units=units)
     assert w.set_cpu_quota(tier_rel, 30_000, 100_000)  # systemd unreachable: the file alone
     assert read(tier, "cpu.max") == "30000 100000"
     assert w.stats.systemd_sets == 0

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import replace
 
 import pytest
-from systemdkit import SystemdPods
+from kit.systemd import SystemdPods
 
 from agent.api.coloc.v1 import agent_pb2 as pb
 from agent.cli.status import render

@@ -7,7 +7,7 @@ import secrets
 import uuid
 
 import pytest
-from systemdkit import CGROUP2, SystemdPods
+from kit.systemd import CGROUP2, SystemdPods
 
 from cgroups.discovery import detect_driver, discover, resolve_root
 from cgroups.layout import Identity, Layout

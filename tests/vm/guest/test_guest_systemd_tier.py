@@ -4,7 +4,7 @@ controller on a unit's path only when a unit asks for it."""
 from __future__ import annotations
 
 import pytest
-from systemdkit import CGROUP2, KUBEPODS, SystemdPods
+from kit.systemd import CGROUP2, KUBEPODS, SystemdPods
 
 from cgroups.discovery import discover
 from cgroups.systemd import SystemdUnits
