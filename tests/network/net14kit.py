@@ -25,23 +25,15 @@ import json
 import os
 import re
 import shutil
-import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
 import pytest
+from kit.egress import BE4, FAR4, HP4, sh
 
-HP4, BE4, HP6, BE6 = "198.18.0.1", "198.18.0.2", "2001:db8:14::1", "2001:db8:14::2"
-FAR4, FAR6 = "198.18.0.100", "2001:db8:14::100"
+HP6, BE6, FAR6 = "2001:db8:14::1", "2001:db8:14::2", "2001:db8:14::100"  # IPv4: kit.egress's
 _seq = itertools.count()
-
-
-def sh(*cmd: str, check: bool = True, timeout: float = 30) -> str:
-    r = subprocess.run(list(cmd), capture_output=True, text=True, timeout=timeout, check=False)
-    if check and r.returncode:
-        raise RuntimeError(f"{' '.join(cmd)}: rc={r.returncode} {r.stderr.strip()}")
-    return r.stdout
 
 
 @dataclass(frozen=True)

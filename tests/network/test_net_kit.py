@@ -10,7 +10,8 @@ import sys
 import time
 
 import pytest
-from net14kit import BE4, BE6, FAR4, FAR6, HP4, HP6, Topo, sh, topology
+from kit.egress import sh
+from net14kit import BE4, BE6, FAR4, FAR6, HP4, HP6, Topo, topology
 
 pytestmark = [pytest.mark.xdist_group("net")]
 

@@ -2,7 +2,8 @@
 "node" namespace to servers in a peer namespace, over a veth whose link capacity is the HTB link class
 (100 Mbit/s: this loaded 2-core machine does not push 400 Mbit/s through iperf3 reliably). The closed loop
 is the agent's own pieces (EgressShaper reading and applying, NetworkPolicy deciding each 1 s tick), run by
-`bench/network.py`'s `case`. Namespaces, processes and the tree are removed also when the test fails."""
+`case` of tests/kit/egress.py, as `bench/network.py` runs it. Namespaces, processes and the tree are removed
+also when the test fails."""
 
 from __future__ import annotations
 
@@ -10,28 +11,24 @@ import asyncio
 import math
 import os
 import shutil
-import sys
-from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-import network as bench
+from kit import egress
 
 pytestmark = [pytest.mark.slow, pytest.mark.timing]
 
 
 @pytest.mark.skipif(os.geteuid() != 0 or shutil.which("iperf3") is None, reason="needs root and iperf3")
 def test_hp_keeps_the_link_be_held_low_then_rises_within_two_intervals() -> None:
-    t = bench.Topology()
+    t = egress.Topology()
     t.node, t.peer = f"{t.node}-t", f"{t.peer}-t"
     t.down()
     try:
         t.up()
-        r = asyncio.run(bench.case(t, link_mbit=100.0, phase=4.0, interval=1.0))
+        r = asyncio.run(egress.case(t, link_mbit=100.0, phase=4.0, interval=1.0))
     finally:
         t.down()
-    left = [ns for ns in bench.sh("ip", "netns", "list").split() if ns in (t.node, t.peer)]
+    left = [ns for ns in egress.sh("ip", "netns", "list").split() if ns in (t.node, t.peer)]
     assert not left
     figures = {k: v for k, v in r.items() if k != "_series"}
     # both saturating: HP keeps >= 85 % of the link, BE is held near its low share (10 %, its guarantee)
