@@ -14,8 +14,10 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
+from kit.bench import finish
 
 REPO = Path(__file__).resolve().parents[2]
 BENCH = REPO / "bench"
@@ -49,6 +51,12 @@ def run_bench(bench: str, path: str) -> tuple[subprocess.CompletedProcess[str], 
     return run, time.monotonic() - start
 
 
+class Finished(NamedTuple):
+    returncode: int
+    stdout: str
+    stderr: str
+
+
 def netns_names() -> set[str]:
     if shutil.which("ip") is None:
         return set()
@@ -79,30 +87,24 @@ def test_every_bench_names_each_program_it_lacks(bench: str, tmp_path: Path) -> 
     assert not run.stdout.strip(), run.stdout[-500:]
 
 
-FINISH = """
-import json, sys
-from kit.bench import finish
-sys.exit(finish("bench/x.py", json.loads(sys.argv[1]), sys.argv[2:]))
-"""
+def finished(capsys: pytest.CaptureFixture[str], figures: str, *required: str) -> Finished:
+    """`finish` of kit.bench on `figures` (JSON, NaN and Infinity allowed): its status and what it printed."""
+    code = finish("bench/x.py", json.loads(figures), required)
+    out, err = capsys.readouterr()
+    return Finished(code, out, err)
 
 
-def finish(figures: str, *required: str) -> subprocess.CompletedProcess[str]:
-    # `-c` puts the current directory first on sys.path, as running a bench puts bench/ there
-    return subprocess.run([sys.executable, "-c", FINISH, figures, *required], cwd=BENCH, capture_output=True,
-                          text=True, timeout=60, check=False)
-
-
-def test_a_figure_that_was_not_measured_fails_the_bench_by_name() -> None:
-    nan = finish('{"p99_ms": NaN, "ok": 1.5, "per_case": {"a": [1, Infinity]}}')
+def test_a_figure_that_was_not_measured_fails_the_bench_by_name(capsys: pytest.CaptureFixture[str]) -> None:
+    nan = finished(capsys, '{"p99_ms": NaN, "ok": 1.5, "per_case": {"a": [1, Infinity]}}')
     assert nan.returncode == 1
     assert not nan.stdout.strip(), f"figures printed although some were not measured: {nan.stdout}"
     assert "p99_ms" in nan.stderr and "per_case.a[1]" in nan.stderr and "ok" not in nan.stderr.split(":")[1]
     assert "NaN" not in nan.stderr and "Infinity" not in nan.stderr
 
-    empty = finish('{"ceiling_change_s": null, "share": 0.8}', "ceiling_change_s", "share")
+    empty = finished(capsys, '{"ceiling_change_s": null, "share": 0.8}', "ceiling_change_s", "share")
     assert empty.returncode == 1 and "ceiling_change_s" in empty.stderr and not empty.stdout.strip()
 
-    good = finish('{"share": 0.8, "changes": 3, "met": true, "note": null}', "share", "changes")
+    good = finished(capsys, '{"share": 0.8, "changes": 3, "met": true, "note": null}', "share", "changes")
     assert good.returncode == 0, good.stderr
     assert json.loads(good.stdout.strip().splitlines()[-1]) == {"share": 0.8, "changes": 3, "met": True,
                                                                  "note": None}
