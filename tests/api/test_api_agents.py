@@ -14,6 +14,7 @@ import grpc
 import pytest
 from kit.api import Mirror, app_id, cid, short_dir
 from kit.fleet import Agent, stop_all
+from kit.poll import until
 from kit.realcg import RealRoot
 
 from agent.api.client import AgentCallError, AgentClient, Marker
@@ -60,17 +61,6 @@ async def ack(c: AgentClient, epoch: int = 1) -> LedgerView:
     return view
 
 
-async def until(pred: Callable[[], object], timeout: float = 5.0) -> None:
-    """Poll `pred` (plain or async) until it holds."""
-    deadline = asyncio.get_running_loop().time() + timeout
-    while True:
-        ok = pred()
-        if asyncio.iscoroutine(ok):
-            ok = await ok
-        if ok:
-            return
-        assert asyncio.get_running_loop().time() < deadline, "condition not reached in time"
-        await asyncio.sleep(0.02)
 
 
 async def churn(agent: Agent, c: AgentClient, stop: asyncio.Event, rng: random.Random) -> dict[str, int]:
@@ -119,7 +109,7 @@ async def test_snapshot_and_watch_agree_at_every_revision_under_churn(make_agent
         async def sample() -> None:
             while not stop.is_set():
                 snap = await sampler.get_snapshot()
-                await until(lambda s=snap: mirror.revision >= s.revision)
+                assert await until(lambda s=snap: mirror.revision >= s.revision, 5), "not reached in time"
                 assert mirror.state_at(snap.revision) == Mirror.of(snap), (
                     f"differs at revision {snap.revision}"
                 )
@@ -136,7 +126,7 @@ async def test_snapshot_and_watch_agree_at_every_revision_under_churn(make_agent
             await stream.aclose()
             end = items[-1]
             assert isinstance(end, Marker) and end.initial_sync_end
-            await until(lambda: mirror.revision >= end.revision)
+            assert await until(lambda: mirror.revision >= end.revision, 5), "condition not reached in time"
             node, apps, allocs = mirror.state_at(end.revision)
             got = items[:-1]
             assert got[0].obj == node  # type: ignore[attr-defined]
@@ -151,7 +141,7 @@ async def test_snapshot_and_watch_agree_at_every_revision_under_churn(make_agent
         stats = await _timed_churn(agent, c, stop, 2.5)
         await asyncio.wait_for(asyncio.gather(*tasks), 30)
         final = await sampler.get_snapshot()
-        await until(lambda: mirror.revision >= final.revision)
+        assert await until(lambda: mirror.revision >= final.revision, 5), "condition not reached in time"
         assert mirror.state_at(final.revision) == Mirror.of(final)
     assert len(checked) >= 30, (f"only {len(checked)} distinct revisions compared", mirror.revision, stats)
     assert mirror.revision > 200 and stats["created"] > 50 and stats["admitted"] > 5, (mirror.revision, stats)
@@ -210,7 +200,7 @@ async def test_ring_overflow_gives_out_of_range_and_a_resnapshot_recovers(make_a
         async def all_seen() -> bool:
             return len((await c.get_snapshot()).allocations) == 40
 
-        await until(all_seen)
+        assert await until(all_seen, 5), "condition not reached in time"
         view = await c.get_snapshot()
         assert len(view.allocations) == 40 and view.oldest_watchable_revision > first.revision
         with pytest.raises(AgentCallError) as err:
@@ -305,14 +295,14 @@ async def test_admit_refuses_when_full_and_is_idempotent(make_agent: Factory) ->
             a = {x.key: x for x in (await c.get_snapshot()).allocations}.get(f"yarn/{cid(1, 1)}")
             return a is not None and a.phase is Phase.RUNNING and a.resources.milli_cpu == big
 
-        await until(running)
+        assert await until(running, 5), "condition not reached in time"
         assert not (await c.admit(req(1, 2, cpu=400), 1)).accepted
         agent.remove_container(f"yarn/{cid(1, 1)}")  # it ends: the capacity is free again
 
         async def gone() -> bool:
             return not (await c.get_snapshot()).allocations
 
-        await until(gone)
+        assert await until(gone, 5), "condition not reached in time"
         assert (await c.admit(req(1, 2, cpu=400), 1)).accepted
 
 

@@ -4,11 +4,8 @@ cgroup root, and a poll with a deadline."""
 
 from __future__ import annotations
 
-import asyncio
 import copy
 import json
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -66,17 +63,6 @@ def controller(url: str, writer: CgroupWriter, *, resync_s: float = 30.0, watch:
     return ctl, kubelet
 
 
-async def until(pred: Callable[[], bool], timeout: float = 10.0, what: str = "") -> None:
-    """Poll `pred` (on the event loop, so the controller runs meanwhile) until true or the deadline."""
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        try:
-            if pred():
-                return
-        except OSError:
-            pass
-        await asyncio.sleep(0.01)
-    raise AssertionError(f"not within {timeout}s: {what}")
 
 
 def read(path: Path) -> str:

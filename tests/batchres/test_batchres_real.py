@@ -14,8 +14,9 @@ import time
 from pathlib import Path
 
 import pytest
-from batchkit import CONTAINER, MI, POD, UID, be_pod, controller, read, until, write_list
+from batchkit import CONTAINER, MI, POD, UID, be_pod, controller, read, write_list
 from kit.fakes.kubelet import FakeKubelet
+from kit.poll import until
 from kit.realcg import RealRoot
 from prometheus_client import CollectorRegistry
 
@@ -58,15 +59,15 @@ async def test_a_new_be_pod_gets_the_formulas_values_at_pod_and_container_level(
         stop = asyncio.Event()
         task = asyncio.create_task(ctl.run(stop))
         try:
-            await until(lambda: ctl.watching, what="the controller watches the BE tier")
+            assert await until(lambda: ctl.watching), "the controller watches the BE tier"
             real_root.mkcg(POD)
             _kubelet_be(real_root, POD)
             # 500/1000 batch-cpu, 256Mi/512Mi batch-memory, one container
             want = (512, 100_000, 100_000, 512 * MI)
-            await until(lambda: _limits(real_root, POD) == want, what=f"pod limits {want}")
+            assert await until(lambda: _limits(real_root, POD) == want), f"pod limits {want}"
             real_root.mkcg(CONTAINER)
-            await until(lambda: _limits(real_root, CONTAINER) == want, what=f"container limits {want}")
-            await until(lambda: ctl.fetches >= 2, what="each creation fetches the pod list at once")
+            assert await until(lambda: _limits(real_root, CONTAINER) == want), f"container limits {want}"
+            assert await until(lambda: ctl.fetches >= 2), "each creation fetches the pod list at once"
             enforced = ctl.executor.enforced[f"k8s/{UID}"]
             assert enforced.source == "spec" and [c.rel for c in enforced.containers] == [CONTAINER]
             registry = CollectorRegistry()

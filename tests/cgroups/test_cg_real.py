@@ -11,10 +11,10 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from kit.poll import wait
 from kit.realcg import RealRoot
 
 from cgroups.errors import CgroupBusy, CgroupError, CgroupGone, InvalidValue
@@ -34,15 +34,6 @@ def _window(reader: CgroupReader, rel: str, seconds: float) -> tuple[CgroupSampl
     first = reader.sample(rel)
     time.sleep(seconds)
     return first, reader.sample(rel)
-
-
-def _until(cond: Callable[[], bool], timeout: float = 5.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return True
-        time.sleep(0.02)
-    return cond()
 
 
 def _v1(real_root: RealRoot, *ctrls: str) -> None:
@@ -180,7 +171,7 @@ def test_freeze_then_kill_all_on_v1(real_root: RealRoot) -> None:
     writer = CgroupWriter(real_root.hierarchy, real_root.name)
     reader = CgroupReader(real_root.hierarchy, real_root.name)
     assert writer.freeze(rel)
-    assert _until(lambda: writer.freezer_state(rel) == "FROZEN")
+    assert wait(lambda: writer.freezer_state(rel) == "FROZEN")
     first, second = _window(reader, rel, 0.3)
     assert second.cpu_usage_ns - first.cpu_usage_ns < 20_000_000  # frozen: (almost) no CPU
     os.kill(proc.pid, signal.SIGKILL)  # the kernel fact kill_all works around:
@@ -189,7 +180,7 @@ def test_freeze_then_kill_all_on_v1(real_root: RealRoot) -> None:
     assert writer.kill_all(rel) == 1
     assert proc.wait(timeout=5) == -signal.SIGKILL
     assert writer.freezer_state(rel) == "THAWED"
-    assert _until(lambda: reader.pids(rel) == [])
+    assert wait(lambda: reader.pids(rel) == [])
 
 
 def test_kill_all_signals_every_member(real_root: RealRoot) -> None:
@@ -235,7 +226,7 @@ def test_mkdir_and_rmdir_everywhere(real_root: RealRoot) -> None:
         writer.rmdir("besteffort/a/b")
     proc.kill()
     proc.wait()
-    assert _until(lambda: not (real_root.path("cpu", "besteffort/a/b") / "cgroup.procs").read_text())
+    assert wait(lambda: not (real_root.path("cpu", "besteffort/a/b") / "cgroup.procs").read_text())
     assert writer.rmdir("besteffort", recursive=True)
     assert not any(d.exists() for d in real_root.dirs("besteffort"))
 
@@ -291,7 +282,7 @@ def test_single_file_reads_agree_with_sample_and_see_a_cgroup_go_and_come_back(r
         assert parse_psi(raw).some_total_us == parse_psi(s.cpu_psi_raw).some_total_us
     sleeper.kill()
     sleeper.wait()
-    assert _until(lambda: not real_root.pids(rel))
+    assert wait(lambda: not real_root.pids(rel))
     writer = CgroupWriter(real_root.hierarchy, real_root.name)
     writer.rmdir(rel)
     with pytest.raises(CgroupGone):  # the kept descriptor is dead, and no cgroup of that name is there
@@ -358,7 +349,7 @@ def test_v1_reads_agree_with_cgroupspy(real_root: RealRoot) -> None:
     rel = real_root.mkcg("besteffort/oracle")
     proc = real_root.spawn(rel, [sys.executable, "-c", "import time\nx = b'x' * (8 << 20)\ntime.sleep(60)"])
     reader = CgroupReader(real_root.hierarchy, real_root.name)
-    assert _until(lambda: (reader.sample(rel).memory_usage_bytes or 0) >= 8 << 20)
+    assert wait(lambda: (reader.sample(rel).memory_usage_bytes or 0) >= 8 << 20)
     time.sleep(0.2)  # let it settle into its sleep, so the counters hold still
     tree = trees.Tree(groups=["cpu", "cpuacct", "memory"])
     node = {

@@ -18,6 +18,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
+from kit.poll import until
 from kit.realcg import CgroupsUnavailable, RealRoot, required
 
 from agent.api.coloc.v1 import agent_pb2 as pb
@@ -56,15 +57,6 @@ def _reported_modes(rt: Runtime) -> tuple[dict[str, float], str]:
                                    fast_path_reason=pub.fast_path_reason))
 
 
-async def _wait_for(pred: Callable[[], bool], timeout: float) -> bool:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if pred():
-            return True
-        await asyncio.sleep(0.05)
-    return pred()
-
-
 async def _run(rt: Runtime, body: Callable[[], Awaitable[None]]) -> None:
     stop = asyncio.Event()
     task = asyncio.create_task(rt.loop.run(stop))
@@ -99,7 +91,7 @@ async def test_a_cpu_hog_stalling_hp_wakes_the_loop_through_a_psi_trigger(real_r
     hp_pressure = str(real_root.path("unified", "hp") / "cpu.pressure")
 
     async def body() -> None:
-        registered = await _wait_for(
+        registered = await until(
             lambda: rt.loop.waker is not None and hp_pressure in rt.loop.waker.paths, 10)
         assert rt.loop.mode == PSI_TRIGGER, rt.loop.mode_reason
         assert registered, "no trigger on the HP cgroup's cpu.pressure"
@@ -115,8 +107,8 @@ async def test_a_cpu_hog_stalling_hp_wakes_the_loop_through_a_psi_trigger(real_r
         for _ in range(2 * (os.cpu_count() or 2)):
             real_root.spawn("besteffort/hog", BUSY)
         # A 2 s window is evaluated on the kernel's 2 s averaging clock: the event comes within ~2-4 s.
-        assert await _wait_for(lambda: waker.events > events0, 8), "the kernel never signalled HP's stall"
-        assert await _wait_for(lambda: rt.loop.psi_wakeups > psi0, 2), "the PSI event did not wake the loop"
+        assert await until(lambda: waker.events > events0, 8), "the kernel never signalled HP's stall"
+        assert await until(lambda: rt.loop.psi_wakeups > psi0, 2), "the PSI event did not wake the loop"
 
     await _run(rt, body)
 
@@ -134,7 +126,7 @@ async def test_a_removed_cgroup_drops_its_trigger(real_root: RealRoot) -> None:
         waker.sync([path])
         assert waker.paths == [path]
         os.rmdir(real_root.path("unified", "gone"))
-        assert await _wait_for(lambda: not waker.paths, 3), "the trigger of a removed cgroup was kept"
+        assert await until(lambda: not waker.paths, 3), "the trigger of a removed cgroup was kept"
         assert not woken, "a removed cgroup is no stall"
     finally:
         waker.close()
@@ -148,12 +140,12 @@ async def test_without_cgroup2_psi_the_fast_path_polls_adaptively() -> None:
         rt = build(_config(root.name, "some 20000 500000"))
 
         async def body() -> None:
-            assert await _wait_for(lambda: rt.board.get() is not None, 5)
+            assert await until(lambda: rt.board.get() is not None, 5)
             await asyncio.sleep(0.3)  # the fast path has started and chosen its mode
             assert rt.loop.mode == ADAPTIVE_POLL
             assert "cpu.pressure" in rt.loop.mode_reason
             assert rt.loop.waker is None
-            assert await _wait_for(
+            assert await until(
                 lambda: (p := rt.board.get()) is not None and p.fast_path_mode == ADAPTIVE_POLL, 3)
             gauge, status = _reported_modes(rt)
             assert gauge == {"psi-trigger": 0, "adaptive-poll": 1, "off": 0}

@@ -260,7 +260,7 @@ def root_mount_options(pid: int) -> list[str]:
     raise AssertionError(f"process {pid} has no root mount")
 
 
-def wait_for(pred: Callable[[], bool], timeout: float, proc: subprocess.Popen[bytes], log: Path) -> None:
+def wait_alive(pred: Callable[[], bool], timeout: float, proc: subprocess.Popen[bytes], log: Path) -> None:
     end = time.monotonic() + timeout
     while time.monotonic() < end:
         if proc.poll() is not None:
@@ -351,7 +351,7 @@ def check_paths(ct: Container, config_yaml: str, tmp: Path) -> AgentConfig:
 def run_and_stop(proc: subprocess.Popen[bytes], ct: Container, cfg: AgentConfig, port: int, log: Path,
                  real_root: RealRoot, before: dict[str, str]) -> None:
     launched = time.monotonic()
-    wait_for(lambda: readyz(port)[0] == 200, 60, proc, log)
+    wait_alive(lambda: readyz(port)[0] == 200, 60, proc, log)
     ready_s = time.monotonic() - launched
     code, body = readyz(port)
     assert code == 200 and body["status"] == "ready", body
@@ -374,7 +374,7 @@ def run_and_stop(proc: subprocess.Popen[bytes], ct: Container, cfg: AgentConfig,
         now = knobs(real_root)
         return {k for k in be_knobs(now, real_root) if now[k] != before.get(k)}
 
-    wait_for(lambda: wanted <= changed(), 30, proc, log)
+    wait_alive(lambda: wanted <= changed(), 30, proc, log)
     suppressed = changed()
     assert not any(k.endswith("/cpu.idle") for k in suppressed), suppressed
 

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 import yaml
+from kit.poll import wait
 from kit.realcg import RealRoot
 
 from agent.api.client import AgentClient
@@ -41,15 +42,6 @@ def _config(tmp_path: Path, root: str) -> Path:
     return path
 
 
-def _wait(pred: Callable[[], bool], timeout: float) -> bool:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if pred():
-            return True
-        time.sleep(0.05)
-    return False
-
-
 class Agent:
     """The agent process; `start` again after `kill` is a restart on the same state file and socket."""
 
@@ -65,7 +57,7 @@ class Agent:
         log = (self.tmp / "agent.log").open("a")
         self.proc = subprocess.Popen([sys.executable, "-m", "agent.cli", "run", "--config", str(self.config)],
                                      stdout=log, stderr=log)
-        assert _wait(Path(self.sock).exists, 20), self.log()
+        assert wait(Path(self.sock).exists, 20), self.log()
 
     def log(self) -> str:
         return (self.tmp / "agent.log").read_text()
@@ -152,7 +144,7 @@ def test_graceful_drain_lets_short_work_finish_evicts_the_rest_at_the_deadline_t
     procs = {"short": real_root.spawn("besteffort/short", ["sleep", "2"]),
              "mid": real_root.spawn("besteffort/mid", ["sleep", "4"]),
              "long": real_root.spawn("besteffort/long", ["sleep", "60"])}
-    assert _wait(lambda: _allocations(agent) == 3, 10), agent.log()
+    assert wait(lambda: _allocations(agent) == 3, 10), agent.log()
     allocatable = agent.status().node.batch_allocatable
     assert allocatable.milli_cpu > 0
     watcher = Watcher(agent.sock)
@@ -175,7 +167,7 @@ def test_graceful_drain_lets_short_work_finish_evicts_the_rest_at_the_deadline_t
         assert any("DECOMMISSIONING" in ln and "3 allocation(s) left" in ln for ln in lines), done.stdout
         assert any(" 1 allocation(s) left" in ln for ln in lines), "progress showed the count going down"
         # Watchers heard the notice with the absolute deadline.
-        assert _wait(lambda: any(dict(n.fields).get("outcome") == "timed_out"
+        assert wait(lambda: any(dict(n.fields).get("outcome") == "timed_out"
                                  for n in watcher.notices("drain")), 5)
         first = watcher.notices("drain")[0]
         assert dict(first.fields)["deadline_unix_ms"] == str(st.node.drain.deadline_unix_ms)
@@ -183,7 +175,7 @@ def test_graceful_drain_lets_short_work_finish_evicts_the_rest_at_the_deadline_t
 
         rc = agent.cli("recommission")
         assert rc.returncode == 0 and "SCHEDULABLE" in rc.stdout, rc.stdout + rc.stderr
-        assert _wait(lambda: bool(watcher.nodes("recommission")), 5)
+        assert wait(lambda: bool(watcher.nodes("recommission")), 5)
         assert watcher.nodes("recommission")[0].batch_allocatable.milli_cpu == allocatable.milli_cpu
         assert agent.status().node.lifecycle == pb.LIFECYCLE_SCHEDULABLE
     finally:
@@ -195,7 +187,7 @@ def test_sigkill_mid_drain_resumes_with_the_same_deadline_and_a_passed_deadline_
     agent.start()
     real_root.mkcg("besteffort/long")
     proc = real_root.spawn("besteffort/long", ["sleep", "60"])
-    assert _wait(lambda: _allocations(agent) == 1, 10), agent.log()
+    assert wait(lambda: _allocations(agent) == 1, 10), agent.log()
     epoch = 3
     resp: pb.DrainResponse = agent.call(lambda c: c.drain(epoch, graceful=True, timeout_s=4,
                                                           request_id="d-1"))
@@ -214,11 +206,11 @@ def test_sigkill_mid_drain_resumes_with_the_same_deadline_and_a_passed_deadline_
     assert again.drain.deadline_unix_ms == deadline_ms
 
     agent.kill()
-    assert _wait(lambda: time.time() > deadline_ms / 1000 + 1, 10)
+    assert wait(lambda: time.time() > deadline_ms / 1000 + 1, 10)
     assert proc.poll() is None, "nobody evicted while the agent was down"
     started = time.time()
     agent.start()
     assert proc.wait(10) < 0, "the passed deadline was acted on at start"
     assert time.time() - started < 8
-    assert _wait(lambda: agent.status().node.lifecycle == pb.LIFECYCLE_DECOMMISSIONED, 10), agent.log()
+    assert wait(lambda: agent.status().node.lifecycle == pb.LIFECYCLE_DECOMMISSIONED, 10), agent.log()
     assert agent.status().node.drain.phase == pb.DRAIN_PHASE_TIMED_OUT

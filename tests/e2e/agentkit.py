@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -55,14 +55,6 @@ def start_runtime(real_root: RealRoot, **kw: object) -> Runtime:
     return build(agent_config(real_root.name, **kw))  # type: ignore[arg-type]
 
 
-async def wait_for(pred: Callable[[], bool], timeout: float, poll: float = 0.01) -> float | None:
-    """Seconds until `pred()` holds, or None after `timeout`."""
-    start = time.monotonic()
-    while time.monotonic() - start < timeout:
-        if pred():
-            return time.monotonic() - start
-        await asyncio.sleep(poll)
-    return None
 
 
 def spawn_hp(real_root: RealRoot, rel: str, threads: int, counter: Path) -> None:

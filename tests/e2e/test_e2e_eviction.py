@@ -14,7 +14,8 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from agentkit import agent_config, running, wait_for
+from agentkit import agent_config, running
+from kit.poll import wait_for
 from kit.realcg import RealRoot
 
 from agent.config.sources import NodeManagerConfig

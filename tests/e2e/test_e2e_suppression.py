@@ -12,7 +12,8 @@ import time
 from pathlib import Path
 
 import pytest
-from agentkit import read_quota_milli, running, spawn_hp, start_runtime, throughput, wait_for
+from agentkit import read_quota_milli, running, spawn_hp, start_runtime, throughput
+from kit.poll import wait_for
 from kit.realcg import RealRoot
 
 from agent.demo.spawn import workload_argv

@@ -6,11 +6,10 @@ koord-manager subtracts from the origin, other allocators' `koord-batch` entries
 
 from __future__ import annotations
 
-import asyncio
 import json
 import shutil
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +20,7 @@ import yaml
 from kit.agentproc import kubeconfig, running_agent
 from kit.fakes.apiserver import FakeApiServer
 from kit.fakes.kubelet import FakeKubelet
+from kit.poll import until
 from kit.realcg import RealRoot
 from test_k8s_overcommit_e2e import FIX, _podlist
 
@@ -109,15 +109,6 @@ def req(seq: int, cpu: int, mem: int = 64 << 20) -> AdmitRequest:
                         resources=Resources(cpu, mem), request_id=f"r-{seq}")
 
 
-async def until(pred: Any, timeout: float, what: str | Callable[[], str]) -> Any:
-    """Poll the async `pred` until it returns something true; that value."""
-    deadline = asyncio.get_running_loop().time() + timeout
-    while True:
-        got = await pred()
-        if got:
-            return got
-        assert asyncio.get_running_loop().time() < deadline, what if isinstance(what, str) else what()
-        await asyncio.sleep(0.1)
 
 
 async def ready(c: AgentClient, node: Node) -> None:
@@ -129,7 +120,7 @@ async def ready(c: AgentClient, node: Node) -> None:
             return False
         return True
 
-    await until(started, 30, lambda: "the agent's API did not come up: " + node.log.read_text()[-3000:])
+    assert await until(started, 30), "the agent's API did not come up: " + node.log.read_text()[-3000:]
     view = await c.get_snapshot()
     await c.ack_recovery(1, view.identity.incarnation, view.revision)
 
@@ -137,7 +128,7 @@ async def ready(c: AgentClient, node: Node) -> None:
         snap = await c.get_snapshot()
         return len([a for a in snap.allocations if a.source is Source.K8S]) == len(PODS)
 
-    await until(pods_seen, 20, lambda: "the kubelet's pods were not read: " + node.log.read_text()[-2000:])
+    assert await until(pods_seen, 20), "the kubelet's pods were not read: " + node.log.read_text()[-2000:]
 
 
 async def test_other_allocators_koord_batch_entries_are_allocated(real_root: RealRoot,
@@ -153,7 +144,7 @@ async def test_other_allocators_koord_batch_entries_are_allocated(real_root: Rea
             async def origin_read() -> bool:
                 return (await c.get_snapshot()).node.batch_allocatable.milli_cpu > 0
 
-            await until(origin_read, 10, "no batch origin")
+            assert await until(origin_read, 10), "no batch origin"
             snap = await c.get_snapshot()
             assert snap.node.batch_allocatable == Resources(6000, 30 * GIB), "origin - the other allocator"
             r = await c.admit(req(1, cpu=1500), 1)
@@ -179,7 +170,8 @@ async def test_a_stale_source_refuses_admissions_with_the_reason(real_root: Real
                 r = await c.admit(req(next(tries), cpu=1), 1)
                 return None if r.accepted else r
 
-            r = await until(refused, 10, "admitted on a stale kubelet source")
+            r = await until(refused, 10)
+            assert r, "admitted on a stale kubelet source"
             assert r.refusal is Refusal.BUDGET_UNKNOWN, r
             assert "stale" in r.message and "kubelet" in r.message, r.message
             keys = [a.key for a in (await c.get_snapshot()).allocations]
@@ -189,7 +181,7 @@ async def test_a_stale_source_refuses_admissions_with_the_reason(real_root: Real
             async def accepted() -> bool:
                 return (await c.admit(req(2, cpu=500), 1)).accepted
 
-            await until(accepted, 10, "still refused once the kubelet answered again")
+            assert await until(accepted, 10), "still refused once the kubelet answered again"
 
 
 async def test_an_unknown_origin_refuses_admissions_with_the_reason(real_root: RealRoot,
@@ -221,6 +213,7 @@ async def test_a_held_origin_refuses_admissions_with_the_reason(real_root: RealR
                 r = await c.admit(req(next(tries), cpu=1), 1)
                 return None if r.accepted else r
 
-            r = await until(refused, 15, "admitted against a held origin")  # the Node is read every 10 s
+            r = await until(refused, 15)  # the Node is read every 10 s
+            assert r, "admitted against a held origin"
             assert r.refusal is Refusal.BUDGET_UNKNOWN, r
             assert "origin held" in r.message and "dropped" in r.message, r.message

@@ -8,12 +8,12 @@ import json
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import yaml
+from kit.poll import wait
 from kit.ports import free_port
 from kit.realcg import RealRoot
 from promserver import PrometheusServer
@@ -43,15 +43,6 @@ def _config(tmp_path: Path, root: str, port: int) -> Path:
     return path
 
 
-def _wait(pred: Callable[[], bool], timeout: float) -> bool:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if pred():
-            return True
-        time.sleep(0.1)
-    return False
-
-
 def test_agent_process_is_scraped_by_prometheus_and_answers_status(
         real_root: RealRoot, tmp_path: Path, prometheus: Callable[..., PrometheusServer]) -> None:
     real_root.mkcg("besteffort/batch")
@@ -61,7 +52,7 @@ def test_agent_process_is_scraped_by_prometheus_and_answers_status(
     agent = subprocess.Popen([sys.executable, "-m", "agent.cli", "run", "--config",
                               str(_config(tmp_path, real_root.name, port))], stdout=log, stderr=log)
     try:
-        assert _wait((tmp_path / "agent.sock").exists, 20), (tmp_path / "agent.log").read_text()
+        assert wait((tmp_path / "agent.sock").exists, 20), (tmp_path / "agent.log").read_text()
         prom = prometheus([f"127.0.0.1:{port}"], scrape_interval="1s")
         prom.wait_for_scrape()
         prom.wait_until("coloc_ticks_total", lambda v: (v or 0) >= 2, 20)

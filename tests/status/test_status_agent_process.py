@@ -15,13 +15,14 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 from kit.fakes.kubelet import FakeKubelet
+from kit.poll import wait
 from kit.ports import free_port
 from kit.realcg import RealRoot
 
@@ -31,15 +32,6 @@ pytestmark = [pytest.mark.cgroups, pytest.mark.slow]
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 STALE_AFTER_S = 1.5
-
-
-def _wait(pred: Callable[[], bool], timeout: float) -> bool:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if pred():
-            return True
-        time.sleep(0.1)
-    return False
 
 
 class StatusAgent:
@@ -70,7 +62,7 @@ class StatusAgent:
         log = (self.tmp / "agent.log").open("a")
         self.proc = subprocess.Popen([sys.executable, "-m", "agent.cli", "run", "--config", str(self.config)],
                                      stdout=log, stderr=log)
-        assert _wait(self.sock.exists, 20), self.log()
+        assert wait(self.sock.exists, 20), self.log()
         return self
 
     def log(self) -> str:
@@ -124,7 +116,7 @@ def _waited_s(text: str) -> float:
 def test_a_standalone_agent_is_schedulable_and_says_there_is_no_scheduler(real_root: RealRoot,
                                                                           tmp_path: Path) -> None:
     with running(StatusAgent(tmp_path, real_root.name)) as agent:
-        assert _wait(agent.ticked, 20), agent.log()
+        assert wait(agent.ticked, 20), agent.log()
         text = agent.status()
         assert re.search(r"^lifecycle\s+SCHEDULABLE\b", text, re.M), text
         assert re.search(r"^scheduler\s+none configured", text, re.M), text
@@ -146,7 +138,7 @@ def test_a_cluster_agent_waits_for_the_scheduler_and_names_a_stale_source(real_r
         sources = {"kubelet": {"url": kubelet.url, "token_file": "", "timeout_s": 0.5, "resync_s": 0.5,
                                "stale_after_s": STALE_AFTER_S, "min_resync_gap_s": 0.1}}
         with running(StatusAgent(tmp_path, real_root.name, sources)) as agent:
-            assert _wait(agent.ticked, 20), agent.log()
+            assert wait(agent.ticked, 20), agent.log()
             first = agent.status()
             assert re.search(r"^lifecycle\s+RECOVERING\b", first, re.M), first
             waited = _waited_s(first)
@@ -162,7 +154,7 @@ def test_a_cluster_agent_waits_for_the_scheduler_and_names_a_stale_source(real_r
 
             kubelet.stop()  # connection refused from now on
             stale_line = re.compile(r"^\s+kubelet\s+age (\d+\.\d)s\s+STALE\s+(.+)$", re.M)
-            assert _wait(lambda: bool(stale_line.search(agent.status())), 20), agent.status()
+            assert wait(lambda: bool(stale_line.search(agent.status())), 20), agent.status()
             m = stale_line.search(agent.status())
             assert m is not None
             assert float(m.group(1)) > STALE_AFTER_S and "kubelet" in m.group(2) and "old" in m.group(2), m[0]

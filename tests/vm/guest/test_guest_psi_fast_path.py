@@ -10,11 +10,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import sys
-import time
-from collections.abc import Callable
 from dataclasses import replace
 
 import pytest
+from kit.poll import until
 from kit.systemd import SystemdPods
 
 from agent.api.coloc.v1 import agent_pb2 as pb
@@ -50,15 +49,6 @@ def _quota_milli(cpu_max: str) -> int | None:
     return None if quota == "max" else int(quota) * 1000 // int(period)
 
 
-async def _until(pred: Callable[[], bool], timeout: float) -> bool:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if pred():
-            return True
-        await asyncio.sleep(0.05)
-    return pred()
-
-
 def _reported(rt: Runtime) -> tuple[dict[str, float], str]:
     """The fast path's mode as /metrics and `coloc-agent status` show it."""
     coll = ColocCollector(rt.board, version="test", top_n=5, max_label_values=10, actions=ActionTally())
@@ -84,10 +74,10 @@ async def test_psi_trigger_mode_cuts_be_after_an_hp_stall_on_the_systemd_layout(
     task = asyncio.create_task(rt.loop.run(stop))
     try:
         hp_pressure = str(systemd_pods.cgroup(hp.slice) / "cpu.pressure")
-        assert await _until(lambda: rt.loop.waker is not None and hp_pressure in rt.loop.waker.paths, 60), (
+        assert await until(lambda: rt.loop.waker is not None and hp_pressure in rt.loop.waker.paths, 60), (
             f"fast path {rt.loop.mode}: {rt.loop.mode_reason}")
         assert rt.loop.mode == PSI_TRIGGER
-        assert await _until(lambda: (p := rt.board.get()) is not None and p.fast_path_mode == PSI_TRIGGER, 10)
+        assert await until(lambda: (p := rt.board.get()) is not None and p.fast_path_mode == PSI_TRIGGER, 10)
         gauge, status = _reported(rt)
         assert gauge == {"psi-trigger": 1, "adaptive-poll": 0, "off": 0}
         assert "fast path psi-trigger" in status, status
@@ -95,12 +85,12 @@ async def test_psi_trigger_mode_cuts_be_after_an_hp_stall_on_the_systemd_layout(
         # BE grows towards 90 % of 2 CPUs while HP is idle
         def be_quota() -> int:
             return _quota_milli((tier / "cpu.max").read_text()) or 10**9
-        assert await _until(lambda: 1000 <= be_quota() < 10**9, 60), (tier / "cpu.max").read_text()
+        assert await until(lambda: 1000 <= be_quota() < 10**9, 60), (tier / "cpu.max").read_text()
         before, psi0 = be_quota(), rt.loop.psi_wakeups
         for _ in range(2):  # HP busy on every CPU: it stalls while BE holds its quota
             systemd_pods.container(hp, BUSY)
-        assert await _until(lambda: rt.loop.psi_wakeups > psi0, 30), "no PSI event woke the loop"
-        assert await _until(lambda: be_quota() < before, 30), f"BE kept {be_quota()} milli-CPU"
+        assert await until(lambda: rt.loop.psi_wakeups > psi0, 30), "no PSI event woke the loop"
+        assert await until(lambda: be_quota() < before, 30), f"BE kept {be_quota()} milli-CPU"
         # Set through systemd too: its own property, so a daemon-reload keeps the cut (had systemd put its
         # value back, the writer would have found another value and counted an override when re-asserting).
         assert systemd_pods.property(TIER, "CPUQuotaPerSecUSec") != "infinity"

@@ -7,12 +7,11 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import time
-from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from kit.poll import until
 from kit.systemd import SystemdPods, is_active
 
 from agent.config.agent import AgentConfig, CgroupConfig, EvictionConfig, LoopConfig, NodeConfig, StateConfig
@@ -24,15 +23,6 @@ from cgroups.reader import CgroupReader
 pytestmark = [pytest.mark.guest, pytest.mark.cgroups, pytest.mark.slow]
 
 MIB = 1 << 20
-
-
-async def _until(pred: Callable[[], bool], timeout: float) -> bool:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if pred():
-            return True
-        await asyncio.sleep(0.05)
-    return pred()
 
 
 def _alive(pid: int) -> bool:
@@ -53,7 +43,7 @@ async def test_a_be_memory_hog_in_a_systemd_scope_is_evicted_and_hp_is_untouched
         def held() -> bool:
             return ((reader.sample(hp.rel).memory_working_set_bytes or 0) >= 60 * MIB
                     and (reader.sample(be.rel).memory_working_set_bytes or 0) >= 200 * MIB)
-        assert await _until(held, 60), "the memory holders never got their memory"
+        assert await until(held, 60), "the memory holders never got their memory"
         root_ws = reader.sample("").memory_working_set_bytes or 0
     audit = tmp_path / "audit.jsonl"
     cfg = AgentConfig(  # 80 % of the capacity in use: above the 70 % eviction threshold
@@ -68,7 +58,7 @@ async def test_a_be_memory_hog_in_a_systemd_scope_is_evicted_and_hp_is_untouched
     stop = asyncio.Event()
     task = asyncio.create_task(rt.loop.run(stop))
     try:
-        assert await _until(lambda: not _alive(be_proc.pid), 60), "the BE memory hog was not evicted"
+        assert await until(lambda: not _alive(be_proc.pid), 60), "the BE memory hog was not evicted"
         await asyncio.sleep(2.0)  # a further round would happen here if it over-evicted
     finally:
         stop.set()
@@ -82,4 +72,4 @@ async def test_a_be_memory_hog_in_a_systemd_scope_is_evicted_and_hp_is_untouched
               if r["kind"] == "evict" and r["outcome"] == "started"]
     assert [r["target"] for r in evicts] == [f"local/{be.rel}"], evicts
     assert evicts[0]["policy"] == "memory_pressure"
-    assert await _until(lambda: not is_active(be.containers[0]), 30), "systemd kept the emptied scope"
+    assert await until(lambda: not is_active(be.containers[0]), 30), "systemd kept the emptied scope"

@@ -10,10 +10,11 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from kit.poll import wait
 from kit.realcg import RealRoot
 
 from cgroups.errors import CgroupError, CgroupGone
@@ -168,13 +169,13 @@ def test_cgroup_kill_ends_a_frozen_cgroup_at_once(real_root: RealRoot) -> None:
     writer, reader = _pair(real_root)
     events = real_root.path("unified", "besteffort/pod") / "cgroup.events"
     assert writer.freeze("besteffort/pod")
-    assert _wait(lambda: "frozen 1" in events.read_text())
+    assert wait(lambda: "frozen 1" in events.read_text())
     assert writer.freezer_state("besteffort/pod") == "FROZEN"
     assert writer.kill_all("besteffort/pod") == -1  # v2: one write to cgroup.kill
     assert [p.wait(timeout=10) for p in procs] == [-signal.SIGKILL] * 3
     # thawed too: a pod slice left frozen would freeze its next container at once (found by this guest)
     assert writer.freezer_state("besteffort/pod") == "THAWED"
-    assert _wait(lambda: reader.pids(rel) == [])
+    assert wait(lambda: reader.pids(rel) == [])
     assert bystander.poll() is None
     writer.rmdir("besteffort/pod", recursive=True)
     with pytest.raises(CgroupGone):
@@ -186,21 +187,12 @@ def test_freeze_stops_cpu_and_thaw_resumes_it(real_root: RealRoot) -> None:
     real_root.spawn(rel, [sys.executable, "-c", "while True: pass"])
     writer, reader = _pair(real_root)
     assert writer.freeze(rel)
-    assert _wait(lambda: "frozen 1" in (real_root.path("unified", rel) / "cgroup.events").read_text())
+    assert wait(lambda: "frozen 1" in (real_root.path("unified", rel) / "cgroup.events").read_text())
     first = reader.sample(rel)
     time.sleep(0.5)
     assert reader.sample(rel).cpu_usage_ns - first.cpu_usage_ns < 5_000_000
     assert writer.thaw(rel)
-    assert _wait(lambda: "frozen 0" in (real_root.path("unified", rel) / "cgroup.events").read_text())
+    assert wait(lambda: "frozen 0" in (real_root.path("unified", rel) / "cgroup.events").read_text())
     first = reader.sample(rel)
     time.sleep(0.5)
     assert reader.sample(rel).cpu_usage_ns - first.cpu_usage_ns > 20_000_000
-
-
-def _wait(cond: Callable[[], bool], timeout: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return True
-        time.sleep(0.02)
-    return cond()
