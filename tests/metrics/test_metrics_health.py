@@ -1,15 +1,14 @@
-"""/healthz and /readyz over real HTTP, with a real loop thread publishing on a Board and then blocking."""
+"""/healthz and /readyz over real HTTP, the loop's ticks published on a Board at the times of a fake clock."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
-import threading
-import time
 import urllib.error
 import urllib.request
 
 import pytest
+from kit.clock import FakeClock
 from nodes import publication
 
 from agent.metrics import HealthConfig
@@ -24,82 +23,45 @@ def get(url: str) -> tuple[int, dict[str, object]]:
         return err.code, json.loads(err.read())
 
 
-class Loop(threading.Thread):
-    """Publishes a tick every `interval_s` until `block` is set, then hangs as a stuck loop would."""
-
-    def __init__(self, board: Board, interval_s: float) -> None:
-        super().__init__(daemon=True)
-        self.board = board
-        self.interval_s = interval_s
-        self.block = threading.Event()
-        self.release = threading.Event()
-        self.last_tick_monotonic = 0.0
-        self.tick = 0
-
-    def run(self) -> None:
-        while not self.release.is_set():
-            if self.block.is_set():
-                self.release.wait()
-                continue
-            self.tick += 1
-            self.last_tick_monotonic = time.monotonic()
-            self.board.publish(
-                publication(
-                    tick=self.tick, tick_monotonic=self.last_tick_monotonic, interval_s=self.interval_s
-                )
-            )
-            time.sleep(self.interval_s)
-
-
-@pytest.mark.xdist_group("cpu")
 def test_a_stalled_loop_turns_healthz_red_within_three_intervals(serve) -> None:
-    interval = 0.5  # wide enough that a busy 2-CPU machine (the suite runs in parallel) keeps it green
+    interval = 0.5
+    clock = FakeClock()
     board = Board()
-    loop = Loop(board, interval)
-    loop.start()
-    try:
-        _, server = serve(board)
-        while loop.tick < 2:
-            time.sleep(0.01)
-        for _ in range(4):
-            status, body = get(server.url + "/healthz")
-            assert status == 200 and body["status"] == "ok", body
-            time.sleep(interval / 2)
+    _, server = serve(board, health=HealthConfig(clock=clock))
+    tick = 0
 
-        loop.block.set()
-        time.sleep(interval * 1.1)  # let a tick in progress finish publishing
-        stalled_since = loop.last_tick_monotonic
-        while True:
-            status, body = get(server.url + "/healthz")
-            now = time.monotonic()
-            if status != 200:
-                break
-            assert now - stalled_since < 3 * interval + 1.0, "still green long after three intervals"
-            time.sleep(0.01)
-        assert status == 503
-        assert body["status"] == "stalled" and "3 intervals" in str(body["reason"])
-        # red within three intervals of the last tick (plus the polling step), and not before
-        assert 3 * interval <= now - stalled_since <= 3 * interval + 0.5
-        assert float(body["tick_age_s"]) > float(body["limit_s"]) == pytest.approx(3 * interval)
+    def publish() -> None:  # the loop's tick, at the clock's time
+        nonlocal tick
+        tick += 1
+        board.publish(publication(tick=tick, tick_monotonic=clock(), interval_s=interval))
 
-        loop.block.clear()
-        loop.release.set()  # the loop comes back
-        loop.release = threading.Event()
-        deadline = time.monotonic() + 5
-        while get(server.url + "/healthz")[0] != 200:
-            assert time.monotonic() < deadline, "healthz did not turn green again"
-            time.sleep(0.02)
-    finally:
-        loop.release.set()
-        loop.join(timeout=5)
+    for _ in range(4):
+        publish()
+        clock.advance(interval / 2)
+        status, body = get(server.url + "/healthz")
+        assert status == 200 and body["status"] == "ok", body
+
+    publish()  # the last tick: the loop stalls after it
+    clock.advance(3 * interval)  # three intervals since the last tick: not red before
+    status, body = get(server.url + "/healthz")
+    assert status == 200 and body["status"] == "ok", body
+    clock.advance(0.001)
+    status, body = get(server.url + "/healthz")
+    assert status == 503
+    assert body["status"] == "stalled" and "3 intervals" in str(body["reason"])
+    assert float(body["tick_age_s"]) > float(body["limit_s"]) == pytest.approx(3 * interval)
+
+    publish()  # the loop comes back
+    assert get(server.url + "/healthz")[0] == 200, "healthz did not turn green again"
 
 
 def test_healthz_before_the_first_tick_depends_on_the_startup_grace(serve) -> None:
-    _, patient = serve(Board(), health=HealthConfig(startup_grace_s=60))
+    clock = FakeClock()
+    _, patient = serve(Board(), health=HealthConfig(startup_grace_s=60, clock=clock))
     status, body = get(patient.url + "/healthz")
     assert (status, body["status"]) == (200, "starting")
-    _, strict = serve(Board(), health=HealthConfig(startup_grace_s=0))
-    time.sleep(0.01)
+    _, strict = serve(Board(), health=HealthConfig(startup_grace_s=0, clock=clock))
+    clock.advance(0.01)
     status, body = get(strict.url + "/healthz")
     assert (status, body["status"]) == (503, "stalled")
 
