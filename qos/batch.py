@@ -71,36 +71,9 @@ class BatchConfig:
     origin_confirm_s: float = validation.bounded(120.0, 0.0, 86400.0)
 
     def __post_init__(self) -> None:
-        for name in ("cpu_reclaim_threshold_percent", "memory_reclaim_threshold_percent"):
-            v = getattr(self, name)
-            if not 0 <= v <= 100:
-                raise ValueError(f"batch.{name}: must be in [0, 100], got {v}")
-        if not 0 <= self.reserved_milli_cpu <= MAX_MILLI_CPU:
-            raise ValueError(f"batch.reserved_milli_cpu: must be in [0, {MAX_MILLI_CPU}]")
-        if not 0 <= self.reserved_memory_bytes <= MAX_MEMORY_BYTES:
-            raise ValueError("batch.reserved_memory_bytes: must be in [0, 2^60]")
-        if not 0 <= self.diff_threshold < 10:
-            raise ValueError(f"batch.diff_threshold: must be in [0, 10), got {self.diff_threshold}")
-        if not 1 <= self.update_interval_s <= 86400:
-            raise ValueError(f"batch.update_interval_s: must be in [1, 86400], got {self.update_interval_s}")
-        if not 0 <= self.local_sustain_s <= 3600:
-            raise ValueError(f"batch.local_sustain_s: must be in [0, 3600], got {self.local_sustain_s}")
-        self._check_origin_guard()
-        if not 0 < self.pending_release_s <= 3600:
-            raise ValueError(f"batch.pending_release_s: must be in (0, 3600], got {self.pending_release_s}")
+        validation.check_bounds(self, "batch")
         if self.origin not in ("annotation", "local"):
             raise ValueError(f"batch.origin: must be 'annotation' or 'local', got {self.origin!r}")
-
-
-    def _check_origin_guard(self) -> None:
-        if not 1 <= self.origin_report_max_age_s <= 86400:
-            raise ValueError(
-                f"batch.origin_report_max_age_s: must be in [1, 86400], got {self.origin_report_max_age_s}")
-        if not 0 < self.origin_drop_fraction <= 1:
-            raise ValueError(
-                f"batch.origin_drop_fraction: must be in (0, 1], got {self.origin_drop_fraction}")
-        if not 0 <= self.origin_confirm_s <= 86400:
-            raise ValueError(f"batch.origin_confirm_s: must be in [0, 86400], got {self.origin_confirm_s}")
 
 
 @dataclass(frozen=True, slots=True)

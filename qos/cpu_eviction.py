@@ -38,20 +38,12 @@ class CpuEvictionConfig:
     def __post_init__(self) -> None:
         p = "cpu_eviction."
         validation.flag(p + "enabled", self.enabled)
-        lower = validation.number(
-            p + "satisfaction_lower_percent", self.satisfaction_lower_percent, low=0, high=100, low_open=True
-        )
-        upper = validation.number(
-            p + "satisfaction_upper_percent", self.satisfaction_upper_percent, low=0, high=100, low_open=True
-        )
+        validation.check_bounds(self, "cpu_eviction")
+        lower, upper = self.satisfaction_lower_percent, self.satisfaction_upper_percent
         if upper < lower:
             raise ValueError(
                 f"{p}satisfaction_upper_percent ({upper:g}) must be >= satisfaction_lower_percent ({lower:g})"
             )
-        validation.number(p + "be_usage_threshold_percent", self.be_usage_threshold_percent, low=0, high=100)
-        validation.number(p + "window_s", self.window_s, low=0, low_open=True)
-        validation.number(p + "cool_down_s", self.cool_down_s, low=0)
-        validation.number(p + "pending_timeout_s", self.pending_timeout_s, low=0, low_open=True)
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,7 +16,7 @@ class FailsafeConfig:
     max_sample_age_s: float = validation.bounded(5.0, 0.1, 3600.0)
 
     def __post_init__(self) -> None:
-        validation.number("failsafe.max_sample_age_s", self.max_sample_age_s, low=0, low_open=True)
+        validation.check_bounds(self, "failsafe")
 
 
 def eviction_blocker(

@@ -37,15 +37,10 @@ class MemoryEvictionConfig:
     def __post_init__(self) -> None:
         p = "memory_eviction."
         validation.flag(p + "enabled", self.enabled)
-        threshold = validation.number(
-            p + "threshold_percent", self.threshold_percent, low=0, high=100, low_open=True
-        )
-        if self.lower_percent is not None:
-            lower = validation.number(p + "lower_percent", self.lower_percent, low=0, high=100)
-            if lower > threshold:
-                raise ValueError(f"{p}lower_percent ({lower:g}) must be <= threshold_percent ({threshold:g})")
-        validation.number(p + "cool_down_s", self.cool_down_s, low=0)
-        validation.number(p + "pending_timeout_s", self.pending_timeout_s, low=0, low_open=True)
+        validation.check_bounds(self, "memory_eviction")
+        threshold, lower = self.threshold_percent, self.lower_percent
+        if lower is not None and lower > threshold:
+            raise ValueError(f"{p}lower_percent ({lower:g}) must be <= threshold_percent ({threshold:g})")
 
     @property
     def effective_lower_percent(self) -> float:

@@ -50,13 +50,7 @@ class NetworkPolicyConfig:
     def __post_init__(self) -> None:
         p = "network.policy."
         validation.choice(p + "mode", self.mode, (THRESHOLD, WORK_CONSERVING))
-        validation.number(p + "watermark_percent", self.watermark_percent, low=0, high=100, low_open=True)
-        validation.number(p + "low_share_percent", self.low_share_percent, low=0, high=100, low_open=True)
-        validation.number(p + "high_share_percent", self.high_share_percent, low=0, high=100, low_open=True)
-        validation.number(p + "hysteresis_percent", self.hysteresis_percent, low=0, high=100)
-        validation.number(p + "hold_s", self.hold_s, low=0, high=3600)
-        validation.number(p + "headroom_percent", self.headroom_percent, low=0, high=50)
-        validation.number(p + "dead_band_percent", self.dead_band_percent, low=0, high=50)
+        validation.check_bounds(self, "network.policy")
         if self.low_share_percent > self.high_share_percent:
             raise ValueError(f"{p}low_share_percent must be <= high_share_percent, got "
                              f"{self.low_share_percent:g} > {self.high_share_percent:g}")

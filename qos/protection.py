@@ -34,10 +34,8 @@ class ProtectionConfig:
     daemonsets: bool = True
 
     def __post_init__(self) -> None:
-        t = self.priority_threshold
-        if isinstance(t, bool) or not isinstance(t, int) or not 1 <= t <= INT32_MAX:
-            raise ValueError(
-                f"protection.priority_threshold: must be an integer in [1, {INT32_MAX}], got {t!r}")
+        validation.check_bounds(self, "protection")
+        validation.integer("protection.priority_threshold", self.priority_threshold)
         if not isinstance(self.namespaces, tuple | list):
             raise ValueError(f"protection.namespaces: expected a list, got {self.namespaces!r}")
         for i, ns in enumerate(self.namespaces):

@@ -77,16 +77,11 @@ class SuppressionConfig:
         p = "suppression."
         validation.flag(p + "enabled", self.enabled)
         validation.choice(p + "policy", self.policy, (CPUSET, CFS_QUOTA))
-        validation.number(p + "threshold_percent", self.threshold_percent, low=0, high=100)
-        validation.integer(p + "min_milli_cpu", self.min_milli_cpu, low=0)
-        validation.integer(p + "min_cpus", self.min_cpus, low=1)
-        validation.number(p + "max_grow_percent", self.max_grow_percent, low=0, high=100, low_open=True)
-        validation.number(p + "dead_band_percent", self.dead_band_percent, low=0, high=100)
+        validation.integer(p + "min_milli_cpu", self.min_milli_cpu)
+        validation.integer(p + "min_cpus", self.min_cpus)
         validation.flag(p + "cpu_idle", self.cpu_idle)
-        if self.psi_threshold_percent is not None:
-            validation.number(p + "psi_threshold_percent", self.psi_threshold_percent, low=0, high=100)
-        validation.number(p + "psi_shrink_percent", self.psi_shrink_percent, low=0, high=100, low_open=True)
         validation.flag(p + "cpuset_quota", self.cpuset_quota)
+        validation.check_bounds(self, "suppression")
 
 
 @dataclass(frozen=True, slots=True)

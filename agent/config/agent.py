@@ -10,7 +10,7 @@ from typing import Literal
 
 from agent.config.api import ApiConfig
 from agent.config.batch_limits import BatchLimitsConfig
-from agent.config.load import MAX_CONFIG_BYTES, ConfigError, from_mapping, parse_bytes, parse_yaml, short
+from agent.config.load import MAX_CONFIG_BYTES, ConfigError, from_mapping, parse_bytes, parse_yaml
 from agent.config.metrics import MetricsConfig
 from agent.config.network import NetworkConfig
 from agent.config.sources import (
@@ -26,6 +26,7 @@ from cgroups.paths import check_rel
 from qos.batch import BatchConfig
 from qos.policies import PolicyConfig
 from qos.protection import ProtectionConfig
+from qos.validation import bounded, check_bounds, short
 
 __all__ = ["AgentConfig", "ConfigError", "load_config"]
 
@@ -41,13 +42,12 @@ class NodeConfig:
     """
 
     name: str = ""
-    cpus: float | None = None
+    cpus: float | None = bounded(None, 0.0, 4096.0, low_open=True)
     memory: int | str | None = None
     scope: Literal["machine", "cgroup-root"] = "machine"
 
     def __post_init__(self) -> None:
-        if self.cpus is not None and not 0 < self.cpus <= 4096:
-            raise ConfigError(f"node.cpus: must be in (0, 4096], got {self.cpus}")
+        check_bounds(self, "node", ConfigError)
         mem = self.memory_bytes
         if mem is not None and not 0 < mem <= MAX_MEMORY:
             raise ConfigError(f"node.memory: must be in (0, 16Pi], got {short(self.memory)}")
@@ -102,39 +102,29 @@ def check_psi_trigger(spec: str) -> None:
 
 @dataclass(frozen=True)
 class LoopConfig:
-    interval_s: float = 1.0
+    interval_s: float = bounded(1.0, 0.05, 60.0)
     fast_path: bool = True
-    fast_poll_s: float = 0.05
-    fast_hp_jump_milli_cpu: int = 200
-    fast_psi_stall_ratio: float = 0.05
+    fast_poll_s: float = bounded(0.05, 0.005, 60.0)  # and at most interval_s
+    fast_hp_jump_milli_cpu: int = bounded(200, 1, 1_000_000)
+    fast_psi_stall_ratio: float = bounded(0.05, 0.0, 1.0, low_open=True)
     # The fast path is woken by the kernel (PSI triggers on the busiest HP cgroups' cpu.pressure) where it
     # can be, and otherwise polls: `fast_poll_s` for `fast_hold_s` after a change, `calm_poll_s` when calm.
     # 20 ms of stall in 500 ms (4 %): the kernel checks every window/10 = 50 ms while HP stalls, so an
     # event comes ~50-100 ms after a stall starts, and at most 2 a second while it lasts. Windows under
     # 2 s need CAP_SYS_RESOURCE; without it the kernel refuses them and the agent polls ("" = never try).
     psi_trigger: str = "some 20000 500000"
-    psi_max_cgroups: int = 16
-    calm_poll_s: float = 0.5
-    fast_hold_s: float = 3.0
+    psi_max_cgroups: int = bounded(16, 1, 1024)
+    calm_poll_s: float = bounded(0.5, 0.005, 60.0)  # and at least fast_poll_s
+    fast_hold_s: float = bounded(3.0, 0.0, 600.0)
 
     def __post_init__(self) -> None:
-        if not 0.05 <= self.interval_s <= 60:
-            raise ConfigError(f"loop.interval_s: must be in [0.05, 60], got {self.interval_s}")
+        check_bounds(self, "loop", ConfigError)
         if self.psi_trigger:
             check_psi_trigger(self.psi_trigger)
-        if not 1 <= self.psi_max_cgroups <= 1024:
-            raise ConfigError(f"loop.psi_max_cgroups: must be in [1, 1024], got {self.psi_max_cgroups}")
-        if not self.fast_poll_s <= self.calm_poll_s <= 60:  # above interval_s it is the tick that wakes
+        if self.calm_poll_s < self.fast_poll_s:  # above interval_s it is the tick that wakes
             raise ConfigError(f"loop.calm_poll_s: must be in [fast_poll_s, 60], got {self.calm_poll_s}")
-        if not 0 <= self.fast_hold_s <= 600:
-            raise ConfigError(f"loop.fast_hold_s: must be in [0, 600], got {self.fast_hold_s}")
-        if not 0.005 <= self.fast_poll_s <= self.interval_s:
+        if self.fast_poll_s > self.interval_s:
             raise ConfigError(f"loop.fast_poll_s: must be in [0.005, interval_s], got {self.fast_poll_s}")
-        if not 0 < self.fast_psi_stall_ratio <= 1:
-            raise ConfigError("loop.fast_psi_stall_ratio: must be in (0, 1]")
-        if not 0 < self.fast_hp_jump_milli_cpu <= 1_000_000:
-            raise ConfigError(
-                f"loop.fast_hp_jump_milli_cpu: must be in (0, 1000000], got {self.fast_hp_jump_milli_cpu}")
 
 
 @dataclass(frozen=True)
@@ -142,21 +132,13 @@ class EvictionConfig:
     """How evictions are carried out: rate limit (token bucket), grace period, dry run."""
 
     dry_run: bool = False
-    rate_per_minute: float = 10.0
-    burst: int = 3
-    grace_period_s: float = 5.0
-    recheck_cooldown_s: float = 30.0
+    rate_per_minute: float = bounded(10.0, 0.0, 100_000.0, low_open=True)
+    burst: int = bounded(3, 1, 10_000)
+    grace_period_s: float = bounded(5.0, 0.0, 600.0)
+    recheck_cooldown_s: float = bounded(30.0, 0.0, 86_400.0)
 
     def __post_init__(self) -> None:
-        if not 0 < self.rate_per_minute <= 100_000:
-            raise ConfigError(f"eviction.rate_per_minute: must be in (0, 100000], got {self.rate_per_minute}")
-        if not 0 <= self.recheck_cooldown_s <= 86_400:
-            raise ConfigError(
-                f"eviction.recheck_cooldown_s: must be in [0, 86400], got {self.recheck_cooldown_s}")
-        if not 1 <= self.burst <= 10_000:
-            raise ConfigError(f"eviction.burst: must be in [1, 10000], got {short(self.burst)}")
-        if not 0 <= self.grace_period_s <= 600:
-            raise ConfigError("eviction.grace_period_s: must be in [0, 600]")
+        check_bounds(self, "eviction", ConfigError)
 
 
 @dataclass(frozen=True)
@@ -172,28 +154,19 @@ class StateConfig:
     so one call cannot fence every real scheduler out (see `agent.state.ledger.LedgerConfig`)."""
 
     path: str = "/var/lib/coloc-agent/state.json"
-    ring_size: int = 4096
-    watch_queue_size: int = 1024
-    pending_launch_ttl_s: float = 300.0
+    ring_size: int = bounded(4096, 16, 1_000_000)
+    watch_queue_size: int = bounded(1024, 16, 100_000)
+    pending_launch_ttl_s: float = bounded(300.0, 0.0, 7 * 86_400.0, low_open=True)
     await_scheduler_ack: bool | str = "auto"
-    epoch_clock_skew_s: float = 600.0
+    epoch_clock_skew_s: float = bounded(600.0, 0.0, 86_400.0)
 
     def __post_init__(self) -> None:
+        check_bounds(self, "state", ConfigError)
         if not isinstance(self.await_scheduler_ack, bool) and self.await_scheduler_ack != "auto":
             raise ConfigError(f"state.await_scheduler_ack: must be true, false or \"auto\", "
                               f"got {self.await_scheduler_ack!r}")
         if self.path and not os.path.isabs(self.path):
             raise ConfigError(f"state.path: must be absolute, got {self.path!r}")
-        if not 16 <= self.ring_size <= 1_000_000:
-            raise ConfigError(f"state.ring_size: must be in [16, 1000000], got {short(self.ring_size)}")
-        if not 16 <= self.watch_queue_size <= 100_000:
-            raise ConfigError(
-                f"state.watch_queue_size: must be in [16, 100000], got {short(self.watch_queue_size)}")
-        if not 0 < self.pending_launch_ttl_s <= 7 * 86_400:
-            raise ConfigError("state.pending_launch_ttl_s: must be in (0, 604800]")
-        if not 0 <= self.epoch_clock_skew_s <= 86_400:
-            raise ConfigError(
-                f"state.epoch_clock_skew_s: must be in [0, 86400], got {short(self.epoch_clock_skew_s)}")
 
     def awaits_ack(self, cluster_sources: bool) -> bool:
         """The resolved switch: "auto" waits exactly when a cluster source is configured."""

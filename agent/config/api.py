@@ -15,6 +15,8 @@ import os
 from dataclasses import dataclass
 from typing import ClassVar
 
+from qos.validation import bounded, check_bounds
+
 __all__ = ["DEFAULT_ADMIN_SOCKET", "DEFAULT_SOCKET", "ApiConfig", "admin_socket_for", "is_admin_socket",
            "is_loopback"]
 
@@ -34,31 +36,39 @@ class ApiConfig:
 
     socket_path: str | None = DEFAULT_SOCKET  # the read socket: GetSnapshot, Watch, GetStatus, health
     socket_group: str | None = None  # group name or numeric gid allowed to connect (and so read)
-    socket_mode: int = 0o660
+    socket_mode: int = bounded(0o660, 0, 0o777)  # a permission mode giving others nothing
     admin_socket_path: str | None = None  # every method; default: admin.sock beside socket_path
     admin_socket_group: str | None = None  # with a group, admin_socket_mode may give it access (0660)
-    admin_socket_mode: int = 0o600
+    admin_socket_mode: int = bounded(0o600, 0, 0o777)
     tcp_address: str | None = None  # e.g. "10.0.0.5:7443"; only with TLS and required client certificates
     tls_cert_file: str | None = None  # PEM server certificate (chain) for tcp_address
     tls_key_file: str | None = None
     tls_client_ca_file: str | None = None  # every TCP client must present a certificate it signed
     tls_client_names: tuple[str, ...] = ()  # certificate common names that may mutate over TCP
-    max_streams: int = 128  # concurrent Watch streams
-    max_message_bytes: int = 16 << 20  # each way (grpc.max_receive/send_message_length)
-    max_concurrent_rpcs: int = 1024  # per listener, streams included (grpc.aio maximum_concurrent_rpcs)
-    max_concurrent_streams: int = 16  # per connection on the read socket (SETTINGS_MAX_CONCURRENT_STREAMS)
-    admin_max_concurrent_streams: int = 100  # ... on the admin socket and TCP (callers the agent trusts)
-    max_metadata_bytes: int = 8192  # request headers (grpc.max_metadata_size)
-    keepalive_min_interval_s: float = 30.0  # pings closer than this are strikes
-    max_ping_strikes: int = 2  # then GOAWAY ENHANCE_YOUR_CALM
-    keepalive_time_s: float = 300.0  # the server pings an open connection this often ...
-    keepalive_timeout_s: float = 20.0  # ... and closes it when the answer takes longer
-    max_connection_idle_s: float = 300.0  # a connection with no call for this long is sent GOAWAY
-    max_connection_age_s: float = 900.0  # every connection is sent GOAWAY at this age ...
-    max_connection_age_grace_s: float = 60.0  # ... and closed this much later (calls still open end)
-    handshake_timeout_s: float = 5.0  # TLS handshake and the client's HTTP/2 preface and SETTINGS
-    bookmark_interval_s: float = 5.0
-    max_events_per_message: int = 512
+    max_streams: int = bounded(128, 1, 100_000)  # concurrent Watch streams
+    # each way (grpc.max_receive/send_message_length)
+    max_message_bytes: int = bounded(16 << 20, 4096, 1 << 30)
+    # Per listener, streams included (grpc.aio maximum_concurrent_rpcs); above max_streams, or open watches
+    # starve calls.
+    max_concurrent_rpcs: int = bounded(1024, 2, 1_000_000)
+    # per connection on the read socket (SETTINGS_MAX_CONCURRENT_STREAMS)
+    max_concurrent_streams: int = bounded(16, 1, 10_000)
+    # ... on the admin socket and TCP (callers the agent trusts)
+    admin_max_concurrent_streams: int = bounded(100, 1, 10_000)
+    max_metadata_bytes: int = bounded(8192, 1024, 1 << 20)  # request headers (grpc.max_metadata_size)
+    keepalive_min_interval_s: float = bounded(30.0, 1.0, 3600.0)  # pings closer than this are strikes
+    max_ping_strikes: int = bounded(2, 1, 100)  # then GOAWAY ENHANCE_YOUR_CALM
+    keepalive_time_s: float = bounded(300.0, 10.0, _DAY_S)  # the server pings an open connection this often
+    keepalive_timeout_s: float = bounded(20.0, 1.0, 600.0)  # ... and closes it when the answer takes longer
+    # a connection with no call for this long is sent GOAWAY
+    max_connection_idle_s: float = bounded(300.0, 1.0, _DAY_S)
+    max_connection_age_s: float = bounded(900.0, 1.0, 30 * _DAY_S)  # every connection gets GOAWAY at this age
+    # ... and is closed this much later (calls still open end)
+    max_connection_age_grace_s: float = bounded(60.0, 0.0, _DAY_S)
+    # TLS handshake and the client's HTTP/2 preface and SETTINGS
+    handshake_timeout_s: float = bounded(5.0, 0.5, 120.0)
+    bookmark_interval_s: float = bounded(5.0, 0.05, 3600.0)
+    max_events_per_message: int = bounded(512, 1, 100_000)
 
     # Settings of earlier versions, refused with what became of them.
     RETIRED: ClassVar[dict[str, str]] = {
@@ -73,6 +83,7 @@ class ApiConfig:
     }
 
     def __post_init__(self) -> None:
+        check_bounds(self, "api")
         if self.socket_path is None and self.tcp_address is None:
             raise ValueError("api: set socket_path, tcp_address, or both")
         if self.socket_path is not None:
@@ -91,27 +102,9 @@ class ApiConfig:
         if self.admin_socket_mode & 0o070 and self.admin_socket_group is None:
             raise ValueError(f"api.admin_socket_mode: {oct(self.admin_socket_mode)} gives the group access; "
                              "name it in api.admin_socket_group (or use 0600: root only)")
-        self._check_limits()
-
-    def _check_limits(self) -> None:
-        _within("max_streams", self.max_streams, 1, 100_000)
-        if not self.max_streams < self.max_concurrent_rpcs <= 1_000_000:
+        if self.max_concurrent_rpcs <= self.max_streams:
             raise ValueError("api.max_concurrent_rpcs: must exceed max_streams (or open watches starve "
                              "calls) and be at most 1000000")
-        _within("max_concurrent_streams", self.max_concurrent_streams, 1, 10_000)
-        _within("admin_max_concurrent_streams", self.admin_max_concurrent_streams, 1, 10_000)
-        _within("max_message_bytes", self.max_message_bytes, 4096, 1 << 30)
-        _within("max_metadata_bytes", self.max_metadata_bytes, 1024, 1 << 20)
-        _within("keepalive_min_interval_s", self.keepalive_min_interval_s, 1.0, 3600.0)
-        _within("max_ping_strikes", self.max_ping_strikes, 1, 100)
-        _within("keepalive_time_s", self.keepalive_time_s, 10.0, _DAY_S)
-        _within("keepalive_timeout_s", self.keepalive_timeout_s, 1.0, 600.0)
-        _within("max_connection_idle_s", self.max_connection_idle_s, 1.0, _DAY_S)
-        _within("max_connection_age_s", self.max_connection_age_s, 1.0, 30 * _DAY_S)
-        _within("max_connection_age_grace_s", self.max_connection_age_grace_s, 0.0, _DAY_S)
-        _within("handshake_timeout_s", self.handshake_timeout_s, 0.5, 120.0)
-        _within("bookmark_interval_s", self.bookmark_interval_s, 0.05, 3600.0)
-        _within("max_events_per_message", self.max_events_per_message, 1, 100_000)
 
     def _check_tls(self) -> None:
         for name in ("tls_cert_file", "tls_key_file", "tls_client_ca_file"):
@@ -157,11 +150,6 @@ def is_loopback(address: str) -> bool:
         return False
 
 
-def _within(name: str, value: float, low: float, high: float) -> None:
-    if isinstance(value, bool) or not low <= value <= high:
-        raise ValueError(f"api.{name}: must be in [{low:g}, {high:g}], got {str(value)[:24]}")
-
-
 def _check_socket_path(name: str, path: str) -> None:
     if not os.path.isabs(path):
         raise ValueError(f"api.{name}: must be absolute, got {path[:80]!r}")
@@ -180,7 +168,5 @@ def _check_names(names: tuple[str, ...]) -> None:
 
 
 def _check_socket_mode(name: str, mode: int) -> None:
-    if not 0 <= mode <= 0o777:
-        raise ValueError(f"api.{name}: must be a permission mode, got {str(mode)[:24]}")
     if mode & 0o007:  # anyone on the node could call the API
         raise ValueError(f"api.{name}: must give others no access, got {oct(mode)}")

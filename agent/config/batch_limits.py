@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from agent.config.load import ConfigError
+from qos.validation import bounded, check_bounds
 
 __all__ = ["BatchLimitsConfig"]
 
@@ -29,25 +30,20 @@ class BatchLimitsConfig:
 
     enabled: bool = True
     on_creation: bool = True
-    resync_s: float = 10.0
+    resync_s: float = bounded(10.0, 1.0, 600.0)
     cfs_quota: str = "auto"
     yarn: bool = True
     yarn_cpu_quota: bool = False
     tier_memory: str = "off"
-    tier_memory_high_percent: float = 90.0
+    tier_memory_high_percent: float = bounded(90.0, 0.0, 100.0, low_open=True)
 
     def __post_init__(self) -> None:
         for name in ("enabled", "on_creation", "yarn", "yarn_cpu_quota"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"batch_limits.{name}: must be true or false, got {getattr(self, name)!r}")
-        if isinstance(self.resync_s, bool) or not isinstance(self.resync_s, int | float) or not (
-                1.0 <= self.resync_s <= 600.0):
-            raise ConfigError(f"batch_limits.resync_s: must be in [1, 600] seconds, got {self.resync_s!r}")
+        check_bounds(self, "batch_limits", ConfigError)
         if self.tier_memory not in ("off", "high", "high+max"):
             raise ConfigError(
                 f"batch_limits.tier_memory: must be off, high or high+max, got {self.tier_memory!r}")
-        pct = self.tier_memory_high_percent
-        if isinstance(pct, bool) or not isinstance(pct, int | float) or not 0 < pct <= 100:
-            raise ConfigError(f"batch_limits.tier_memory_high_percent: must be in (0, 100], got {pct!r}")
         if self.cfs_quota not in ("auto", "on", "off"):
             raise ConfigError(f"batch_limits.cfs_quota: must be auto, on or off, got {self.cfs_quota!r}")

@@ -1,8 +1,9 @@
 """Build frozen config dataclasses from plain YAML data, naming the field whenever something is wrong.
 
 Every config dataclass in the agent is loaded through `from_mapping`: unknown keys, wrong types, numbers
-outside a field's declared range (`qos.validation.bounded`) and values its `__post_init__` rejects all raise
-`ConfigError` with the dotted path of the field.
+outside a field's declared range (`qos.validation.bounded`, checked here by the same `Bounds.refusal` the
+section's own `__post_init__` runs) and values its `__post_init__` rejects all raise `ConfigError` with the
+dotted path of the field.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import Any, TypeVar, Union, get_args, get_origin, get_type_hints
 import yaml
 
 from qos.quantity import QuantityError, to_int
-from qos.validation import bounds_of
+from qos.validation import bounds_of, short
 
 T = TypeVar("T")
 
@@ -37,12 +38,6 @@ class ConfigError(ValueError):
 def _key(name: str) -> str:
     """A field name as an error message shows it: plain names as they are, anything else quoted."""
     return name if name.isidentifier() else short(name)
-
-
-def short(value: object, limit: int = 60) -> str:
-    """`repr(value)` cut to `limit` characters: an error message never renders a whole (hostile) value."""
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 class _LimitedLoader(yaml.SafeLoader):
@@ -155,10 +150,11 @@ def check_bound(cls: type, name: str, value: object, where: str) -> None:
     """Refuse a number outside the range declared for field `name` of `cls` (if it declares one): one line
     naming `where`, the range and a short prefix of the value. The NodeSLO source checks through it too."""
     bounds = bounds_of(cls).get(name) if dataclasses.is_dataclass(cls) else None
-    if bounds is None or isinstance(value, bool) or not isinstance(value, int | float):
+    if bounds is None or value is None:
         return
-    if not bounds.low <= value <= bounds.high:
-        raise ConfigError(f"{where}: must be in {bounds}, got {short(value)}")
+    why = bounds.refusal(value)
+    if why is not None:
+        raise ConfigError(f"{where}: {why}")
 
 
 _FIELD_FIRST = re.compile(r"^[A-Za-z_][\w\[\]]*(?:\.[A-Za-z_][\w\[\]]*)*:")

@@ -7,6 +7,7 @@ import os
 from dataclasses import dataclass
 
 from agent.config.load import ConfigError
+from qos.validation import bounded, check_bounds
 
 DEFAULT_PORT = 19316  # not koordlet's 9316: both run on the host network
 
@@ -30,18 +31,18 @@ class MetricsConfig:
 
     enabled: bool = True
     bind: str = "127.0.0.1"
-    port: int = DEFAULT_PORT
-    top_n: int = 10
-    max_label_values: int = 32
-    stall_intervals: float = 3.0
-    startup_grace_s: float = 60.0
-    max_connections: int = 64
-    read_timeout_s: float = 5.0
-    write_timeout_s: float = 10.0
+    port: int = bounded(DEFAULT_PORT, 0, 65535)
+    top_n: int = bounded(10, 0, 1000)
+    max_label_values: int = bounded(32, 1, 1000)
+    stall_intervals: float = bounded(3.0, 1.0, 100.0)
+    startup_grace_s: float = bounded(60.0, 0.0, 3600.0)
+    max_connections: int = bounded(64, 1, 4096)
+    read_timeout_s: float = bounded(5.0, 0.1, 60.0)
+    write_timeout_s: float = bounded(10.0, 0.1, 300.0)
 
     def __post_init__(self) -> None:
         self.bind_address  # noqa: B018 - validates `bind` (and the variable it names) at load
-        self._check_numbers()
+        check_bounds(self, "metrics", ConfigError)
 
     @property
     def bind_address(self) -> str:
@@ -58,21 +59,3 @@ class MetricsConfig:
         except ValueError as err:
             raise ConfigError(f"metrics.bind: must be an IP address or env:NAME, got {value[:64]!r}") from err
         return value
-
-    def _check_numbers(self) -> None:
-        if not 0 <= self.port <= 65535:
-            raise ConfigError(f"metrics.port: must be in [0, 65535], got {self.port}")
-        if not 0 <= self.top_n <= 1000:
-            raise ConfigError(f"metrics.top_n: must be in [0, 1000], got {self.top_n}")
-        if not 1 <= self.max_label_values <= 1000:
-            raise ConfigError(f"metrics.max_label_values: must be in [1, 1000], got {self.max_label_values}")
-        if not 1 <= self.stall_intervals <= 100:
-            raise ConfigError(f"metrics.stall_intervals: must be in [1, 100], got {self.stall_intervals}")
-        if not 0 <= self.startup_grace_s <= 3600:
-            raise ConfigError(f"metrics.startup_grace_s: must be in [0, 3600], got {self.startup_grace_s}")
-        if not 1 <= self.max_connections <= 4096:
-            raise ConfigError(f"metrics.max_connections: must be in [1, 4096], got {self.max_connections}")
-        if not 0.1 <= self.read_timeout_s <= 60:
-            raise ConfigError(f"metrics.read_timeout_s: must be in [0.1, 60], got {self.read_timeout_s}")
-        if not 0.1 <= self.write_timeout_s <= 300:
-            raise ConfigError(f"metrics.write_timeout_s: must be in [0.1, 300], got {self.write_timeout_s}")

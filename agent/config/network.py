@@ -8,6 +8,7 @@ from typing import Literal
 
 from agent.config.load import ConfigError
 from qos.network import NetworkPolicyConfig
+from qos.validation import bounded, check_bounds
 
 __all__ = ["NetworkConfig"]
 
@@ -34,19 +35,18 @@ class NetworkConfig:
     enabled: bool = False
     device: str = ""
     netns: str = ""
-    link_mbit: float = 0.0
+    link_mbit: float = bounded(0.0, 0.0, MAX_LINK_MBIT)  # and above 0 when on
     own_device: bool = False
     remove_on_exit: bool = True
     leaf: Literal["fq_codel", "none"] = "fq_codel"
-    poll_s: float = 0.25
+    poll_s: float = bounded(0.25, 0.01, 60.0)
     yarn_cgroup2: str = ""
     policy: NetworkPolicyConfig = field(default_factory=NetworkPolicyConfig)
 
     def __post_init__(self) -> None:
         if not isinstance(self.policy, NetworkPolicyConfig):
             raise ConfigError("network.policy: must be a mapping")
-        if not 0.01 <= self.poll_s <= 60:
-            raise ConfigError(f"network.poll_s: must be in [0.01, 60], got {self.poll_s}")
+        check_bounds(self, "network", ConfigError)
         if self.netns and not _NETNS.match(self.netns):
             raise ConfigError(f"network.netns: not a namespace name, got {self.netns!r}")
         parts = self.yarn_cgroup2.strip("/").split("/")
@@ -58,7 +58,7 @@ class NetworkConfig:
         if not _IFNAME.match(self.device):
             raise ConfigError(f"network.device: must be an interface name (1-15 characters, no '/', ':' or "
                               f"space), got {self.device!r}")
-        if not 0 < self.link_mbit <= MAX_LINK_MBIT:
+        if self.link_mbit == 0:
             raise ConfigError(f"network.link_mbit: must be in (0, {MAX_LINK_MBIT:g}] when network control "
                               f"is on (the link capacity is never guessed from the device), "
                               f"got {self.link_mbit}")

@@ -12,6 +12,7 @@ from typing import Literal
 from urllib.parse import urlsplit
 
 from agent.config.load import ConfigError
+from qos.validation import bounded, check_bounds
 
 SA_TOKEN = "/var/run/secrets/kubernetes.io/serviceaccount/token"
 _LABEL = re.compile(r"^[A-Za-z0-9./_-]{1,317}=[A-Za-z0-9._-]{0,63}$")
@@ -32,21 +33,19 @@ def _check_url(value: str, where: str, allow_empty: bool = False) -> None:
 
 
 def _check_timing(where: str, timeout_s: float, resync_s: float, stale_after_s: float) -> None:
-    if not 0.05 <= timeout_s <= 60:
-        raise ConfigError(f"{where}.timeout_s: must be in [0.05, 60], got {timeout_s}")
-    if not 0.1 <= resync_s <= 600:
-        raise ConfigError(f"{where}.resync_s: must be in [0.1, 600], got {resync_s}")
-    if stale_after_s > 86_400:
-        raise ConfigError(f"{where}.stale_after_s: must be at most 86400, got {stale_after_s}")
     if stale_after_s < resync_s + timeout_s:
         raise ConfigError(
             f"{where}.stale_after_s: must be ≥ resync_s + timeout_s ({resync_s + timeout_s}), "
             f"got {stale_after_s}")
 
 
-def _check_body(where: str, max_body_bytes: int) -> None:
-    if not 1024 <= max_body_bytes <= 1 << 30:
-        raise ConfigError(f"{where}.max_body_bytes: must be in [1 KiB, 1 GiB], got {max_body_bytes}")
+# The ranges the kubelet and NodeManager polls share: a GET's timeout, the period, how old the data may grow
+# (and at least the two together), the body cap.
+_TIMEOUT_S = (0.05, 60.0)
+_RESYNC_S = (0.1, 600.0)
+_STALE_AFTER_S = (0.15, 86_400.0)
+_BODY_BYTES = (1024, 1 << 30)
+_API_TIMEOUT_S = (0.1, 120.0)
 
 
 @dataclass(frozen=True)
@@ -62,17 +61,18 @@ class KubeletConfig:
     ca_file: str = ""
     insecure_skip_verify: bool = False
     token_file: str = SA_TOKEN
-    timeout_s: float = 3.0
-    resync_s: float = 10.0
-    stale_after_s: float = 35.0
-    min_resync_gap_s: float = 0.2
-    max_body_bytes: int = 8 << 20  # 250 pods × 16 KiB × 2 headroom (docs/sources.md, "Payload bounds")
+    timeout_s: float = bounded(3.0, *_TIMEOUT_S)
+    resync_s: float = bounded(10.0, *_RESYNC_S)
+    stale_after_s: float = bounded(35.0, *_STALE_AFTER_S)
+    min_resync_gap_s: float = bounded(0.2, 0.0, _RESYNC_S[1])  # and at most resync_s
+    # 250 pods × 16 KiB × 2 headroom (docs/sources.md, "Payload bounds")
+    max_body_bytes: int = bounded(8 << 20, *_BODY_BYTES)
 
     def __post_init__(self) -> None:
+        check_bounds(self, "sources.kubelet", ConfigError)
         _check_url(self.url, "sources.kubelet.url")
         _check_timing("sources.kubelet", self.timeout_s, self.resync_s, self.stale_after_s)
-        _check_body("sources.kubelet", self.max_body_bytes)
-        if not 0 <= self.min_resync_gap_s <= self.resync_s:
+        if self.min_resync_gap_s > self.resync_s:
             raise ConfigError(
                 f"sources.kubelet.min_resync_gap_s: must be in [0, resync_s], got {self.min_resync_gap_s}")
         if self.ca_file and self.insecure_skip_verify:
@@ -87,27 +87,24 @@ class NodeManagerConfig:
     enabled: bool = False
     url: str = ""
     discovery_label: str = "app.kubernetes.io/component=node-manager"
-    port: int = 8042
+    port: int = bounded(8042, 1, 65535)
     scheme: Literal["http", "https"] = "http"
     ca_file: str = ""
     insecure_skip_verify: bool = False
-    timeout_s: float = 3.0
-    resync_s: float = 10.0
-    stale_after_s: float = 35.0
-    max_body_bytes: int = 4 << 20  # 2000 containers × 1 KiB × 2 headroom (docs/sources.md, "Payload bounds")
-    priority: int = 5500
+    timeout_s: float = bounded(3.0, *_TIMEOUT_S)
+    resync_s: float = bounded(10.0, *_RESYNC_S)
+    stale_after_s: float = bounded(35.0, *_STALE_AFTER_S)
+    # 2000 containers × 1 KiB × 2 headroom (docs/sources.md, "Payload bounds")
+    max_body_bytes: int = bounded(4 << 20, *_BODY_BYTES)
+    priority: int = bounded(5500, -(2**31), 2**31 - 1)  # an int32, as Kubernetes priorities are
 
     def __post_init__(self) -> None:
+        check_bounds(self, "sources.yarn", ConfigError)
         _check_url(self.url, "sources.yarn.url", allow_empty=True)
         _check_timing("sources.yarn", self.timeout_s, self.resync_s, self.stale_after_s)
-        _check_body("sources.yarn", self.max_body_bytes)
         if not _LABEL.match(self.discovery_label):
             raise ConfigError(
                 f"sources.yarn.discovery_label: expected key=value, got {self.discovery_label!r}")
-        if not 1 <= self.port <= 65535:
-            raise ConfigError(f"sources.yarn.port: must be in [1, 65535], got {self.port}")
-        if not -(2**31) <= self.priority < 2**31:
-            raise ConfigError(f"sources.yarn.priority: must be an int32, got {self.priority}")
         if self.ca_file and self.insecure_skip_verify:
             raise ConfigError("sources.yarn.insecure_skip_verify: cannot be set together with ca_file")
 
@@ -132,19 +129,15 @@ class KubeApiConfig:
     enabled: bool = True
     kubeconfig: str = ""
     context: str = ""
-    timeout_s: float = 5.0
-    evicted_memory_s: float = 120.0
+    timeout_s: float = bounded(5.0, *_API_TIMEOUT_S)
+    evicted_memory_s: float = bounded(120.0, 0.0, 86_400.0)
     evict_non_be: bool = False
     event_component: str = "coloc-agent"
-    max_body_bytes: int = 1 << 20  # the Node we read: 256 KiB of annotations + status, × 4 (docs/sources.md)
+    # the Node we read: 256 KiB of annotations + status, × 4 (docs/sources.md)
+    max_body_bytes: int = bounded(1 << 20, *_BODY_BYTES)
 
     def __post_init__(self) -> None:
-        _check_body("sources.kube_api", self.max_body_bytes)
-        if not 0.1 <= self.timeout_s <= 120:
-            raise ConfigError(f"sources.kube_api.timeout_s: must be in [0.1, 120], got {self.timeout_s}")
-        if not 0 <= self.evicted_memory_s <= 86400:
-            raise ConfigError(
-                f"sources.kube_api.evicted_memory_s: must be in [0, 86400], got {self.evicted_memory_s}")
+        check_bounds(self, "sources.kube_api", ConfigError)
         if not re.fullmatch(r"[a-z0-9][a-z0-9.-]{0,62}", self.event_component):
             raise ConfigError(f"sources.kube_api.event_component: not a DNS label: {self.event_component!r}")
 
@@ -158,7 +151,7 @@ class ReportingConfig:
     """
 
     mode: Literal["annotation", "off"] = "annotation"
-    resync_s: float = 300.0
+    resync_s: float = bounded(300.0, 10.0, 86_400.0)
     # Not koord-yarn-operator's "hadoop-yarn": two writers must never share one entry.
     allocation_name: str = "coloc-agent-yarn"
     priority_class: str = "koord-batch"
@@ -166,13 +159,12 @@ class ReportingConfig:
     # ("hadoop-yarn", `operator_entry`) is on the Node, and removes ours once one appears.
     yarn: Literal["always", "unless-operator"] = "always"
     operator_entry: str = "hadoop-yarn"
-    max_conflict_retries: int = 5
+    max_conflict_retries: int = bounded(5, 1, 20)
 
     def __post_init__(self) -> None:
+        check_bounds(self, "sources.reporting", ConfigError)
         if self.mode not in ("annotation", "off"):
             raise ConfigError(f"sources.reporting.mode: must be 'annotation' or 'off', got {self.mode!r}")
-        if not 10 <= self.resync_s <= 86400:
-            raise ConfigError(f"sources.reporting.resync_s: must be in [10, 86400], got {self.resync_s}")
         if not re.fullmatch(r"[a-z0-9][a-z0-9.-]{0,62}", self.allocation_name):
             raise ConfigError(f"sources.reporting.allocation_name: not a DNS label: {self.allocation_name!r}")
         if self.priority_class not in ("koord-prod", "koord-mid", "koord-batch", "koord-free"):
@@ -186,10 +178,6 @@ class ReportingConfig:
             raise ConfigError(
                 f"sources.reporting.allocation_name: {self.allocation_name!r} is the yarn-operator's entry "
                 "(operator_entry); two writers on one entry undo each other")
-        if not 1 <= self.max_conflict_retries <= 20:
-            raise ConfigError(
-                f"sources.reporting.max_conflict_retries: must be in [1, 20], "
-                f"got {self.max_conflict_retries}")
 
 
 @dataclass(frozen=True)
@@ -202,29 +190,18 @@ class NodeMetricConfig:
     usage would make koord-manager trust it."""
 
     enabled: bool = False
-    min_report_interval_s: float = 30.0
-    min_aggregate_s: float = 60.0
-    max_sample_age_s: float = 30.0
+    min_report_interval_s: float = bounded(30.0, 0.1, 3600.0)
+    min_aggregate_s: float = bounded(60.0, 0.1, 86_400.0)
+    max_sample_age_s: float = bounded(30.0, 1.0, 3600.0)
     host_application: str = "hadoop-yarn"
-    timeout_s: float = 5.0
-    max_conflict_retries: int = 5
+    timeout_s: float = bounded(5.0, *_API_TIMEOUT_S)
+    max_conflict_retries: int = bounded(5, 1, 20)
 
     def __post_init__(self) -> None:
         p = "sources.nodemetric"
-        if not 0.1 <= self.min_report_interval_s <= 3600:
-            raise ConfigError(
-                f"{p}.min_report_interval_s: must be in [0.1, 3600], got {self.min_report_interval_s}")
-        if not 0.1 <= self.min_aggregate_s <= 86400:
-            raise ConfigError(f"{p}.min_aggregate_s: must be in [0.1, 86400], got {self.min_aggregate_s}")
-        if not 1 <= self.max_sample_age_s <= 3600:
-            raise ConfigError(f"{p}.max_sample_age_s: must be in [1, 3600], got {self.max_sample_age_s}")
+        check_bounds(self, p, ConfigError)
         if not re.fullmatch(r"[a-z0-9][a-z0-9.-]{0,62}", self.host_application):
             raise ConfigError(f"{p}.host_application: not a DNS label: {self.host_application!r}")
-        if not 0.1 <= self.timeout_s <= 120:
-            raise ConfigError(f"{p}.timeout_s: must be in [0.1, 120], got {self.timeout_s}")
-        if not 1 <= self.max_conflict_retries <= 20:
-            raise ConfigError(
-                f"{p}.max_conflict_retries: must be in [1, 20], got {self.max_conflict_retries}")
 
 
 @dataclass(frozen=True)
@@ -234,14 +211,11 @@ class NodeSloConfig:
     the YAML stays the fallback for the rest, and for all of them while no NodeSLO is read."""
 
     enabled: bool = False
-    resync_s: float = 10.0
-    timeout_s: float = 5.0
+    resync_s: float = bounded(10.0, 0.1, 3600.0)
+    timeout_s: float = bounded(5.0, *_API_TIMEOUT_S)
 
     def __post_init__(self) -> None:
-        if not 0.1 <= self.resync_s <= 3600:
-            raise ConfigError(f"sources.nodeslo.resync_s: must be in [0.1, 3600], got {self.resync_s}")
-        if not 0.1 <= self.timeout_s <= 120:
-            raise ConfigError(f"sources.nodeslo.timeout_s: must be in [0.1, 120], got {self.timeout_s}")
+        check_bounds(self, "sources.nodeslo", ConfigError)
 
 
 @dataclass(frozen=True)
