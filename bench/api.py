@@ -28,7 +28,7 @@ from pathlib import Path
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from kit.bench import finish
+from kit.bench import finish, pct
 
 from agent.api.client import AgentClient
 from agent.api.coloc.v1 import agent_pb2 as pb
@@ -134,11 +134,6 @@ async def serve(sock: str, state: str, n: int, burst: int) -> None:
 
 
 # ---- the client side ---------------------------------------------------------------------------------------
-
-
-def pct(xs: list[float], p: float) -> float:
-    s = sorted(xs)
-    return s[min(len(s) - 1, round(p / 100 * (len(s) - 1)))]
 
 
 async def latencies(sock: str, calls: int) -> dict[str, float]:

@@ -39,6 +39,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from kit.bench import pct
+
 from cgroups.discovery import Hierarchy, discover
 from cgroups.writer import CgroupWriter
 
@@ -242,11 +244,6 @@ def measure(tree: Tree, kubelet: Kubelet, watch: bool, n: int, gap_s: float, pol
     return out
 
 
-def pct(xs: list[float], q: float) -> float:
-    s = sorted(xs)
-    return s[min(len(s) - 1, max(0, round(q / 100 * (len(s) - 1))))] * 1000
-
-
 def parse() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--pods", type=int, default=60, help="pods made in the creation case")
@@ -277,7 +274,7 @@ def main() -> int:
     print(f"{'case':<10} {'level':<10} {'n':>4} {'p50 ms':>10} {'p99 ms':>10} {'max ms':>10}")
     for case, levels in results.items():
         for level, xs in levels.items():
-            p50, p99, mx = pct(xs, 50), pct(xs, 99), max(xs) * 1000
+            p50, p99, mx = pct(xs, 50) * 1000, pct(xs, 99) * 1000, max(xs) * 1000
             print(f"{case:<10} {level:<10} {len(xs):>4} {p50:>10.1f} {p99:>10.1f} {mx:>10.1f}")
             out[f"{case}_{level}_p50_ms"] = round(p50, 2)
             out[f"{case}_{level}_p99_ms"] = round(p99, 2)

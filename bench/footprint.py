@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from kit.bench import finish, require_tools
+from kit.bench import finish, progress, require_tools
 from kit.ports import free_port
 from kit.realcg import RealRoot
 from prometheus_client.parser import text_string_to_metric_families
@@ -65,10 +65,6 @@ WATCHER = ("import asyncio, sys\n"
            "asyncio.run(main())\n")
 EAGER_KUBE = ("import sys, runpy, kubernetes.client, kubernetes.config; sys.argv[0] = 'coloc-agent'; "
               "runpy.run_module('agent.cli', run_name='__main__')")
-
-
-def progress(msg: str) -> None:
-    print(f"[footprint] {msg}", file=sys.stderr, flush=True)
 
 
 def write_config(d: Path, node_root: str, port: int) -> Path:

@@ -30,7 +30,6 @@ import collections
 import json
 import math
 import random
-import resource
 import shutil
 import subprocess
 import sys
@@ -44,8 +43,8 @@ from typing import Any
 import grpc
 import psutil
 import yaml
-from kit.bench import finish
-from kit.ports import free_port
+from kit.bench import finish, pct, progress
+from kit.ports import free_port, raise_fd_limit
 from kit.realcg import RealRoot
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -59,25 +58,6 @@ REPO = Path(__file__).resolve().parent.parent
 CHANNEL = [("grpc.use_local_subchannel_pool", 1), ("grpc.max_receive_message_length", 64 << 20)]
 TARGET_TICK_P99_RATIO = 1.10
 TARGET_SNAPSHOT_P99_MS = 5.0
-T0 = time.monotonic()
-
-
-def progress(msg: str) -> None:
-    print(f"[{time.monotonic() - T0:6.1f}s] {msg}", file=sys.stderr, flush=True)
-
-
-def pct(xs: list[float], p: float) -> float:
-    if not xs:
-        return float("nan")
-    s = sorted(xs)
-    return s[min(len(s) - 1, round(p / 100 * (len(s) - 1)))]
-
-
-def raise_fd_limit() -> int:
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft != hard:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))  # the agent and workers inherit it
-    return hard
 
 
 # ---- gRPC client workers (separate processes) --------------------------------------------------------------

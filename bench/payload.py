@@ -34,7 +34,7 @@ from pathlib import Path
 
 import psutil
 import yaml
-from kit.bench import finish
+from kit.bench import finish, progress
 from kit.fakes.kubelet import FakeKubelet
 from kit.payload import FIX, pod_copies, podlist_body
 from kit.ports import free_port
@@ -54,10 +54,6 @@ CASES = {  # name -> (body, max_body_bytes or None for the default)
     "at_cap": ("at_cap", None),
     "50mb_uncapped": ("50mb", 64 * MIB),
 }
-
-
-def progress(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
 
 
 def ticks(port: int) -> float | None:

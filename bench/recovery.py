@@ -31,7 +31,7 @@ from pathlib import Path
 
 import grpc
 from kit.api import app_id, cid
-from kit.bench import finish
+from kit.bench import finish, progress
 from kit.fleet import Agent, start_all, stop_all
 from kit.realcg import RealRoot
 
@@ -43,11 +43,6 @@ from qos.model import Resources, Source
 
 TS = b"1700000000000"
 RECORDED = 10
-T0 = time.monotonic()
-
-
-def progress(msg: str) -> None:
-    print(f"[{time.monotonic() - T0:7.1f}s] {msg}", file=sys.stderr, flush=True)
 
 
 # ---- real agents -------------------------------------------------------------------------------------------

@@ -24,6 +24,7 @@ import h2.connection
 import h2.events
 import h2.exceptions
 from kit.agentproc import agent_config, metric, running_agent
+from kit.bench import pct
 from kit.poll import wait
 from kit.ports import free_port
 from kit.realcg import RealRoot
@@ -46,11 +47,6 @@ def rss_kib(pid: int) -> int:
         if line.startswith("VmRSS:"):
             return int(line.split()[1])
     raise AssertionError("no VmRSS")
-
-
-def pct(values: list[float], p: float) -> float:
-    s = sorted(values)
-    return s[min(len(s) - 1, round(p / 100 * (len(s) - 1)))]
 
 
 @dataclass

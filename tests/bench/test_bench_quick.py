@@ -26,6 +26,8 @@ BENCHES = {
     "interference.py": ("hp_throughput_ratio_with_agent_cpuset", "hp_throughput_ratio_no_agent"),
     "network.py": ("hp_share_of_link", "be_share_when_hp_idle", "ceiling_change_s"),
     "footprint.py": ("cpu_percent", "wakeups_per_s", "rss_mb", "rss_saved_by_lazy_kube_mb"),
+    "metrics_flood.py": ("idle_connections_tick_cadence", "idle_connections_open_s",
+                         "tick_mean_ratio_scrapers"),
     "load.py": ("tick_interval_p99_ratio", "rpc_snapshot_p99_ms", "agent_vm_hwm_mib", "errors",
                 "snapshot_quiet_p99_ms"),
 }

@@ -74,3 +74,11 @@ def running_agent(config: Path, log: Path) -> Iterator[subprocess.Popen[bytes]]:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(timeout=10)
+
+
+def proc_status(pid: int, key: str) -> str:
+    """A field of /proc/PID/status (e.g. Threads, VmHWM); "?" when it has none."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(key + ":"):
+            return line.split(":", 1)[1].strip()
+    return "?"

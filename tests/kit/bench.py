@@ -10,6 +10,7 @@ import json
 import math
 import shutil
 import sys
+import time
 from collections.abc import Iterable, Iterator, Mapping
 
 # binary -> the Debian package that installs it (scripts/test installs every one of them)
@@ -23,6 +24,22 @@ PACKAGES = {
     "timeout": "coreutils",
     "nsenter": "util-linux",
 }
+
+
+T0 = time.monotonic()
+
+
+def progress(msg: str) -> None:
+    """A progress line on stderr (stdout is for the figures), with the seconds since the bench started."""
+    print(f"[{time.monotonic() - T0:7.1f}s] {msg}", file=sys.stderr, flush=True)
+
+
+def pct(xs: Iterable[float], p: float) -> float:
+    """The `p`-th percentile of `xs` (nearest rank); NaN when there is none, which `finish` refuses."""
+    s = sorted(xs)
+    if not s:
+        return float("nan")
+    return s[min(len(s) - 1, max(0, round(p / 100 * (len(s) - 1))))]
 
 
 class Unmeasurable(RuntimeError):
