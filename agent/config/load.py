@@ -135,6 +135,11 @@ def from_mapping(cls: type[T], data: object, where: str = "") -> T:
         raise ConfigError(
             f"{prefix}{_key(unknown[0])}: unknown field (known: {', '.join(sorted(fields))})"
         )
+    no_default = dataclasses.MISSING
+    missing = [n for n, f in fields.items()
+               if n not in data and f.default is no_default and f.default_factory is no_default]
+    if missing:
+        raise ConfigError(f"{where}.{missing[0]}: required" if where else f"{missing[0]}: required")
     kwargs: dict[str, Any] = {}
     for name, value in data.items():
         path = f"{where}.{name}" if where else str(name)
