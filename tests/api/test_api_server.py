@@ -25,6 +25,7 @@ import pytest_asyncio
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from kit.api import Mirror, app_id, cid, short_dir
+from kit.poll import until
 
 from agent.api import convert
 from agent.api.client import AgentCallError, AgentClient, Marker
@@ -348,7 +349,7 @@ async def test_stream_limit() -> None:
                 )
                 assert (await c.get_snapshot()).revision == s.ledger.revision  # unary calls still served
                 await a.aclose()
-                await asyncio.sleep(0.1)
+                assert await until(lambda: s.server.service.streams < 2, 5)  # a's slot given back
                 c3 = c.watch(send_initial=True)
                 assert isinstance((await until_synced(c3))[-1], Marker)
                 await c3.aclose()

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from kit.poll import wait
+from kit.poll import holds, wait
 from kit.realcg import RealRoot
 
 from cgroups.errors import CgroupBusy, CgroupError, CgroupGone, InvalidValue
@@ -175,8 +175,7 @@ def test_freeze_then_kill_all_on_v1(real_root: RealRoot) -> None:
     first, second = _window(reader, rel, 0.3)
     assert second.cpu_usage_ns - first.cpu_usage_ns < 20_000_000  # frozen: (almost) no CPU
     os.kill(proc.pid, signal.SIGKILL)  # the kernel fact kill_all works around:
-    time.sleep(0.3)
-    assert proc.poll() is None  # a frozen v1 task does not act on SIGKILL while frozen
+    assert holds(lambda: proc.poll() is None, 0.3)  # a frozen v1 task does not act on SIGKILL while frozen
     assert writer.kill_all(rel) == 1
     assert proc.wait(timeout=5) == -signal.SIGKILL
     assert writer.freezer_state(rel) == "THAWED"

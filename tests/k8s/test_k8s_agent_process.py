@@ -8,7 +8,6 @@ allocations back on the Node."""
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import pytest
@@ -17,7 +16,7 @@ from kit.agentproc import kubeconfig, running_agent
 from kit.fakes.apiserver import FakeApiServer
 from kit.fakes.kubelet import FakeKubelet
 from kit.fakes.nodemanager import FakeNodeManager
-from kit.poll import wait
+from kit.poll import holds, wait
 from kit.realcg import RealRoot
 from test_k8s_overcommit_e2e import C1, C2, C3, FIX, PODS, _containers, _podlist
 
@@ -76,8 +75,7 @@ def test_agent_process_arbitrates_k8s_and_yarn_against_the_node_origin(real_root
             # What the kubelet and the NodeManager report once the releases went through: no more.
             kubelet.body = json.dumps(_podlist(["batch-a", "batch-b"])).encode()
             nm.docs["/ws/v1/node/containers"] = json.dumps(_containers([C1, C2])).encode()
-            time.sleep(3)
-            assert len(api.evicted) == 1
+            assert holds(lambda: len(api.evicted) == 1, 3)
             assert len(real_root.pids(f"besteffort/hadoop-yarn/{C2}")) == 1
             audit = [json.loads(line)["fields"]["audit"]
                      for line in (tmp_path / "agent.log").read_text().splitlines()

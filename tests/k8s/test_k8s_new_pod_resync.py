@@ -7,7 +7,6 @@ runs here). The source's resync clock is a hand-moved fake; everything else is r
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pytest
@@ -15,7 +14,7 @@ import yaml
 from kit.agentproc import running_agent
 from kit.clock import FakeClock
 from kit.fakes.kubelet import FakeKubelet
-from kit.poll import wait
+from kit.poll import holds, wait
 from kit.realcg import RealRoot
 
 from agent.config.sources import KubeletConfig
@@ -88,8 +87,8 @@ def test_the_agent_process_lists_again_when_a_pod_cgroup_appears(fixtures: Path,
         with running_agent(tmp_path / "agent.yaml", tmp_path / "agent.log"):
             listed = wait(lambda: len(fake.seen("GET", "/pods")) >= 1, 15)
             assert listed, (tmp_path / "agent.log").read_text()
-            time.sleep(1.5)  # a few ticks with nothing new: no re-list
-            assert len(fake.seen("GET", "/pods")) == 1
+            # a few ticks with nothing new: no re-list
+            assert holds(lambda: len(fake.seen("GET", "/pods")) == 1, 1.5)
             real_root.mkcg(NEW_BE)
             # >= 2: the batch limits' creation trigger (agent/daemon/batch_limits.py) lists at once too
             relisted = wait(lambda: len(fake.seen("GET", "/pods")) >= 2, 5)

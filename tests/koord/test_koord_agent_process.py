@@ -12,7 +12,6 @@ from __future__ import annotations
 import copy
 import json
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -21,7 +20,7 @@ from kit.agentproc import kubeconfig, running_agent
 from kit.fakes.apiserver import FakeApiServer, schema_errors
 from kit.fakes.kubelet import FakeKubelet
 from kit.fakes.nodemanager import FakeNodeManager
-from kit.poll import wait
+from kit.poll import holds, wait
 from kit.ports import free_port
 from kit.realcg import RealRoot
 from koordslo_agent import (
@@ -128,8 +127,7 @@ def test_collapsed_origin_evicts_nothing_then_nodemetric_and_nodeslo(
         with running_agent(tmp_path / "agent.yaml", tmp_path / "agent.log"):
             # YARN's allocations written back: the NodeManager answered and the origin was read
             assert wait(lambda: THIRD_PARTY_ANNOTATION in api.annotations, 20), log()[-3000:]
-            time.sleep(4)
-            assert api.evicted == [], "a collapsed origin is no reason to evict"
+            assert holds(lambda: api.evicted == [], 4), "a collapsed origin is no reason to evict"
             for c in (C1, C2):
                 assert len(real_root.pids(f"besteffort/hadoop-yarn/{c}")) == 1, "YARN containers untouched"
 
@@ -219,8 +217,7 @@ def test_nodeslo_threshold_moves_the_be_cpu_budget_within_one_resync(
 
             assert wait(low, 30), (granted(), _be_quota_cores(real_root), logf.read_text()[-3000:])
             assert settings(sock)["suppression.threshold_percent"] == ("20", "yaml")
-            time.sleep(1.0)
-            assert low(), "the budget holds at the floor under the YAML's threshold"
+            assert holds(low, 1.0), "the budget holds at the floor under the YAML's threshold"
 
             for threshold, rv, moved in ((95, "11", high), (20, "12", low)):
                 api.koord[NODESLO] = nodeslo(rv, enable=True, cpuSuppressThresholdPercent=threshold,

@@ -12,6 +12,7 @@ import time
 from typing import Any
 
 import pytest
+from kit.poll import until
 from kit.realcg import RealRoot
 from net14kit import BE4, BE6, FAR4, FAR6, HP4, HP6, Topo, topology
 
@@ -173,8 +174,7 @@ def test_run_builds_then_removes_on_stop_and_a_missing_class_is_re_added() -> No
                 break
         assert shaper.owned and "htb c01c:" in t.root_qdisc()
         t.tc("class", "del", "dev", t.dev, "classid", "c01c:20")
-        await asyncio.sleep(0.3)
-        assert "c01c:20" in t.tc("class", "show", "dev", t.dev)
+        assert await until(lambda: "c01c:20" in t.tc("class", "show", "dev", t.dev), 3)
         stop.set()
         await asyncio.wait_for(task, 10)
         assert "htb" not in t.root_qdisc()

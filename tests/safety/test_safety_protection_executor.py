@@ -6,12 +6,12 @@ against the fake API server elsewhere); the counter is read from the real Promet
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import re
 import time
 from pathlib import Path
 
+from kit.poll import still
 from prometheus_client import generate_latest
 from protectkit import fetch, snapshot
 
@@ -101,6 +101,5 @@ async def test_protected_comes_before_stale_data_and_dry_run(tmp_path: Path) -> 
                                 Evict(spark.key, EvictReason.BATCH_OVERCOMMIT, "over")], stale)
     assert [r.outcome for r in records] == ["protected", "skipped"]
     assert "stale_data" in records[1].reason
-    await asyncio.sleep(0)
-    assert rec.evicted == []
+    assert await still(lambda: rec.evicted == [], 0.1)
     assert _refusals(ex)["cpu_satisfaction"] == 1.0 and _refusals(ex)["batch_overcommit"] == 1.0

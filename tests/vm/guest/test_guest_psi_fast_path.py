@@ -13,7 +13,7 @@ import sys
 from dataclasses import replace
 
 import pytest
-from kit.poll import until
+from kit.poll import still, until
 from kit.systemd import SystemdPods
 
 from agent.api.coloc.v1 import agent_pb2 as pb
@@ -97,8 +97,8 @@ async def test_psi_trigger_mode_cuts_be_after_an_hp_stall_on_the_systemd_layout(
         overrides = sum(rt.writer.override_counts.values())
         systemd_pods.reload()
         assert be_quota() < before
-        await asyncio.sleep(2.5)
-        assert sum(rt.writer.override_counts.values()) == overrides, list(rt.writer.overrides)
+        assert await still(lambda: sum(rt.writer.override_counts.values()) == overrides, 2.5), \
+            list(rt.writer.overrides)
     finally:
         stop.set()
         await asyncio.wait_for(task, 30)

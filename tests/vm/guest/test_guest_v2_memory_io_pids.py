@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from kit.poll import wait
+from kit.poll import holds, wait
 from kit.realcg import RealRoot
 
 from cgroups.errors import CgroupError, CgroupGone
@@ -189,10 +189,10 @@ def test_freeze_stops_cpu_and_thaw_resumes_it(real_root: RealRoot) -> None:
     assert writer.freeze(rel)
     assert wait(lambda: "frozen 1" in (real_root.path("unified", rel) / "cgroup.events").read_text())
     first = reader.sample(rel)
-    time.sleep(0.5)
-    assert reader.sample(rel).cpu_usage_ns - first.cpu_usage_ns < 5_000_000
+    # the counter only grows: below 5 ms at every check over the 0.5 s is below 5 ms at its end
+    assert holds(lambda: reader.sample(rel).cpu_usage_ns - first.cpu_usage_ns < 5_000_000, 0.5)
     assert writer.thaw(rel)
     assert wait(lambda: "frozen 0" in (real_root.path("unified", rel) / "cgroup.events").read_text())
     first = reader.sample(rel)
-    time.sleep(0.5)
-    assert reader.sample(rel).cpu_usage_ns - first.cpu_usage_ns > 20_000_000
+    # the counter only grows: past 20 ms within the 0.5 s is past 20 ms at its end
+    assert wait(lambda: reader.sample(rel).cpu_usage_ns - first.cpu_usage_ns > 20_000_000, 0.5)
