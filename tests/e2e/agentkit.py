@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 from collections.abc import AsyncIterator
 from dataclasses import replace
 from pathlib import Path
@@ -15,7 +14,6 @@ from agent.config.agent import AgentConfig, CgroupConfig, EvictionConfig, LoopCo
 from agent.config.standalone import LocalWorkload, StandaloneConfig
 from agent.daemon.runtime import Runtime, build
 from agent.demo.spawn import workload_argv
-from agent.demo.workloads import read_counter
 from qos.policies import PolicyConfig
 
 
@@ -60,11 +58,6 @@ def start_runtime(real_root: RealRoot, **kw: object) -> Runtime:
 def spawn_hp(real_root: RealRoot, rel: str, threads: int, counter: Path) -> None:
     real_root.spawn(rel, workload_argv("hp", threads, counter))
 
-
-async def throughput(counter: Path, seconds: float) -> float:
-    a, t = read_counter(str(counter)), time.monotonic()
-    await asyncio.sleep(seconds)
-    return (read_counter(str(counter)) - a) / (time.monotonic() - t)
 
 
 def quota_file(real_root: RealRoot) -> Path:

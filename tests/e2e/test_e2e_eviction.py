@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from agentkit import agent_config, running
-from kit.poll import wait_for
+from kit.poll import still, until, wait_for
 from kit.realcg import RealRoot
 
 from agent.config.sources import NodeManagerConfig
@@ -83,7 +83,8 @@ async def test_memory_pressure_evicts_just_enough_lowest_priority_first(real_roo
     async with running(rt):
         gone = await wait_for(lambda: not _alive(pids["besteffort/low-big"]), 15, poll=0.05)
         assert gone is not None, "nothing was evicted"
-        await wait_for(lambda: False, 2.0)  # a further round would happen here if it over-evicted
+        # a further round would happen here if it over-evicted
+        assert await still(lambda: _alive(pids["besteffort/high"]) and _alive(pids["hp"]), 2.0)
     assert not _alive(pids["besteffort/low-small"])
     assert not _alive(pids["besteffort/low-big"])
     assert _alive(pids["besteffort/high"]), "evicted more than needed"
@@ -101,14 +102,16 @@ async def test_dry_run_changes_nothing_on_disk(real_root: RealRoot, tmp_path: Pa
     audit = tmp_path / "audit.jsonl"
     rt = build(agent_config(real_root.name, memory=int(ws[""] / 0.75), interval=0.3, workloads=PRIORITIES,
                             dry_run=True, audit=str(audit)))
-    knobs = {f: (real_root.path(c, "besteffort") / f).read_text()
-             for c, f in (("cpuset", "cpuset.cpus"), ("cpu", "cpu.cfs_quota_us"), ("cpu", "cpu.idle"),
-                          ("memory", "memory.soft_limit_in_bytes"))}
+
+    def knob_values() -> dict[str, str]:
+        return {f: (real_root.path(c, "besteffort") / f).read_text()
+                for c, f in (("cpuset", "cpuset.cpus"), ("cpu", "cpu.cfs_quota_us"), ("cpu", "cpu.idle"),
+                             ("memory", "memory.soft_limit_in_bytes"))}
+
+    knobs = knob_values()
     async with running(rt):
-        await wait_for(lambda: False, 3.0)
-    after = {f: (real_root.path(c, "besteffort") / f).read_text()
-             for c, f in (("cpuset", "cpuset.cpus"), ("cpu", "cpu.cfs_quota_us"), ("cpu", "cpu.idle"),
-                          ("memory", "memory.soft_limit_in_bytes"))}
+        assert await still(lambda: knob_values() == knobs and all(_alive(p) for p in pids.values()), 3.0)
+    after = knob_values()
     assert after == knobs
     assert all(_alive(p) for p in pids.values())
     outcomes = {(r["kind"], r["outcome"]) for r in map(json.loads, audit.read_text().splitlines())}
@@ -131,7 +134,8 @@ async def test_no_eviction_on_stale_data(real_root: RealRoot, tmp_path: Path) ->
     async with running(rt):
         stop = asyncio.Event()
         refresh = asyncio.create_task(rt.sources.run(stop))
-        await wait_for(lambda: False, 2.5)
+        assert await still(lambda: all(_alive(p) for p in pids.values()), 2.5)
+        assert await until(lambda: (p := rt.board.get()) is not None and p.tick >= 3, 10)
         stop.set()
         await refresh
         pub = rt.board.get()
