@@ -87,7 +87,8 @@ from kit.bench import require_tools
 from kit.ports import free_port
 
 from agent.config.agent import load_config
-from agent.daemon.runtime import BE_SHARES, BE_TIER, machine_capacity, remove_tree, setup_tiers
+from agent.daemon.cgroup_tree import BE_SHARES, BE_TIER, remove_tree, setup_tiers
+from agent.daemon.runtime import machine_capacity
 from agent.demo.plots import plot_timeseries
 from agent.demo.spawn import spawn_in_cgroup, workload_argv
 from agent.demo.workloads import read_counter

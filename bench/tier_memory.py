@@ -115,7 +115,7 @@ class Node:
 
     def cleanup(self) -> None:
         with contextlib.suppress(Exception):
-            from agent.daemon.runtime import remove_tree
+            from agent.daemon.cgroup_tree import remove_tree
             from cgroups.reader import CgroupReader
             remove_tree(self.writer, CgroupReader(self.h, self.name), "")
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import logging
 import os
@@ -22,6 +21,7 @@ if TYPE_CHECKING:
 
 from agent.config.agent import AgentConfig
 from agent.daemon.audit import AuditLog
+from agent.daemon.cgroup_tree import BE_TIER, remove_tree, setup_tiers
 from agent.daemon.collector import Collector, TierPaths
 from agent.daemon.loop import LoopTiming, TickHook, TickInputs, TickLoop, TickOutputs
 from agent.daemon.source_runner import WorkloadSources, pod_cgroup_lister
@@ -38,7 +38,7 @@ from agent.state import Ledger, LedgerConfig
 from agent.state.ledger import read_boot_id
 from agent.state.owned_root import RootMarker
 from cgroups.discovery import Hierarchy, detect_driver, discover, resolve_root
-from cgroups.errors import CgroupError, InvalidValue
+from cgroups.errors import CgroupError
 from cgroups.layout import Layout
 from cgroups.reader import CgroupReader
 from cgroups.writer import CgroupWriter
@@ -49,10 +49,6 @@ from qos.policies import PolicyConfig
 from qos.registry import build_pipeline, policies
 
 log = logging.getLogger("coloc.runtime")
-
-BE_TIER = "besteffort"
-BE_SHARES = 2  # what the kubelet gives the besteffort tier
-
 
 @dataclass
 class Runtime:
@@ -102,56 +98,6 @@ def node_capacity(cfg: AgentConfig) -> tuple[Resources, tuple[int, ...]]:
     mem = cfg.node.memory_bytes if cfg.node.memory_bytes is not None else machine.memory_bytes
     ncpu = max(1, min(len(cpus), -(-milli // 1000)))
     return Resources(milli, mem), cpus[:ncpu]
-
-
-def setup_tiers(writer: CgroupWriter, reader: CgroupReader, cpus: tuple[int, ...], layout: Layout,
-                made: list[str] | None = None) -> bool:
-    """Lay the tiers out as the kubelet does (besteffort `cpu.shares` 2), named as the driver names them;
-    return whether the root was new. Each cgroup it is about to make is appended to `made`."""
-    created = not reader.exists("")
-    be = layout.tier("besteffort")
-    for rel in ("", layout.tier("burstable"), be, layout.yarn_root()):
-        if made is not None and not reader.exists(rel):
-            made.append(rel)  # before mkdir: one that fails half-way (one hierarchy made) is undone too
-        writer.mkdir(rel)
-        writer.set_cpuset(rel, cpus)
-    with contextlib.suppress(InvalidValue):
-        # A restart finds cpu.idle=1 left by the previous incarnation, and the kernel refuses a weight
-        # change while a cgroup is idle: the shares were set when it was made idle.
-        writer.set_cpu_shares(be, BE_SHARES)
-    return created
-
-
-def _subtree(reader: CgroupReader, rel: str) -> list[str]:
-    """`rel` and every cgroup below it at any depth, parents before children (iterative: no depth cap)."""
-    out, todo = [], [rel]
-    while todo:
-        cur = todo.pop()
-        out.append(cur)
-        with contextlib.suppress(CgroupError, OSError):
-            todo.extend(reader.children(cur))
-    return out
-
-
-def remove_tree(writer: CgroupWriter, reader: CgroupReader, rel: str) -> int:
-    """Kill what is left in `rel` and below (through each cgroup's `cgroup.procs`), then remove the whole
-    subtree deepest first, going on past any directory that will not go; return how many would not."""
-    tree = _subtree(reader, rel)
-    for sub in reversed(tree):
-        with contextlib.suppress(CgroupError, OSError):
-            if reader.pids(sub):
-                writer.kill_all(sub, 9)
-                deadline = time.monotonic() + 5
-                while reader.pids(sub) and time.monotonic() < deadline:
-                    time.sleep(0.02)
-    failed = 0
-    for sub in sorted(tree, key=lambda r: -r.count("/") - (r != "")):
-        try:
-            writer.rmdir(sub, recursive=True)
-        except (CgroupError, OSError) as err:
-            failed += 1
-            log.warning("cgroup not removed", extra={"fields": {"cgroup": sub, "error": str(err)}})
-    return failed
 
 
 def open_ledger(cfg: AgentConfig) -> Ledger:
@@ -235,7 +181,7 @@ def make_sources(cfg: AgentConfig, layout: Layout, reader: CgroupReader, hierarc
     if kubelet is None and cfg.standalone.enabled:
         scanner = StandaloneScanner(
             cfg.standalone, lambda rel: [c.rsplit("/", 1)[-1] for c in reader.children(rel)],
-            layout.tier("besteffort"), layout.tier("burstable"), cfg.cgroups.yarn_hierarchy,
+            layout.tier(BE_TIER), layout.tier("burstable"), cfg.cgroups.yarn_hierarchy,
             lambda rel: str(hierarchy.controller_dir("cpu") / root / rel),
             scan_yarn=not cfg.sources.yarn.enabled)
     yarn = None
@@ -327,7 +273,7 @@ def _assemble(cfg: AgentConfig, board: Board | None, hierarchy: Hierarchy, reade
               ledger: Ledger, owned: bool, marker: RootMarker | None) -> Runtime:
     """`build` after the ledger and the tiers: sources, collector, executor, policies, the loop."""
     root = cfg.cgroups.root.strip("/")
-    be_tier = layout.tier("besteffort")
+    be_tier = layout.tier(BE_TIER)
     api_client = None
     if cfg.sources.kube_api.enabled:  # the Kubernetes client stack (~30 MB) only when the API server is used
         from agent.sources.kubeapi import make_api_client
