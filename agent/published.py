@@ -88,7 +88,8 @@ class Published:
     snapshot: NodeSnapshot | None
     be_cpu_granted_milli: int | None  # what suppression currently lets BE use
     be_cpu_policy: str
-    recent_actions: tuple[ActionRecord, ...] = ()
+    recent_actions: tuple[ActionRecord, ...] = ()  # the latest few, for `status` and `top`
+    actions: tuple[ActionRecord, ...] = ()  # every record of this tick (and the evictions ended before it)
     pending_actions: tuple[Action, ...] = ()
     source_age_s: Mapping[str, float] = field(default_factory=dict)
     sources_synced: bool = False

@@ -86,16 +86,17 @@ def drain_decision(snapshot: NodeSnapshot) -> DrainDecision | None:
 
 
 @dataclass(frozen=True, slots=True)
-class DrainPolicy(Policy[None]):
-    """The drain behind the pipeline protocol: its DRAIN_TIMEOUT evictions. Stateless: the ledger keeps
-    the drain, and the snapshot carries it."""
+class DrainPolicy(Policy[DrainDecision | None]):
+    """The drain behind the pipeline protocol: it decides once per tick, contributes the DRAIN_TIMEOUT
+    evictions, and keeps the decision as its state (the pipeline's `drain` output, which the decommission
+    controller records). The ledger keeps the drain itself, and the snapshot carries it."""
 
     name: str = field(default="drain")
 
-    def initial_state(self) -> None:
+    def initial_state(self) -> DrainDecision | None:
         return None
 
-    def decide(self, snapshot: NodeSnapshot, state: None,
-               pending: frozenset[str] = frozenset()) -> tuple[list[Action], None]:
+    def decide(self, snapshot: NodeSnapshot, state: DrainDecision | None,
+               pending: frozenset[str] = frozenset()) -> tuple[list[Action], DrainDecision | None]:
         decision = drain_decision(snapshot)
-        return ([] if decision is None else list(decision.evict)), None
+        return ([] if decision is None else list(decision.evict)), decision

@@ -1,4 +1,4 @@
-"""Every policy behind one protocol, run in a declared order: `decide(snapshot, state) -> (actions, state)`.
+"""Every policy behind one protocol, run in a declared order: `decide(snapshot, state) -> Decision`.
 
 A policy is an object with a `name`, an `initial_state()` and a pure `decide`. The pipeline runs its
 policies in order, merges their actions and de-duplicates victims once: a workload an earlier policy
@@ -8,18 +8,23 @@ remembers from an earlier tick, is passed to `decide` in `pending`, so its relea
 its way and it is never picked twice. The pipeline also owns what happens when an eviction did not:
 `forget` (the kill failed or was refused: no longer a pending release) and `refused` (the evictor said
 "try the next victim").
+
+A `Decision` carries the actions, every policy's new state and the pipeline's named outputs: what its
+builder (`qos.registry`) declares the rest of the agent reads from the policies (BE's CPU grant, the batch
+budget, the drain's verdict), so nobody digs them out of the state.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, overload
 
 from qos.actions import Action, Evict
 from qos.model import NodeSnapshot
 
 S = TypeVar("S")
+Out = TypeVar("Out")
 
 
 class Policy(Generic[S]):
@@ -61,10 +66,37 @@ class PipelineState:
         return iter(self.by_name)
 
 
-class Pipeline:
-    """The policies of a tick, in the order they run."""
+Readout = Callable[[NodeSnapshot, PipelineState], Out]
+"""The named outputs of a tick, read from the snapshot and the policies' new state."""
 
-    def __init__(self, policies: Sequence[Policy[Any]]) -> None:
+
+@dataclass(frozen=True, slots=True)
+class Decision(Generic[Out]):
+    """One tick's decision: the merged actions, each policy's new state, and the pipeline's named outputs."""
+
+    actions: list[Action]
+    state: PipelineState
+    outputs: Out
+
+    def __iter__(self) -> Iterator[Any]:
+        """Unpacks as `actions, state` where the outputs are not wanted."""
+        return iter((self.actions, self.state))
+
+
+def _no_outputs(_snapshot: NodeSnapshot, _state: PipelineState) -> None:
+    return None
+
+
+class Pipeline(Generic[Out]):
+    """The policies of a tick, in the order they run, and what their decision tells the rest (`readout`)."""
+
+    @overload
+    def __init__(self: Pipeline[None], policies: Sequence[Policy[Any]]) -> None: ...
+
+    @overload
+    def __init__(self, policies: Sequence[Policy[Any]], readout: Readout[Out]) -> None: ...
+
+    def __init__(self, policies: Sequence[Policy[Any]], readout: Readout[Any] = _no_outputs) -> None:
         names = [p.name for p in policies]
         for name in names:
             if not name:
@@ -72,6 +104,7 @@ class Pipeline:
             if names.count(name) > 1:
                 raise ValueError(f"policy {name!r} is registered twice")
         self.policies: tuple[Policy[Any], ...] = tuple(policies)
+        self._readout: Readout[Out] = readout
 
     def initial_state(self) -> PipelineState:
         return PipelineState({p.name: p.initial_state() for p in self.policies})
@@ -82,7 +115,7 @@ class Pipeline:
                 return p
         return None
 
-    def decide(self, snapshot: NodeSnapshot, state: PipelineState) -> tuple[list[Action], PipelineState]:
+    def decide(self, snapshot: NodeSnapshot, state: PipelineState) -> Decision[Out]:
         states = dict(state.by_name)
         actions: list[Action] = []
         evicting: set[str] = set()
@@ -98,7 +131,8 @@ class Pipeline:
                         continue
                     evicting.add(a.key)
                 actions.append(a)
-        return actions, PipelineState(states)
+        new = PipelineState(states)
+        return Decision(actions, new, self._readout(snapshot, new))
 
     def forget(self, state: PipelineState, keys: Collection[str]) -> PipelineState:
         """Victims whose eviction did not happen (refused by the executor's guards, or failed) are no longer

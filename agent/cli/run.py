@@ -49,8 +49,8 @@ def release_startup_memory() -> None:
 def policy_settings(rt: Runtime) -> tuple[PolicyConfig, Mapping[str, str]]:
     """The policy settings in force (the NodeSLO source's, which the pipeline runs; else the YAML) and where
     each NodeSLO-mapped one came from: what `status` shows."""
-    slo = rt.sources.nodeslo
-    return (slo.current, slo.sources) if slo is not None else (rt.cfg.policies, rt.sources.settings_sources())
+    slo = rt.reports.nodeslo
+    return (slo.current, slo.sources) if slo is not None else (rt.cfg.policies, rt.reports.settings_sources())
 
 
 def batch_memory(rt: Runtime) -> int | None:
@@ -130,6 +130,7 @@ async def serve(config_path: str, dry_run: bool = False, ready: asyncio.Event | 
     log.info("agent started", extra={"fields": {"node": cfg.node.node_name, "root": cfg.cgroups.root,
                                                   "dry_run": cfg.eviction.dry_run}})
     sources = asyncio.create_task(rt.sources.run(stop))
+    reports = asyncio.create_task(rt.reports.run(stop))
     trim = loop.call_later(STARTUP_TRIM_AFTER_S, release_startup_memory)
     network = asyncio.create_task(rt.network.run(stop)) if rt.network is not None else None
     limits_task = start_batch_limits(rt, stop)
@@ -141,6 +142,7 @@ async def serve(config_path: str, dry_run: bool = False, ready: asyncio.Event | 
         stop.set()
         trim.cancel()
         await _settle(sources, "sources")
+        await _settle(reports, "node reports")
         await _settle(limits_task, "batch limits")
         await rt.executor.drain(timeout_s=cfg.eviction.grace_period_s + 2)
         rt.executor.release_be()

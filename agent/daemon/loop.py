@@ -1,5 +1,10 @@
 """The tick loop: list workloads → snapshot → policy pipeline → execute → hooks and publish, every interval.
 
+Each result goes forward only: the snapshot into the decision, the decision's actions into the executor and
+its named outputs (BE's CPU grant, the batch budget, the drain's verdict) into the hooks and the publication,
+the executor's records (with the evictions that ended since the last tick) into the hooks, the pipeline's
+state for the next tick and the publication.
+
 Between ticks a fast path wakes the loop at once when HP work stalls or its load jumps, so suppression
 reacts well under a tick, at little cost to what it protects. Where the kernel allows, HP stalls arrive as
 PSI trigger events (`psi-trigger` mode, psi_wake.py) and the HP tier's CPU is read at the calm rate only;
@@ -20,19 +25,20 @@ from dataclasses import dataclass, field
 
 from agent.daemon.collector import Collector
 from agent.daemon.psi_wake import ADAPTIVE_POLL, OFF, PSI_TRIGGER, PsiWaker, probe
-from agent.executors.apply import ActionExecutor
+from agent.executors.apply import ActionExecutor, Ended
 from agent.published import NOT_DONE, ActionRecord, Board, Counters, Published
-from qos.actions import Action, ActionKind
-from qos.admission import BatchBudget
-from qos.model import DrainView, NodeSnapshot, Resources, Workload
-from qos.pipeline import Pipeline
-from qos.registry import batch_budget, batch_origin, be_cpu_grant
+from qos.actions import ActionKind
+from qos.model import DrainView, NodeSnapshot, Workload
+from qos.pipeline import Decision, Pipeline, PipelineState
+from qos.registry import NodeOutputs
 
 log = logging.getLogger("coloc.loop")
 
 WorkloadLister = Callable[[], tuple[list[Workload], dict[str, str]]]
-TickHook = Callable[[NodeSnapshot, Resources | None, list[ActionRecord]], None]
-"""Called after each tick with the snapshot, the batch budget (origin) and what was done."""
+TickHook = Callable[[NodeSnapshot, NodeOutputs, list[ActionRecord]], None]
+"""Called after each tick with the snapshot, the decision's named outputs and every record of the tick."""
+PipelineInForce = Callable[[], Pipeline[NodeOutputs]]
+"""The pipeline of the policy settings in force (NodeSLO may change them between ticks; names stay)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,22 +92,30 @@ class TickOutputs:
     admissions_refused: Callable[[], Mapping[str, int]] = field(default=dict)
 
 
+def _settle(pipeline: Pipeline[NodeOutputs], state: PipelineState, ended: Ended) -> PipelineState:
+    """Evictions that ended since the last tick: a kill that did not happen is no pending release for any
+    policy, and one refused with "try the next victim" lets the batch policy pick the next one now."""
+    state = pipeline.forget(state, ended.failed)
+    at = {r.target: r.at for r in ended.records}
+    for key in sorted(ended.try_next):
+        state = pipeline.refused(state, key, at.get(key, time.time()))
+    return state
+
+
 class TickLoop:
     """Owns the policies' state; everything it learns goes out through the outputs."""
 
-    def __init__(self, inputs: TickInputs, pipeline: Pipeline, executor: ActionExecutor,
+    def __init__(self, inputs: TickInputs, pipeline: PipelineInForce, executor: ActionExecutor,
                  outputs: TickOutputs, timing: LoopTiming) -> None:
         self._inputs = inputs
         self._collector = inputs.collector
         self._pipeline = pipeline
-        self._state = pipeline.initial_state()
+        self._state = pipeline().initial_state()
         self._executor = executor
         self._outputs = outputs
         self._timing = timing
-        executor.on_refused = self._eviction_refused
-        executor.on_failed = self._eviction_failed
         self._wake = asyncio.Event()
-        self._recent: deque[ActionRecord] = deque(maxlen=50)
+        self._recent: deque[ActionRecord] = deque(maxlen=50)  # what `status` and `top` show
         self._tick = 0
         self._tick_errors = 0
         self._last: NodeSnapshot | None = None
@@ -119,31 +133,30 @@ class TickLoop:
     def last_snapshot(self) -> NodeSnapshot | None:
         return self._last
 
-    def batch_budget(self) -> BatchBudget | None:
-        """The batch budget as the batch policy holds it now (the admission rule's facts); hooks read it."""
-        return batch_budget(self._pipeline, self._state)
-
     def tick(self, cause: str = "interval") -> Published:
         """One synchronous pass (cgroup I/O takes microseconds); evictions continue as tasks."""
         started_mono = time.monotonic()
         started_wall = time.time()
         self._tick += 1
+        pipeline = self._pipeline()
+        ended = self._executor.ended()
+        self._state = _settle(pipeline, self._state, ended)
         workloads, stale = self._inputs.list_workloads()
         collected = self._collector.collect(workloads, self._executor.terminating, stale, started_wall)
         snap = self._inputs.snapshot(collected)
-        actions, self._state = self._pipeline.decide(snap, self._state)
-        records = self._executor.execute(actions, snap)
-        not_done = {r.target for r in records if r.kind == ActionKind.EVICT and r.outcome in NOT_DONE}
-        self._state = self._pipeline.forget(self._state, not_done)
+        decision = pipeline.decide(snap, self._state)
+        done = self._executor.execute(decision.actions, snap)
+        not_done = {r.target for r in done if r.kind == ActionKind.EVICT and r.outcome in NOT_DONE}
+        self._state = pipeline.forget(decision.state, not_done)
+        records = [*ended.records, *done]
         self._recent.extend(records)
-        origin = batch_origin(self._pipeline, self._state)
         for hook in self._outputs.hooks:
             try:
-                hook(snap, origin, records)
+                hook(snap, decision.outputs, records)
             except Exception:
                 log.exception("tick hook failed")
         self._last = snap
-        pub = self._publication(snap, actions, started_wall, started_mono)
+        pub = self._publication(snap, decision, records, started_wall, started_mono)
         self._note_budget(pub.be_cpu_granted_milli)
         self._outputs.board.publish(pub)
         for observe in self._outputs.observers:
@@ -155,9 +168,9 @@ class TickLoop:
             log.debug("tick", extra={"fields": {"cause": cause, "tick": self._tick}})
         return pub
 
-    def _publication(self, snap: NodeSnapshot, actions: list[Action], started_wall: float,
-                     started_mono: float) -> Published:
-        granted, floor, policy = be_cpu_grant(self._pipeline, self._state, snap)
+    def _publication(self, snap: NodeSnapshot, decision: Decision[NodeOutputs], records: list[ActionRecord],
+                     started_wall: float, started_mono: float) -> Published:
+        grant = decision.outputs.be_cpu
         ex = self._executor
         return Published(
             tick=self._tick,
@@ -167,11 +180,12 @@ class TickLoop:
             collect_duration_s=self._collector.last_duration_s,
             interval_s=self._timing.interval_s,
             snapshot=snap,
-            be_cpu_granted_milli=granted,
-            be_cpu_policy=policy,
-            be_cpu_floor_milli=floor,
+            be_cpu_granted_milli=grant.granted_milli,
+            be_cpu_policy=grant.policy,
+            be_cpu_floor_milli=grant.floor_milli,
             recent_actions=tuple(self._recent),
-            pending_actions=tuple(actions),
+            actions=tuple(records),
+            pending_actions=tuple(decision.actions),
             source_age_s=self._inputs.source_ages(),
             sources_synced=self._inputs.sources_synced(),
             settings_sources=dict(self._inputs.settings_sources()),
@@ -193,14 +207,6 @@ class TickLoop:
             ),
             knob_overrides=tuple(ex.overrides),
         )
-
-    def _eviction_refused(self, key: str) -> None:
-        """The batch policy picks the next victim next tick instead of waiting on this one's release."""
-        self._state = self._pipeline.refused(self._state, key, time.time())
-
-    def _eviction_failed(self, key: str) -> None:
-        """A kill that did not happen is no pending release for the memory and CPU policies either."""
-        self._state = self._pipeline.forget(self._state, {key})
 
     def _note_budget(self, granted: int | None) -> None:
         """A big move of BE's budget (a cut or a regrowth step) keeps the fast path fast for a while."""

@@ -1,4 +1,8 @@
-"""Wire the agent together from its config: cgroups, sources, collector, policies, executors, loop, APIs."""
+"""Wire the agent together from its config: cgroups, sources, collector, policies, executors, loop, APIs.
+
+Every object is given what it talks to when it is made, in the order data flows: sources and Node reports,
+the collector, the executor, the policy settings, the hooks and observers, then the loop.
+"""
 
 from __future__ import annotations
 
@@ -23,14 +27,17 @@ from agent.config.agent import AgentConfig
 from agent.daemon.audit import AuditLog
 from agent.daemon.cgroup_tree import BE_TIER, remove_tree, setup_tiers
 from agent.daemon.collector import Collector, TierPaths
+from agent.daemon.ledger_feed import LedgerFeed
 from agent.daemon.loop import LoopTiming, TickHook, TickInputs, TickLoop, TickOutputs
+from agent.daemon.node_reports import NodeReports
+from agent.daemon.settings import PolicySettings
 from agent.daemon.source_runner import WorkloadSources, pod_cgroup_lister
 from agent.decommission.controller import DrainController
 from agent.executors.apply import ActionExecutor, Evictor
 from agent.executors.process_kill import LocalEvictor
 from agent.executors.yarn_kill import YarnKiller
 from agent.metrics import MetricsHub
-from agent.published import ActionRecord, Board, Outcome
+from agent.published import Board
 from agent.sources.kubelet import KubeletSource
 from agent.sources.standalone import StandaloneScanner
 from agent.sources.yarn import NodeManagerSource
@@ -42,13 +49,13 @@ from cgroups.errors import CgroupError
 from cgroups.layout import Layout
 from cgroups.reader import CgroupReader
 from cgroups.writer import CgroupWriter
-from qos.actions import ActionKind
-from qos.admission import BatchBudget
-from qos.model import NetworkSample, NodeSnapshot, Resources, Source, Workload
+from qos.model import NetworkSample, Resources, Source, Workload
+from qos.pipeline import Pipeline
 from qos.policies import PolicyConfig
-from qos.registry import build_pipeline, policies
+from qos.registry import NodeOutputs, build_pipeline
 
 log = logging.getLogger("coloc.runtime")
+
 
 @dataclass
 class Runtime:
@@ -60,6 +67,7 @@ class Runtime:
     writer: CgroupWriter
     collector: Collector
     sources: WorkloadSources
+    reports: NodeReports
     executor: ActionExecutor
     loop: TickLoop
     board: Board
@@ -109,25 +117,6 @@ def open_ledger(cfg: AgentConfig) -> Ledger:
         epoch_clock_skew_s=cfg.state.epoch_clock_skew_s))
 
 
-class LedgerFeed:
-    """Each tick: bring the ledger in line with the snapshot, hand it the batch policy's budget (the admission
-    rule's facts, `budget`: the loop's), and turn what was done into notices."""
-
-    def __init__(self, ledger: Ledger) -> None:
-        self._ledger = ledger
-        self.budget: Callable[[], BatchBudget | None] = lambda: None
-
-    def on_tick(self, snap: NodeSnapshot, origin: Resources | None, records: list[ActionRecord]) -> None:
-        self._ledger.sync(snap, self.budget() or BatchBudget(origin), time.time())
-        for r in records:
-            if r.kind == ActionKind.EVICT and r.outcome in (Outcome.STARTED, Outcome.DRY_RUN):
-                self._ledger.notice("eviction", r.reason, {"key": r.target, "policy": r.policy,
-                                                           "outcome": r.outcome})
-            elif (r.kind in (ActionKind.SET_BE_CPUSET, ActionKind.SET_BE_CPU_QUOTA)
-                  and r.outcome == Outcome.APPLIED):
-                self._ledger.notice("suppression", r.reason, {"knob": r.kind, "value": r.target})
-
-
 def agent_root(cfg: AgentConfig, hierarchy: Hierarchy) -> str:
     """`cgroups.root` as it exists here (`kubepods` ↔ `kubepods.slice`: cgroups/discovery.py)."""
     configured = cfg.cgroups.root.strip("/")
@@ -172,8 +161,9 @@ def make_layout(cfg: AgentConfig, hierarchy: Hierarchy, root: str | None = None)
     return Layout(driver, kubepods=kubepods, yarn_hierarchy=cfg.cgroups.yarn_hierarchy)
 
 
-def make_sources(cfg: AgentConfig, layout: Layout, reader: CgroupReader, hierarchy: Hierarchy,
-                 api_client: object | None) -> WorkloadSources:
+def make_sources(cfg: AgentConfig, layout: Layout, reader: CgroupReader,
+                 hierarchy: Hierarchy) -> WorkloadSources:
+    """The workload sources: the kubelet (or the standalone scan) and the NodeManager."""
     root = cfg.cgroups.root.strip("/")
     kubelet = (KubeletSource(cfg.sources.kubelet, layout, protection=cfg.protection)
                if cfg.sources.kubelet.enabled else None)
@@ -188,21 +178,35 @@ def make_sources(cfg: AgentConfig, layout: Layout, reader: CgroupReader, hierarc
     if cfg.sources.yarn.enabled:
         yarn = NodeManagerSource(cfg.sources.yarn, layout, reader.children, kubelet=kubelet,
                                  cgroup_dir=reader.dir, capacity=node_capacity(cfg)[0])
-    reporter = None
-    if api_client is not None and cfg.sources.reporting.mode != "off":
+    pods = pod_cgroup_lister(reader, layout) if kubelet is not None else None
+    return WorkloadSources(scanner, kubelet, yarn, pod_cgroups=pods)
+
+
+def make_reports(cfg: AgentConfig, sources: WorkloadSources, api_client: object | None,
+                 settings: PolicySettings, capacity: Resources) -> NodeReports:
+    """The Node's annotations, NodeMetric and NodeSLO, each where it is on (the API server is used)."""
+    if api_client is None:
+        return NodeReports()
+    max_body = cfg.sources.kube_api.max_body_bytes
+    annotations = None
+    if cfg.sources.reporting.mode != "off":
         from agent.reporting.node_annotations import NodeReporter  # Kubernetes-only modules: when it is on
-        reporter = NodeReporter(cfg.sources.reporting, api_client, cfg.node.node_name,  # type: ignore[arg-type]
-                                max_body_bytes=cfg.sources.kube_api.max_body_bytes)
-    sources = WorkloadSources(scanner, kubelet, yarn, reporter, cfg.sources.reporting.resync_s)
-    if kubelet is not None:
-        sources.pod_cgroups = pod_cgroup_lister(reader, layout)
-    if api_client is not None and cfg.sources.nodemetric.enabled:
+        annotations = NodeReporter(cfg.sources.reporting, api_client, cfg.node.node_name,  # type: ignore[arg-type]
+                                   max_body_bytes=max_body)
+    nodemetric = None
+    if cfg.sources.nodemetric.enabled:
         from agent.reporting.nodemetric import NodeMetricReporter
-        sources.nodemetric = NodeMetricReporter(
+        kubelet = sources.kubelet
+        nodemetric = NodeMetricReporter(
             cfg.sources.nodemetric, api_client, cfg.node.node_name,  # type: ignore[arg-type]
-            kubelet.pods if kubelet is not None else tuple,
-            max_body_bytes=cfg.sources.kube_api.max_body_bytes)
-    return sources
+            kubelet.pods if kubelet is not None else tuple, max_body_bytes=max_body)
+    nodeslo = None
+    if cfg.sources.nodeslo.enabled:
+        from agent.sources.nodeslo import NodeSloSource
+        nodeslo = NodeSloSource(cfg.sources.nodeslo, api_client, cfg.node.node_name,  # type: ignore[arg-type]
+                                cfg.policies, capacity, settings.use, max_body_bytes=max_body)
+    return NodeReports(annotations, cfg.sources.reporting.resync_s, yarn=sources.yarn, nodemetric=nodemetric,
+                       nodeslo=nodeslo)
 
 
 def make_evictors(cfg: AgentConfig, layout: Layout, reader: CgroupReader, writer: CgroupWriter,
@@ -278,7 +282,9 @@ def _assemble(cfg: AgentConfig, board: Board | None, hierarchy: Hierarchy, reade
     if cfg.sources.kube_api.enabled:  # the Kubernetes client stack (~30 MB) only when the API server is used
         from agent.sources.kubeapi import make_api_client
         api_client = make_api_client(cfg.sources.kube_api)
-    sources = make_sources(cfg, layout, reader, hierarchy, api_client)
+    settings = PolicySettings(cfg.policies, _pipeline_builder(cfg))
+    sources = make_sources(cfg, layout, reader, hierarchy)
+    reports = make_reports(cfg, sources, api_client, settings, capacity)
     if cfg.network.enabled:  # pyroute2 and its ~190 modules (~9 MB) only when shaping egress
         from agent.executors.htb import EgressShaper
     shaper = (EgressShaper(cfg.network, cfg.loop.interval_s, hierarchy.unified)
@@ -293,41 +299,37 @@ def _assemble(cfg: AgentConfig, board: Board | None, hierarchy: Hierarchy, reade
         writer, be_tier, evictors,
         dry_run=cfg.eviction.dry_run, rate_per_s=cfg.eviction.rate_per_minute / 60.0,
         burst=cfg.eviction.burst, recheck_cooldown_s=cfg.eviction.recheck_cooldown_s, audit=audit,
-        now=time.monotonic(), tier_owned=cfg.cgroups.setup_tiers)
-    executor.network = shaper
+        now=time.monotonic(), tier_owned=cfg.cgroups.setup_tiers, network=shaper)
     board = board or Board()
     hub = MetricsHub(cfg.metrics)
     drain = DrainController(ledger, _has_processes(reader))
-    net_policy = cfg.network.policy if cfg.network.enabled else None
-    if cfg.policies.suppression.cpu_idle and not cfg.cgroups.setup_tiers:
-        log.info("cpu.idle stays off: the kubelet owns the BE tier (cgroups.setup_tiers is false) and writes "
-                 "its cpu.shares, which the kernel refuses on an idle cgroup; BE is suppressed by its cpuset")
-    yarn = yarn_entries(cfg)
-    pipeline = build_pipeline(idle_rule(cfg.policies, cfg.cgroups.setup_tiers), cfg.batch, net_policy, yarn)
-    if api_client is not None and cfg.sources.nodeslo.enabled:
-        from agent.sources.nodeslo import NodeSloSource
-
-        def use(settings: PolicyConfig) -> None:  # between ticks (same event loop): same names, same states
-            pipeline.policies = policies(idle_rule(settings, cfg.cgroups.setup_tiers), cfg.batch, net_policy,
-                                         yarn)
-        sources.nodeslo = NodeSloSource(cfg.sources.nodeslo, api_client, cfg.node.node_name, cfg.policies,
-                                        capacity, use, max_body_bytes=cfg.sources.kube_api.max_body_bytes)
-    inputs = TickInputs(collector, sources.list, origin_annotation=lambda: sources.origin_annotation,
-                        third_party_annotation=lambda: sources.third_party_annotation,
+    inputs = TickInputs(collector, sources.list, origin_annotation=lambda: reports.origin_annotation,
+                        third_party_annotation=lambda: reports.third_party_annotation,
                         drain_view=drain.view, sources_synced=sources.synced, source_ages=sources.ages,
-                        usage_report_age=sources.usage_report_age, settings_sources=sources.settings_sources)
-    feed = LedgerFeed(ledger)
-    outputs = TickOutputs(board, _hooks(cfg, ledger, feed, drain, evictors, api_client),
-                          observers=(hub.observe, sources.observe),
+                        usage_report_age=reports.usage_report_age, settings_sources=reports.settings_sources)
+    outputs = TickOutputs(board, _hooks(cfg, ledger, drain, evictors, api_client),
+                          observers=(hub.observe, reports.observe),
                           admissions_refused=lambda: ledger.refusals)
     timing = LoopTiming(cfg.loop.interval_s, cfg.loop.fast_path, cfg.loop.fast_poll_s,
                         cfg.loop.fast_hp_jump_milli_cpu, cfg.loop.fast_psi_stall_ratio,
                         cfg.loop.psi_max_cgroups, cfg.loop.psi_trigger, cfg.loop.calm_poll_s,
                         cfg.loop.fast_hold_s)
-    loop = TickLoop(inputs, pipeline, executor, outputs, timing)
-    feed.budget = loop.batch_budget
-    return Runtime(cfg, hierarchy, reader, writer, collector, sources, executor, loop, board, audit,
+    loop = TickLoop(inputs, settings.pipeline, executor, outputs, timing)
+    return Runtime(cfg, hierarchy, reader, writer, collector, sources, reports, executor, loop, board, audit,
                    capacity, cpus, hub, ledger, drain, owned, network=shaper, marker=marker)
+
+
+def _pipeline_builder(cfg: AgentConfig) -> Callable[[PolicyConfig], Pipeline[NodeOutputs]]:
+    """The node's pipeline for a set of policy settings (the YAML's, then NodeSLO's)."""
+    if cfg.policies.suppression.cpu_idle and not cfg.cgroups.setup_tiers:
+        log.info("cpu.idle stays off: the kubelet owns the BE tier (cgroups.setup_tiers is false) and writes "
+                 "its cpu.shares, which the kernel refuses on an idle cgroup; BE is suppressed by its cpuset")
+    network = cfg.network.policy if cfg.network.enabled else None
+    yarn = yarn_entries(cfg)
+
+    def build(settings: PolicyConfig) -> Pipeline[NodeOutputs]:
+        return build_pipeline(idle_rule(settings, cfg.cgroups.setup_tiers), cfg.batch, network, yarn)
+    return build
 
 
 def idle_rule(settings: PolicyConfig, tier_owned: bool) -> PolicyConfig:
@@ -361,11 +363,10 @@ def yarn_entries(cfg: AgentConfig) -> tuple[str, ...]:
     return cfg.sources.reporting.allocation_name, cfg.sources.reporting.operator_entry
 
 
-def _hooks(cfg: AgentConfig, ledger: Ledger, feed: LedgerFeed, drain: DrainController,
-           evictors: dict[Source, Evictor],
+def _hooks(cfg: AgentConfig, ledger: Ledger, drain: DrainController, evictors: dict[Source, Evictor],
            api_client: client.ApiClient | None) -> tuple[TickHook, ...]:
     """After each tick, in this order: the ledger sync, the drain's progress, drain pod events, cordon."""
-    hooks: tuple[TickHook, ...] = (feed.on_tick, drain.on_tick)
+    hooks: tuple[TickHook, ...] = (LedgerFeed(ledger).on_tick, drain.on_tick)
     if api_client is None:
         return hooks
     from agent.decommission.events import DrainPodEvents

@@ -2,7 +2,8 @@
 
 Each source keeps its own last good answer and says when it is stale; this module only merges them for a
 tick and runs their refresh tasks. When the kubelet is on, the standalone scan is off: the kubelet's pod
-list is the truth about pods, and a scan would count them twice.
+list is the truth about pods, and a scan would count them twice. What the agent reads from and writes to
+the API server's Node-level objects (annotations, NodeMetric, NodeSLO) is `node_reports.py`'s.
 """
 
 from __future__ import annotations
@@ -12,23 +13,14 @@ import contextlib
 import logging
 import math
 from collections.abc import Awaitable, Callable, Sequence
-from typing import TYPE_CHECKING
 
-from agent.published import Published
 from agent.sources.kubelet import KubeletSource
-from agent.sources.nodeslo_map import settings_sources
 from agent.sources.standalone import StandaloneScanner
 from agent.sources.yarn import NodeManagerSource
 from cgroups.errors import CgroupError
 from cgroups.layout import Layout
 from cgroups.reader import CgroupReader
-from qos.batch import yarn_requested
 from qos.model import Source, Workload
-
-if TYPE_CHECKING:  # Kubernetes-only modules, imported by the runtime when the API server is used
-    from agent.reporting.node_annotations import NodeReporter
-    from agent.reporting.nodemetric import NodeMetricReporter
-    from agent.sources.nodeslo import NodeSloSource
 
 log = logging.getLogger("coloc.sources")
 
@@ -48,33 +40,17 @@ def pod_cgroup_lister(reader: CgroupReader, layout: Layout) -> Callable[[], set[
 
 
 class WorkloadSources:
+    """The workload sources of a tick. `pod_cgroups`: the pod cgroups on disk now, with the kubelet (see
+    `list`)."""
+
     def __init__(self, scanner: StandaloneScanner | None, kubelet: KubeletSource | None,
-                 yarn: NodeManagerSource | None, reporter: NodeReporter | None = None,
-                 reporter_resync_s: float = 300.0) -> None:
+                 yarn: NodeManagerSource | None, *,
+                 pod_cgroups: Callable[[], set[str]] | None = None) -> None:
         self.scanner = scanner
         self.kubelet = kubelet
         self.yarn = yarn
-        self.reporter = reporter
-        self._reporter_resync_s = reporter_resync_s
-        self.origin_annotation: str | None = None
-        self.third_party_annotation: str | None = None  # other allocators' batch holdings (and ours)
-        self.nodemetric: NodeMetricReporter | None = None  # Koordinator's NodeMetric, written from our ticks
-        self.nodeslo: NodeSloSource | None = None  # Koordinator's NodeSLO, read into the policy settings
-        self.pod_cgroups: Callable[[], set[str]] | None = None  # pod cgroups on disk now (see `list`)
+        self._pod_cgroups = pod_cgroups
         self._pods_on_disk: set[str] = set()
-
-    def usage_report_age(self) -> float | None:
-        """Seconds since our last NodeMetric write; None when none was written (or it is off)."""
-        return self.nodemetric.age_s() if self.nodemetric is not None else None
-
-    def settings_sources(self) -> dict[str, str]:
-        """Where each NodeSLO-mapped policy setting comes from now."""
-        return dict(self.nodeslo.sources) if self.nodeslo is not None else settings_sources(None)
-
-    def observe(self, pub: Published) -> None:
-        """Each publication: a sample for the NodeMetric."""
-        if self.nodemetric is not None:
-            self.nodemetric.observe(pub)
 
     def list(self) -> tuple[list[Workload], dict[str, str]]:
         """This tick's workloads and, per source, why its data cannot be trusted (if it cannot)."""
@@ -99,10 +75,10 @@ class WorkloadSources:
         """A pod cgroup that appeared since the last tick and that the kubelet's list does not name is a pod
         started since that list: ask for the list again now instead of at the next `resync_s`. Only new
         directories count, so a pod the kubelet's answer keeps leaving out cannot make it re-list forever."""
-        if self.kubelet is None or self.pod_cgroups is None:
+        if self.kubelet is None or self._pod_cgroups is None:
             return
         try:
-            on_disk = self.pod_cgroups()
+            on_disk = self._pod_cgroups()
         except (CgroupError, OSError):
             return
         appeared, self._pods_on_disk = on_disk - self._pods_on_disk, on_disk
@@ -128,49 +104,36 @@ class WorkloadSources:
         if self.kubelet is not None:
             tasks.append(asyncio.create_task(self.kubelet.run(stop)))
         if self.yarn is not None:
-            tasks.append(asyncio.create_task(self._every(stop, self.yarn.refresh, self.yarn.cfg.resync_s)))
-        if self.reporter is not None:
-            tasks.append(asyncio.create_task(self._every(stop, self._report, self._reporter_resync_s)))
-        for extra in (self.nodemetric, self.nodeslo):
-            if extra is not None:
-                tasks.append(asyncio.create_task(extra.run(stop)))
-        if not tasks:
-            return
-        try:
-            await stop.wait()
-        finally:
-            for t in tasks:
-                t.cancel()
-            for t in tasks:
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await t
+            tasks.append(asyncio.create_task(every(stop, self.yarn.refresh, self.yarn.cfg.resync_s)))
+        await run_until(stop, tasks, "source")
 
-    async def _report(self) -> bool:
-        """Read the batch origin and the third-party allocations; report YARN's allocations once the
-        NodeManager has answered (reporting before that would tell the cluster YARN holds nothing). False: try
-        again soon."""
-        assert self.reporter is not None
-        read = await self.reporter.aread()
-        if read is not None:
-            self.origin_annotation = read.origin
-            self.third_party_annotation = read.third_party
-        if self.yarn is None:
-            return read is not None
-        res = self.yarn.workloads()
-        if not math.isfinite(res.age_s) or res.stale_reason:
-            return False
-        await self.reporter.areport(yarn_requested(res.workloads))
-        return read is not None
 
-    @staticmethod
-    async def _every(stop: asyncio.Event, fn: Callable[[], Awaitable[object]], period_s: float) -> None:
-        """Call `fn` every `period_s`; sooner (1 s) after a call that returned False (not done yet)."""
-        while not stop.is_set():
-            done: object = False
+async def run_until(stop: asyncio.Event, tasks: list[asyncio.Task[None]], what: str) -> None:
+    """Wait for `stop`, then cancel `tasks`; one that ended with an error is logged, naming it."""
+    if not tasks:
+        return
+    try:
+        await stop.wait()
+    finally:
+        for t in tasks:
+            t.cancel()
+        for t in tasks:
             try:
-                done = await fn()
+                await t
+            except asyncio.CancelledError:
+                pass
             except Exception:
-                log.exception("source refresh failed")
-            wait = period_s if done is not False else min(period_s, 1.0)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), wait)
+                log.warning("%s task %s ended with an error", what, t.get_name(), exc_info=True)
+
+
+async def every(stop: asyncio.Event, fn: Callable[[], Awaitable[object]], period_s: float) -> None:
+    """Call `fn` every `period_s`; sooner (1 s) after a call that returned False (not done yet)."""
+    while not stop.is_set():
+        done: object = False
+        try:
+            done = await fn()
+        except Exception:
+            log.exception("source refresh failed")
+        wait = period_s if done is not False else min(period_s, 1.0)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), wait)

@@ -3,8 +3,8 @@
 Requests change the ledger only (lifecycle, drain status with the ABSOLUTE deadline, the recorded batch
 allocatable), so they are persisted with it and survive restarts. Each tick the controller reads the ledger
 once into the snapshot's drain view (`view`); the pure drain policy (`qos.drain.DrainPolicy`) decides from
-it and contributes the DRAIN_TIMEOUT evictions; after the ledger sync `on_tick` records progress or ends
-the drain (DECOMMISSIONED).
+it, once, and contributes the DRAIN_TIMEOUT evictions; after the ledger sync `on_tick` records that decision
+(the pipeline's `drain` output): progress, or the end of the drain (DECOMMISSIONED).
 """
 
 from __future__ import annotations
@@ -20,8 +20,9 @@ from agent.state.ledger import Ledger
 from agent.state.lifecycle import Trigger
 from agent.state.records import DrainPhase, DrainStatus, Lifecycle, Phase
 from qos.actions import ActionKind
-from qos.drain import Verdict, deadline_for, drain_decision
+from qos.drain import Verdict, deadline_for
 from qos.model import DrainTerms, DrainView, NodeSnapshot, Resources, Source
+from qos.registry import NodeOutputs
 
 log = logging.getLogger("coloc.drain")
 
@@ -146,33 +147,30 @@ class DrainController:
         self._ledger = ledger
         self._has_processes = has_processes
         self._clock = clock or ledger.now
-        self._apps_seen: set[str] = set()
-        self._drain_started: float | None = None
 
     def view(self, snap: NodeSnapshot) -> DrainView | None:
-        """The drain in progress as the snapshot should carry it; None when the node is not draining, or
-        the data is stale (nothing is decided on missing data, and nothing is learnt from it either)."""
+        """The drain in progress as the snapshot should carry it, read from the ledger and the finished
+        containers' cgroups (changing nothing); None when the node is not draining, or the data is stale
+        (nothing is decided on missing data). Applications seen: those the drain status recorded as waiting
+        and those active now (an allocation or a workload here not finished); `wait_for_apps` waits for the
+        active ones."""
         node = self._ledger.node
         if node.lifecycle is not Lifecycle.DECOMMISSIONING or snap.stale:
             return None
         d = node.drain
-        if self._drain_started != d.started_at:
-            self._drain_started = d.started_at
-            self._apps_seen = set(d.waiting_applications)
         be = [w for w in snap.workloads if w.be]
         finished = frozenset(w.key for w in be
                              if w.source is not Source.K8S and self._has_processes(w.cgroup) is False)
         allocations = self._ledger.view().allocations
         pending = tuple(a.key for a in allocations if a.phase is Phase.PENDING_LAUNCH)
-        active = ({a.application_id for a in allocations if a.key not in finished}
-                  | {w.app_id or w.key for w in be if w.key not in finished})
-        self._apps_seen |= active
+        active = frozenset({a.application_id for a in allocations if a.key not in finished}
+                           | {w.app_id or w.key for w in be if w.key not in finished})
         return DrainView(DrainTerms(d.graceful, d.wait_for_apps, d.started_at, d.deadline), self._clock(),
-                         pending, finished, frozenset(self._apps_seen), frozenset(active))
+                         pending, finished, frozenset(d.waiting_applications) | active, active)
 
-    def on_tick(self, snap: NodeSnapshot, origin: Resources | None, records: list[ActionRecord]) -> None:
-        """Record the progress of the drain the snapshot carried, or end it."""
-        dec = drain_decision(snap)
+    def on_tick(self, _snap: NodeSnapshot, outputs: NodeOutputs, records: list[ActionRecord]) -> None:
+        """Record the tick's drain decision (`outputs.drain`): its progress, or the end of the drain."""
+        dec = outputs.drain
         ledger = self._ledger
         if dec is None or ledger.node.lifecycle is not Lifecycle.DECOMMISSIONING:
             return

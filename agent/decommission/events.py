@@ -13,7 +13,8 @@ from typing import Protocol
 
 from agent.published import ActionRecord
 from agent.state import Ledger, Lifecycle
-from qos.model import NodeSnapshot, Resources, Source, Workload
+from qos.model import NodeSnapshot, Source, Workload
+from qos.registry import NodeOutputs
 
 log = logging.getLogger("coloc.drain")
 
@@ -40,7 +41,7 @@ class DrainPodEvents:
         self._told: dict[str, float | None] = {}  # pod key -> deadline it was told about
         self._tasks: set[asyncio.Task[None]] = set()
 
-    def on_tick(self, snap: NodeSnapshot, _origin: Resources | None, _records: list[ActionRecord]) -> None:
+    def on_tick(self, snap: NodeSnapshot, _outputs: NodeOutputs, _records: list[ActionRecord]) -> None:
         node = self._ledger.node
         if node.lifecycle is not Lifecycle.DECOMMISSIONING:
             self._told.clear()

@@ -5,7 +5,8 @@ stale snapshot, never an HP workload, never twice in flight, at most the token b
 `dry_run` only recorded. `execute` is synchronous: knobs are written at once, and each eviction that
 passes the guards is handed to a task (a grace period is seconds long), so it needs a running event loop.
 The keys stay `terminating` until the kill is confirmed, so the policies count those releases as pending
-and never over-evict.
+and never over-evict. How each eviction ended (done or failed) comes back as its record through `ended`,
+which the loop reads at the start of its next tick: every outcome reaches what the loop publishes.
 """
 
 from __future__ import annotations
@@ -47,6 +48,20 @@ MIN_QUOTA_US = 2_000
 
 
 @dataclass(frozen=True, slots=True)
+class Ended:
+    """Evictions that ended since the last `ActionExecutor.ended`: their records (done or failed), and the
+    failed ones whose evictor asked for the next victim instead (`try_next`)."""
+
+    records: tuple[ActionRecord, ...] = ()
+    try_next: frozenset[str] = frozenset()
+
+    @property
+    def failed(self) -> frozenset[str]:
+        """Victims whose eviction did not happen."""
+        return frozenset(r.target for r in self.records if r.outcome == Outcome.FAILED)
+
+
+@dataclass(frozen=True, slots=True)
 class EvictOutcome:
     ok: bool
     detail: str
@@ -76,6 +91,7 @@ class ActionExecutor:
         audit: AuditSink,
         now: float,
         tier_owned: bool,
+        network: EgressShaper | None = None,
     ) -> None:
         self._writer = writer
         self._be_tier = be_tier
@@ -95,14 +111,20 @@ class ActionExecutor:
         self.eviction_failures: Counter[str] = Counter()
         self.holds: Counter[tuple[str, str]] = Counter()
         self.cgroup_write_errors = 0
-        # Told when an eviction was refused with "try the next victim" (e.g. a PodDisruptionBudget).
-        self.on_refused: Callable[[str], None] = lambda _key: None
-        self.on_failed: Callable[[str], None] = lambda _key: None  # any eviction that did not happen
-        self.network: EgressShaper | None = None  # BE egress actions go here (set when network control is on)
+        self._ended: list[ActionRecord] = []  # evictions that ended since `ended` was last read
+        self._try_next: set[str] = set()
+        self._network = network  # BE egress actions go here (when network control is on)
 
     @property
     def cgroup_writes(self) -> int:
         return self._writer.stats.writes
+
+    def ended(self) -> Ended:
+        """The evictions that ended since the last call, oldest first; each is reported once."""
+        out = Ended(tuple(self._ended), frozenset(self._try_next))
+        self._ended.clear()
+        self._try_next.clear()
+        return out
 
     @property
     def terminating(self) -> frozenset[str]:
@@ -155,8 +177,8 @@ class ActionExecutor:
             if isinstance(action, Evict):
                 records.append(self._evict(action, snapshot))
             elif isinstance(action, SetBeEgressCeiling | SetBeEgressSources):
-                if self.network is not None:
-                    records.append(self.network.submit(action, self.dry_run, self._record))
+                if self._network is not None:
+                    records.append(self._network.submit(action, self.dry_run, self._record))
             else:
                 rec = self._knob(action, members)
                 if rec is not None:
@@ -320,13 +342,12 @@ class ActionExecutor:
             self.evictions[(policy, w.source.value)] += 1
         else:
             self.eviction_failures[policy] += 1
-            self.on_failed(w.key)
             if outcome.try_next:
-                self.on_refused(w.key)
-        self._record(policy, ActionKind.EVICT, w.key, Outcome.DONE if outcome.ok else Outcome.FAILED,
-                     outcome.detail,
-                     {"release_milli_cpu": action.release_milli_cpu,
-                      "release_memory_bytes": action.release_memory_bytes})
+                self._try_next.add(w.key)
+        numbers = {"release_milli_cpu": action.release_milli_cpu,
+                   "release_memory_bytes": action.release_memory_bytes}
+        ended = Outcome.DONE if outcome.ok else Outcome.FAILED
+        self._ended.append(self._record(policy, ActionKind.EVICT, w.key, ended, outcome.detail, numbers))
 
     def release_be(self) -> None:
         """At shutdown, after `drain`: lift every BE suppression this executor applied."""

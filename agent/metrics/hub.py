@@ -1,7 +1,7 @@
 """The metrics hub: a private registry, the histograms the loop feeds, and the server that exposes them.
 
 The loop calls `observe(published)` once per tick (the tick and collection durations go into histograms,
-new action records into per-policy tallies); scrapes build everything else from the board's latest
+the tick's action records into per-policy tallies); scrapes build everything else from the board's latest
 `Published` through `ColocCollector`.
 """
 
@@ -66,7 +66,7 @@ class MetricsHub:
             self._last_tick = published.tick
         self.tick_duration.observe(max(0.0, published.tick_duration_s))
         self.collect_duration.observe(max(0.0, published.collect_duration_s))
-        self.actions.record(published.recent_actions)
+        self.actions.record(published.actions)
 
     def attach(self, board: Board, ledger_view: LedgerView | None = None) -> ColocCollector:
         """Register the collector over `board` (once); `start` does this for you."""

@@ -16,7 +16,8 @@ from urllib3.exceptions import HTTPError
 
 from agent.published import ActionRecord
 from agent.state import Ledger, Lifecycle
-from qos.model import NodeSnapshot, Resources
+from qos.model import NodeSnapshot
+from qos.registry import NodeOutputs
 
 log = logging.getLogger("coloc.cordon")
 MERGE_PATCH = "application/merge-patch+json"
@@ -44,7 +45,7 @@ class DrainCordon:
             return False
         return None
 
-    def on_tick(self, _snap: NodeSnapshot, _origin: Resources | None, _records: list[ActionRecord]) -> None:
+    def on_tick(self, _snap: NodeSnapshot, _outputs: NodeOutputs, _records: list[ActionRecord]) -> None:
         want = self.wanted()
         if want is None or want == self._cordoned or self._busy:
             return

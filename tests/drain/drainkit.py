@@ -6,8 +6,10 @@ import dataclasses
 
 from agent.decommission.controller import DrainController
 from qos.actions import Action
-from qos.drain import DrainPolicy
+from qos.admission import BatchBudget
+from qos.drain import DrainPolicy, drain_decision
 from qos.model import NodeSnapshot, Resources, Source, Tier, Usage, Workload
+from qos.registry import BeCpuGrant, NodeOutputs
 
 CAPACITY = Resources(4000, 8 << 30)
 
@@ -38,3 +40,8 @@ def with_drain(ctl: DrainController, snap: NodeSnapshot) -> NodeSnapshot:
 def plan(snap: NodeSnapshot) -> list[Action]:
     """What the drain policy contributes to a tick from this snapshot."""
     return DrainPolicy().decide(snap, None)[0]
+
+
+def decided(snap: NodeSnapshot, batch: Resources | None = None) -> NodeOutputs:
+    """What the tick's decision hands the hooks: the drain decided (once) from this snapshot."""
+    return NodeOutputs(BeCpuGrant(None, None, ""), BatchBudget(batch), drain_decision(snap))

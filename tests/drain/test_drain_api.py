@@ -8,7 +8,7 @@ from pathlib import Path
 
 import grpc
 import pytest
-from drainkit import be, snapshot, with_drain
+from drainkit import be, decided, snapshot, with_drain
 
 from agent.api.client import AgentCallError, AgentClient, target
 from agent.api.coloc.v1 import agent_pb2 as pb
@@ -91,7 +91,7 @@ async def test_metrics_show_lifecycle_deadline_and_allocations_left(served: tupl
         resp = await c.drain(1, graceful=True, timeout_s=600)
     snap = with_drain(ctl, snapshot(be("a")))
     ledger.sync(snap, BATCH, ledger.now())
-    ctl.on_tick(snap, BATCH, [])
+    ctl.on_tick(snap, decided(snap, BATCH), [])
     v = values()
     assert v["coloc_node_lifecycle_state{'state': 'decommissioning'}"] == 1
     assert v["coloc_node_drain_deadline_timestamp_seconds{}"] == pytest.approx(

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
-from drainkit import be, plan, snapshot, with_drain
+from drainkit import be, decided, plan, snapshot, with_drain
 from kit.clock import FakeClock
 
 from agent.decommission.controller import DrainController, request_drain, request_recommission
@@ -41,7 +41,7 @@ def tick(ledger: Ledger, ctl: DrainController, workloads: Sequence[Workload], cl
     records = [ActionRecord(clock(), e.reason.value, "evict", e.key,
                             "skipped" if e.key in refuse else "started", e.message) for e in evicts]
     ledger.sync(snap, BATCH, clock())
-    ctl.on_tick(snap, BATCH, records)
+    ctl.on_tick(snap, decided(snap, BATCH), records)
     return evicts
 
 
@@ -115,7 +115,7 @@ def test_stale_data_decides_nothing() -> None:
     ctl = DrainController(ledger, clock=clock)
     request_drain(ledger, 1, graceful=True, timeout_s=0)
     assert plan(with_drain(ctl, snapshot(be("a"), stale={"cgroups": "unreadable"}))) == []
-    ctl.on_tick(snapshot(), BATCH, [])
+    ctl.on_tick(snapshot(), decided(snapshot(), BATCH), [])
     assert ledger.node.lifecycle is Lifecycle.DECOMMISSIONING, "an empty-looking stale tick is not drained"
 
 

@@ -36,8 +36,8 @@ def _sources(url: str, clock: FakeClock, root: RealRoot) -> tuple[WorkloadSource
     cfg = KubeletConfig(url=url, token_file="", timeout_s=0.5, resync_s=10.0, stale_after_s=30.0,
                         min_resync_gap_s=0.2)
     kubelet = KubeletSource(cfg, layout, clock=clock)
-    sources = WorkloadSources(None, kubelet, None)
-    sources.pod_cgroups = pod_cgroup_lister(CgroupReader(discover(), root.name), layout)
+    sources = WorkloadSources(None, kubelet, None,
+                              pod_cgroups=pod_cgroup_lister(CgroupReader(discover(), root.name), layout))
     return sources, kubelet
 
 

@@ -83,6 +83,7 @@ def publication(
         be_cpu_granted_milli=1000,
         be_cpu_policy="cpuset",
         recent_actions=actions,
+        actions=actions,
         pending_actions=(SetBeCpuset(cpus=(3,), reason="hp busy"),),
         source_age_s={"cgroups": 0.1, "kubelet": 0.8, "yarn": 12.5},
         sources_synced=synced,

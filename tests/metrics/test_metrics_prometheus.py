@@ -31,7 +31,7 @@ def test_prometheus_scrapes_the_agent_and_sees_the_published_values(prometheus, 
     ledger = LedgerFigures(revision=12, lifecycle="schedulable", batch_origin=Resources(3000, 4 * GiB))
     hub, server = serve(board, ledger_view=lambda: ledger)
     hub.observe(first)
-    second = dataclasses.replace(first, tick=42, tick_duration_s=0.2)
+    second = dataclasses.replace(first, tick=42, tick_duration_s=0.2, actions=())  # nothing new done
     board.publish(second)
     hub.observe(second)
 

@@ -6,7 +6,6 @@ import pytest
 from qos_builders import cpusets, quotas, snapshot, workload
 
 from qos.model import BeTierState
-from qos.pipeline import Pipeline, PipelineState
 from qos.registry import be_cpu_grant
 from qos.suppression import (
     MIN_QUOTA_MILLI_CPU,
@@ -139,7 +138,7 @@ def test_registry_reports_the_effective_grant() -> None:
 
     def grant(cfg: SuppressionConfig) -> tuple[int | None, int | None, str]:
         policy = SuppressionPolicy(cfg)
-        return be_cpu_grant(Pipeline((policy,)), PipelineState({policy.name: state}), snapshot(cpus=2))
+        return be_cpu_grant(policy, state, snapshot(cpus=2))
 
     assert grant(CQ) == (1000, 20, "cpuset")
     assert grant(SuppressionConfig()) == (1200, 1000, "cpuset")  # flag off: the budget, as before

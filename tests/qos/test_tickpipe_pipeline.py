@@ -18,7 +18,7 @@ from qos.memory_eviction import MemoryEvictionPolicy
 from qos.model import DrainTerms, DrainView, NodeSnapshot, Source
 from qos.pipeline import Pipeline, Policy
 from qos.policies import PolicyConfig
-from qos.registry import batch_origin, be_cpu_grant, build_pipeline, policies
+from qos.registry import build_pipeline, policies
 from qos.suppression import SuppressionPolicy
 
 
@@ -178,12 +178,13 @@ def test_the_registered_pipeline_on_one_hand_built_snapshot() -> None:
     view = DrainView(DrainTerms(graceful=False, started_at=1000.0, deadline=1000.0), now=1000.0)
     snap = dataclasses.replace(snapshot(cpus=8, workloads=ws, hp_cpu=0.0), origin_annotation=ORIGIN_2,
                                drain=view)
-    actions, state = pipe.decide(snap, pipe.initial_state())
+    decision = pipe.decide(snap, pipe.initial_state())
+    actions = decision.actions
     evictions = [(a.key, a.reason) for a in actions if isinstance(a, Evict)]
     assert evictions == [("k8s/new", EvictReason.BATCH_OVERCOMMIT), ("k8s/old", EvictReason.DRAIN_TIMEOUT)]
-    origin = batch_origin(pipe, state)
+    origin = decision.outputs.batch_budget.origin
     assert origin is not None and origin.milli_cpu == 2000
-    granted, floor, policy = be_cpu_grant(pipe, state, snap)
+    granted, floor, policy = decision.outputs.be_cpu
     assert policy == "cpuset" and floor is not None and granted is not None and granted >= floor
 
 

@@ -130,7 +130,7 @@ async def test_the_config_file_reaches_the_kubelet_source(tmp_path: Path) -> Non
             "protection": {"namespaces": ["logging"], "daemonsets": False, "priority_threshold": 2000001000},
         }))
         assert cfg.protection == ProtectionConfig(2000001000, ("logging",), False)
-        sources = make_sources(cfg, Layout("cgroupfs"), None, None, None)  # type: ignore[arg-type]
+        sources = make_sources(cfg, Layout("cgroupfs"), None, None)  # type: ignore[arg-type]
         assert sources.kubelet is not None
         await sources.kubelet.refresh()
     result = sources.kubelet.workloads()
