@@ -11,8 +11,7 @@ import json
 from pathlib import Path
 
 import pytest
-import yaml
-from kit.agentproc import kubeconfig, running_agent
+from kit.agentproc import kubeconfig, node_config, running_agent
 from kit.fakes.apiserver import FakeApiServer
 from kit.fakes.kubelet import FakeKubelet
 from kit.fakes.nodemanager import FakeNodeManager
@@ -42,25 +41,13 @@ def test_agent_process_arbitrates_k8s_and_yarn_against_the_node_origin(real_root
         FakeNodeManager(nm_dir) as nm,
         FakeApiServer(FIX / "apiserver" / "node.json", known) as api,
     ):
-        cfg = {
-            "node": {"name": "node-a", "cpus": 2, "memory": "4Gi"},
-            "cgroups": {"root": real_root.name, "driver": "cgroupfs"},
-            "loop": {"interval_s": 0.5},
-            "eviction": {"grace_period_s": 1, "rate_per_minute": 60},
-            "batch": {"origin": "annotation"},
-            "state": {"path": str(tmp_path / "state.json")},
-            "api": {"socket_path": str(tmp_path / "agent.sock")},
-            "metrics": {"enabled": False},
-            "log": {"format": "json"},
-            "sources": {
-                "kubelet": {"url": kubelet.url, "token_file": "", "timeout_s": 1, "resync_s": 1},
-                "yarn": {"url": nm.url, "timeout_s": 1, "resync_s": 1},
-                "kube_api": {"kubeconfig": str(kubeconfig(tmp_path / "kubeconfig", api.url))},
-                "reporting": {"mode": "annotation", "resync_s": 10},  # read and written at start
-            },
-        }
-        (tmp_path / "agent.yaml").write_text(yaml.safe_dump(cfg))
-        with running_agent(tmp_path / "agent.yaml", tmp_path / "agent.log"):
+        config = node_config(tmp_path, real_root.name, sources={
+            "kubelet": {"url": kubelet.url, "token_file": "", "timeout_s": 1, "resync_s": 1},
+            "yarn": {"url": nm.url, "timeout_s": 1, "resync_s": 1},
+            "kube_api": {"kubeconfig": str(kubeconfig(tmp_path / "kubeconfig", api.url))},
+            "reporting": {"mode": "annotation", "resync_s": 10},  # read and written at start
+        })
+        with running_agent(config, tmp_path / "agent.log"):
             evicted = wait(lambda: bool(api.evicted), 30)
             assert evicted, (tmp_path / "agent.log").read_text()[-3000:]
             assert api.evicted == [("batch", "free-pod", "0a1b2c3d-0000-4000-8000-0000000000c1")]

@@ -1,4 +1,5 @@
-"""Start a real `coloc-agent run` process on a private cgroup root and read its metrics over HTTP."""
+"""A real `coloc-agent` process on a private cgroup root: its config, its start and stop, and what it says
+over HTTP (`/metrics`, `/healthz`)."""
 
 from __future__ import annotations
 
@@ -12,10 +13,31 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from prometheus_client.parser import text_string_to_metric_families
+
+
+def agent_argv(*args: str) -> list[str]:
+    """`coloc-agent ARGS` as this interpreter runs it (the checkout's agent, whatever is on PATH)."""
+    return [sys.executable, "-m", "agent.cli", *args]
+
+
+def write_config(path: Path, cfg: dict[str, Any], **sections: dict[str, Any] | None) -> Path:
+    """`cfg` written as YAML at `path`, each of `sections` merged into its section key by key (None drops
+    the section: the agent's default then)."""
+    for section, values in sections.items():
+        if values is None:
+            cfg.pop(section, None)
+        else:
+            cfg[section] = {**cfg.get(section, {}), **values}
+    path.write_text(yaml.safe_dump(cfg))
+    return path
 
 
 def agent_config(tmp_path: Path, root: str, port: int, **extra: Any) -> Path:
-    cfg: dict[str, Any] = {
+    """A standalone agent (no kubelet, no API server) on `root`, /metrics on `port`, its state and socket in
+    `tmp_path`; `extra` sections merged in (see `write_config`)."""
+    (tmp_path / "state").mkdir(exist_ok=True)
+    return write_config(tmp_path / "agent.yaml", {
         "node": {"name": "rel-node", "cpus": 1, "memory": "1Gi", "scope": "cgroup-root"},
         "cgroups": {"root": root, "setup_tiers": True, "cleanup_on_exit": True},
         "loop": {"interval_s": 0.2, "fast_path": False},
@@ -23,13 +45,64 @@ def agent_config(tmp_path: Path, root: str, port: int, **extra: Any) -> Path:
         "state": {"path": str(tmp_path / "state" / "state.json")},
         "api": {"socket_path": str(tmp_path / "agent.sock")},
         "log": {"format": "json"},
-    }
-    for section, values in extra.items():
-        cfg[section] = {**cfg.get(section, {}), **values}
-    (tmp_path / "state").mkdir(exist_ok=True)
-    path = tmp_path / "agent.yaml"
-    path.write_text(yaml.safe_dump(cfg))
-    return path
+    }, **extra)
+
+
+def node_config(tmp_path: Path, root: str, *, metrics_port: int | None = None, **sections: Any) -> Path:
+    """The agent of a Kubernetes node ("node-a", 2 CPUs, 4Gi, the cgroupfs driver below `root`, the batch
+    origin from the Node's annotation, 0.5 s ticks, quick evictions), its state and socket in `tmp_path`,
+    /metrics on `metrics_port` (off without one); `sections` (its `sources` above all) merged in."""
+    return write_config(tmp_path / "agent.yaml", {
+        "node": {"name": "node-a", "cpus": 2, "memory": "4Gi"},
+        "cgroups": {"root": root, "driver": "cgroupfs"},
+        "loop": {"interval_s": 0.5},
+        "eviction": {"grace_period_s": 1, "rate_per_minute": 60},
+        "batch": {"origin": "annotation"},
+        "state": {"path": str(tmp_path / "state.json")},
+        "api": {"socket_path": str(tmp_path / "agent.sock")},
+        "metrics": {"enabled": False} if metrics_port is None else {"port": metrics_port},
+        "log": {"format": "json"},
+    }, **sections)
+
+
+def stop(proc: subprocess.Popen[Any], timeout: float = 20.0) -> int:
+    """SIGTERM, then SIGKILL if it has not exited within `timeout` s; its exit status."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+    return int(proc.returncode)
+
+
+class AgentProcess:
+    """`coloc-agent run --config CONFIG`, its output appended to `log`; `start` again after `stop` or
+    `kill` is a restart on the same state file and socket."""
+
+    def __init__(self, config: Path, log: Path) -> None:
+        self.config = config
+        self.log_path = log
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> subprocess.Popen[bytes]:
+        with self.log_path.open("ab") as out:
+            self.proc = subprocess.Popen(agent_argv("run", "--config", str(self.config)),
+                                         stdin=subprocess.DEVNULL, stdout=out, stderr=out)
+        return self.proc
+
+    def stop(self, timeout: float = 20.0) -> int | None:
+        return None if self.proc is None else stop(self.proc, timeout)
+
+    def kill(self) -> None:
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+
+    def log(self, last: int = 3000) -> str:
+        """The last `last` characters of its output."""
+        return self.log_path.read_text()[-last:] if self.log_path.exists() else ""
 
 
 def kubeconfig(path: Path, server: str) -> Path:
@@ -59,21 +132,34 @@ def metric(port: int, name: str, timeout: float = 5.0) -> float:
     raise AssertionError(f"{name} not in /metrics")
 
 
+def samples(port: int, timeout: float = 5.0) -> dict[str, dict[tuple[tuple[str, str], ...], float]]:
+    """Every sample of the agent's /metrics: name -> its labels (sorted pairs) -> value; {} while it does
+    not answer."""
+    try:
+        _, body = get(f"http://127.0.0.1:{port}/metrics", timeout)
+    except OSError:
+        return {}
+    out: dict[str, dict[tuple[tuple[str, str], ...], float]] = {}
+    for family in text_string_to_metric_families(body.decode()):
+        for s in family.samples:
+            out.setdefault(s.name, {})[tuple(sorted(s.labels.items()))] = float(s.value)
+    return out
+
+
+def sample(port: int, name: str, **labels: str) -> float | None:
+    """The sample `name` with exactly these `labels` on /metrics; None when there is none (yet)."""
+    return samples(port).get(name, {}).get(tuple(sorted(labels.items())))
+
+
 @contextmanager
 def running_agent(config: Path, log: Path) -> Iterator[subprocess.Popen[bytes]]:
     """The agent process, stopped with SIGTERM (then SIGKILL) on the way out."""
-    with log.open("w") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "agent.cli", "run", "--config", str(config)],
-                                stdout=out, stderr=out)
+    agent = AgentProcess(config, log)
+    proc = agent.start()
     try:
         yield proc
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
+        agent.stop()
 
 
 def proc_status(pid: int, key: str) -> str:

@@ -15,8 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
-import yaml
-from kit.agentproc import kubeconfig, running_agent
+from kit.agentproc import kubeconfig, node_config, running_agent
 from kit.fakes.apiserver import FakeApiServer, schema_errors
 from kit.fakes.kubelet import FakeKubelet
 from kit.fakes.nodemanager import FakeNodeManager
@@ -103,28 +102,18 @@ def test_collapsed_origin_evicts_nothing_then_nodemetric_and_nodeslo(
         FakeApiServer(tmp_path / "node.json", known) as api,
     ):
         config_file = kubeconfig(tmp_path / "kubeconfig", api.url)
-        cfg = {
-            "node": {"name": "node-a", "cpus": 2, "memory": "4Gi", "scope": "cgroup-root"},
-            "cgroups": {"root": real_root.name, "driver": "cgroupfs"},
-            "loop": {"interval_s": 0.5},
-            "eviction": {"grace_period_s": 1, "rate_per_minute": 600},
-            "batch": {"origin": "annotation", "evict": True},
-            "state": {"path": str(tmp_path / "state.json")},
-            "api": {"socket_path": str(tmp_path / "agent.sock")},
-            "metrics": {"enabled": False},
-            "log": {"format": "json"},
-            "sources": {
+        config = node_config(
+            tmp_path, real_root.name, node={"scope": "cgroup-root"}, eviction={"rate_per_minute": 600},
+            batch={"evict": True}, sources={
                 "kubelet": {"url": kubelet.url, "token_file": "", "timeout_s": 1, "resync_s": 1},
                 "yarn": {"url": nm.url, "timeout_s": 1, "resync_s": 1},
                 "kube_api": {"kubeconfig": str(config_file)},
                 "reporting": {"mode": "annotation", "resync_s": 10},
                 "nodemetric": {"min_report_interval_s": 1, "min_aggregate_s": 1},
                 "nodeslo": {"resync_s": 1},
-            },
-        }
-        (tmp_path / "agent.yaml").write_text(yaml.safe_dump(cfg))
+            })
         log = (tmp_path / "agent.log").read_text
-        with running_agent(tmp_path / "agent.yaml", tmp_path / "agent.log"):
+        with running_agent(config, tmp_path / "agent.log"):
             # YARN's allocations written back: the NodeManager answered and the origin was read
             assert wait(lambda: THIRD_PARTY_ANNOTATION in api.annotations, 20), log()[-3000:]
             assert holds(lambda: api.evicted == [], 4), "a collapsed origin is no reason to evict"

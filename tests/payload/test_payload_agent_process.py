@@ -7,19 +7,16 @@ normal-size body the agent does evict (so the setup really would have)."""
 
 from __future__ import annotations
 
-import urllib.request
 from pathlib import Path
 
 import pytest
-import yaml
-from kit.agentproc import kubeconfig, running_agent
+from kit.agentproc import kubeconfig, node_config, running_agent, sample, samples
 from kit.fakes.apiserver import FakeApiServer
 from kit.fakes.kubelet import FakeKubelet
 from kit.payload import FIX, fixture_pod, podlist_body
 from kit.poll import wait
 from kit.ports import free_port
 from kit.realcg import RealRoot
-from prometheus_client.parser import text_string_to_metric_families
 
 from agent.config.sources import KubeletConfig
 
@@ -42,21 +39,6 @@ def _be_pods() -> list[dict[str, object]]:
     return pods
 
 
-def _scrape(port: int) -> str:
-    try:
-        return str(urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2).read().decode())
-    except OSError:
-        return ""
-
-
-def _metric(port: int, name: str, **labels: str) -> float | None:
-    for family in text_string_to_metric_families(_scrape(port)):
-        for sample in family.samples:
-            if sample.name == name and sample.labels == labels:
-                return float(sample.value)
-    return None
-
-
 def test_over_cap_kubelet_body_leaves_the_source_stale_and_evicts_nothing(real_root: RealRoot,
                                                                           tmp_path: Path) -> None:
     for _, n in BE.values():  # the BE pods' cgroups, as the kubelet would have made them
@@ -72,31 +54,19 @@ def test_over_cap_kubelet_body_leaves_the_source_stale_and_evicts_nothing(real_r
     ):
         kubelet.body = big
         config_file = kubeconfig(tmp_path / "kubeconfig", api.url)
-        cfg = {
-            "node": {"name": "node-a", "cpus": 2, "memory": "4Gi"},
-            "cgroups": {"root": real_root.name, "driver": "cgroupfs"},
-            "loop": {"interval_s": 0.5},
-            "eviction": {"grace_period_s": 1, "rate_per_minute": 60},
-            "batch": {"origin": "annotation"},
-            "state": {"path": str(tmp_path / "state.json")},
-            "api": {"socket_path": str(tmp_path / "agent.sock")},
-            "metrics": {"enabled": True, "port": port},
-            "log": {"format": "json"},
-            "sources": {
-                "kubelet": {"url": kubelet.url, "token_file": "", "timeout_s": 2, "resync_s": 1,
-                            "stale_after_s": 3},
-                "kube_api": {"kubeconfig": str(config_file)},
-                "reporting": {"mode": "annotation", "resync_s": 10},
-            },
-        }
-        (tmp_path / "agent.yaml").write_text(yaml.safe_dump(cfg))
+        config = node_config(tmp_path, real_root.name, metrics_port=port, metrics={"enabled": True}, sources={
+            "kubelet": {"url": kubelet.url, "token_file": "", "timeout_s": 2, "resync_s": 1,
+                        "stale_after_s": 3},
+            "kube_api": {"kubeconfig": str(config_file)},
+            "reporting": {"mode": "annotation", "resync_s": 10},
+        })
         log_path = tmp_path / "agent.log"
-        with running_agent(tmp_path / "agent.yaml", log_path):
+        with running_agent(config, log_path):
             errors = "coloc_source_fetch_errors_total"
-            assert wait(lambda: (_metric(port, errors, source="kubelet", kind="too_large") or 0) >= 3, 30), (
-                [ln for ln in _scrape(port).splitlines() if ln.startswith("coloc_s")],
+            assert wait(lambda: (sample(port, errors, source="kubelet", kind="too_large") or 0) >= 3, 30), (
+                {k: v for k, v in samples(port).items() if k.startswith("coloc_s")},
                 len(kubelet.seen("GET", "/pods")), log_path.read_text()[-1500:])
-            assert _metric(port, "coloc_source_stale", source="kubelet") == 1
+            assert sample(port, "coloc_source_stale", source="kubelet") == 1
             assert len(kubelet.seen("GET", "/pods")) >= 3
             assert api.evicted == [], "evicted on a body the agent refused to read"
             assert "too_large" in log_path.read_text() and f"larger than {cap} bytes" in log_path.read_text()
@@ -104,4 +74,4 @@ def test_over_cap_kubelet_body_leaves_the_source_stale_and_evicts_nothing(real_r
             kubelet.body = normal  # the same pods, readable: now the overcommit is acted on
             assert wait(lambda: bool(api.evicted), 30), log_path.read_text()[-3000:]
             assert api.evicted == [("batch", "free-pod", "0a1b2c3d-0000-4000-8000-0000000000c1")]
-            assert _metric(port, "coloc_source_stale", source="kubelet") == 0
+            assert sample(port, "coloc_source_stale", source="kubelet") == 0

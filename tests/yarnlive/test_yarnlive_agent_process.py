@@ -9,19 +9,15 @@ usage, and nothing is evicted although counting the dying containers would overc
 from __future__ import annotations
 
 import asyncio
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
-import yaml
-from kit.agentproc import kubeconfig, running_agent
+from kit.agentproc import kubeconfig, node_config, running_agent, sample, samples
 from kit.fakes.apiserver import FakeApiServer
 from kit.fakes.nodemanager import FakeNodeManager
 from kit.poll import wait
 from kit.ports import free_port
 from kit.realcg import RealRoot
-from prometheus_client.parser import text_string_to_metric_families
 from test_yarnlive_source import DYING_WITH_STATE, LIVE, LIVE_TOTAL, MIXED, cid
 
 from agent.api.client import AgentClient
@@ -34,16 +30,6 @@ FIX = Path(__file__).resolve().parent.parent / "fixtures"
 MIB = 1 << 20
 WITH_PROCESS = [cid(1, 1), cid(1, 2), cid(2, 1), cid(1, 4), cid(1, 5)]  # live ones and two dying ones
 EMPTY_CGROUP = [cid(1, 6)]  # DONE, its cgroup not removed yet
-
-
-def _scrape(port: int) -> dict[str, dict[tuple[tuple[str, str], ...], float]]:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
-        text = r.read().decode()
-    out: dict[str, dict[tuple[tuple[str, str], ...], float]] = {}
-    for fam in text_string_to_metric_families(text):
-        for s in fam.samples:
-            out.setdefault(s.name, {})[tuple(sorted(s.labels.items()))] = s.value
-    return out
 
 
 def _annotation_in(body: object) -> str | None:
@@ -72,24 +58,15 @@ def test_agent_process_reports_only_live_yarn_containers(real_root: RealRoot, tm
     port = free_port()
     sock = tmp_path / "agent.sock"
     with FakeNodeManager(MIXED) as nm, FakeApiServer(FIX / "apiserver" / "node.json", {}) as api:
-        cfg = {
-            "node": {"name": "node-a", "cpus": 4, "memory": "8Gi"},
-            "cgroups": {"root": real_root.name, "driver": "cgroupfs"},
-            "loop": {"interval_s": 0.5},
-            "eviction": {"grace_period_s": 1, "rate_per_minute": 60},
-            "batch": {"origin": "annotation"},  # 8 cores: live 6 fit, live + dying 12 would not
-            "state": {"path": str(tmp_path / "state.json")},
-            "api": {"socket_path": str(sock)},
-            "metrics": {"bind": "127.0.0.1", "port": port, "top_n": 30},
-            "log": {"format": "json"},
-            "sources": {
-                "yarn": {"url": nm.url, "timeout_s": 1, "resync_s": 1},
-                "kube_api": {"kubeconfig": str(kubeconfig(tmp_path / "kubeconfig", api.url))},
-                "reporting": {"mode": "annotation", "resync_s": 10},  # read and written at start
-            },
-        }
-        (tmp_path / "agent.yaml").write_text(yaml.safe_dump(cfg))
-        with running_agent(tmp_path / "agent.yaml", tmp_path / "agent.log"):
+        # the batch origin from the Node's annotation: 8 cores, live 6 fit, live + dying 12 would not
+        config = node_config(tmp_path, real_root.name, metrics_port=port,
+                             node={"cpus": 4, "memory": "8Gi"}, metrics={"bind": "127.0.0.1", "top_n": 30},
+                             api={"socket_path": str(sock)}, sources={
+            "yarn": {"url": nm.url, "timeout_s": 1, "resync_s": 1},
+            "kube_api": {"kubeconfig": str(kubeconfig(tmp_path / "kubeconfig", api.url))},
+            "reporting": {"mode": "annotation", "resync_s": 10},  # read and written at start
+        })
+        with running_agent(config, tmp_path / "agent.log"):
             def tail() -> str:
                 return (tmp_path / "agent.log").read_text()[-3000:]
 
@@ -102,16 +79,15 @@ def test_agent_process_reports_only_live_yarn_containers(real_root: RealRoot, tm
             assert parse_third_party_allocations(patched[-1])["coloc-agent-yarn"] == LIVE_TOTAL
 
             def metrics_ready() -> bool:
-                try:
-                    m = _scrape(port)
-                except OSError:
-                    return False
+                m = samples(port)
                 return (("scheduler", "yarn"),) in m.get("coloc_batch_requested_cpu_cores", {}) and bool(
                     m.get("coloc_ledger_allocations"))
 
             assert wait(metrics_ready, 30), tail()
-            time.sleep(1.5)  # a few more ticks: the figures must hold, not just appear
-            m = _scrape(port)
+            ticks = sample(port, "coloc_ticks_total") or 0
+            # a few more ticks: the figures must hold, not just appear
+            assert wait(lambda: (sample(port, "coloc_ticks_total") or 0) >= ticks + 3, 10), tail()
+            m = samples(port)
             yarn_label = (("scheduler", "yarn"),)
             assert m["coloc_batch_requested_cpu_cores"][yarn_label] == LIVE_TOTAL.milli_cpu / 1000
             assert m["coloc_batch_requested_memory_bytes"][yarn_label] == LIVE_TOTAL.memory_bytes
