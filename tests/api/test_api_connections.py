@@ -73,8 +73,17 @@ async def test_calls_past_max_concurrent_rpcs_are_refused_and_the_slot_comes_bac
                     await pb_grpc.NodeAgentStub(other).GetSnapshot(pb.GetSnapshotRequest(), timeout=5)
                 assert err.value.code() is grpc.StatusCode.RESOURCE_EXHAUSTED  # grpc.aio's own refusal
                 held[0].cancel()
-                await asyncio.sleep(0.2)
-                await pb_grpc.NodeAgentStub(other).GetSnapshot(pb.GetSnapshotRequest(), timeout=5)
+
+                async def served() -> bool:  # once the cancelled call's slot is given back
+                    try:
+                        await pb_grpc.NodeAgentStub(other).GetSnapshot(pb.GetSnapshotRequest(), timeout=5)
+                    except grpc.aio.AioRpcError as e:
+                        if e.code() is not grpc.StatusCode.RESOURCE_EXHAUSTED:
+                            raise
+                        return False
+                    return True
+
+                assert await until(served, 5)
                 held[1].cancel()
         finally:
             await s.server.stop(0)

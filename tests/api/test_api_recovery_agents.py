@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from kit.api import app_id, cid, short_dir
 from kit.fleet import Agent, start_all, stop_all
+from kit.poll import until
 from kit.realcg import RealRoot
 
 from agent.api.client import AgentCallError, AgentClient
@@ -152,13 +153,18 @@ async def test_recovery_of_24_agents(real_root: RealRoot) -> None:
             await churner
 
             # Settle: every live agent has ticked past the last change, and the scheduler caught up.
-            await asyncio.sleep(0.4)
             truths: dict[str, set[str]] = {}
             for i in live:
+                truths[agents[i].address] = agents[i].containers() | pending[i]
+
+                async def matches(i: int = i) -> bool:
+                    async with AgentClient(agents[i].address) as c:
+                        keys = {a.key for a in (await c.get_snapshot()).allocations}
+                    return keys == truths[agents[i].address]
+
+                assert await until(matches, 10), f"agent {i} ledger"
                 async with AgentClient(agents[i].address) as c:
                     view = await c.get_snapshot()
-                truths[agents[i].address] = agents[i].containers() | pending[i]
-                assert {a.key for a in view.allocations} == truths[agents[i].address], f"agent {i} ledger"
                 assert view.node.acked_epoch == 2 and view.node.highest_epoch == 2
             addrs = [agents[i].address for i in live]
             assert await rec.wait_for(

@@ -14,13 +14,13 @@ import time
 from pathlib import Path
 
 import pytest
-from kit.poll import holds, wait
+from kit.poll import holds, settled, wait, window
 from kit.realcg import RealRoot
 
 from cgroups.errors import CgroupBusy, CgroupError, CgroupGone, InvalidValue
 from cgroups.node import NodeCpuMeter, read_meminfo
 from cgroups.parsers import parse_psi
-from cgroups.reader import CgroupReader, CgroupSample, cpu_milli, throttled_ratio
+from cgroups.reader import CgroupReader, cpu_milli, throttled_ratio
 from cgroups.settings import CpuQuota, Cpuset
 from cgroups.writer import CgroupWriter
 
@@ -28,12 +28,6 @@ pytestmark = pytest.mark.cgroups
 
 BUSY = [sys.executable, "-c", "while True: pass"]
 SLEEP = ["sleep", "60"]
-
-
-def _window(reader: CgroupReader, rel: str, seconds: float) -> tuple[CgroupSample, CgroupSample]:
-    first = reader.sample(rel)
-    time.sleep(seconds)
-    return first, reader.sample(rel)
 
 
 def _v1(real_root: RealRoot, *ctrls: str) -> None:
@@ -52,14 +46,14 @@ def test_busy_process_usage_rises_then_quota_throttles_it(real_root: RealRoot) -
     real_root.spawn(rel, BUSY)
     reader = CgroupReader(real_root.hierarchy, real_root.name)
     writer = CgroupWriter(real_root.hierarchy, real_root.name)
-    first, second = _window(reader, rel, 0.6)
+    first, second = window(lambda: reader.sample(rel), 0.6)
     free = cpu_milli(first, second)
     assert free > 250, f"a busy loop should get a good part of a core, got {free:.0f} milli-cores"
     assert second.nr_throttled == first.nr_throttled  # no quota, no throttling
 
     assert writer.set_cpu_quota(rel, 10_000)  # 0.1 CPU per 100 ms period
-    time.sleep(0.2)  # let the first capped periods pass
-    first, second = _window(reader, rel, 1.0)
+    wait(lambda: reader.sample(rel).nr_throttled > second.nr_throttled, 2, every=0.02)  # the cap bites
+    first, second = window(lambda: reader.sample(rel), 1.0)
     capped = cpu_milli(first, second)
     assert 50 <= capped <= 150, f"usage should fall to the 100 milli-core quota, got {capped:.0f}"
     assert second.nr_throttled - first.nr_throttled >= 5
@@ -172,7 +166,7 @@ def test_freeze_then_kill_all_on_v1(real_root: RealRoot) -> None:
     reader = CgroupReader(real_root.hierarchy, real_root.name)
     assert writer.freeze(rel)
     assert wait(lambda: writer.freezer_state(rel) == "FROZEN")
-    first, second = _window(reader, rel, 0.3)
+    first, second = window(lambda: reader.sample(rel), 0.3)
     assert second.cpu_usage_ns - first.cpu_usage_ns < 20_000_000  # frozen: (almost) no CPU
     os.kill(proc.pid, signal.SIGKILL)  # the kernel fact kill_all works around:
     assert holds(lambda: proc.poll() is None, 0.3)  # a frozen v1 task does not act on SIGKILL while frozen
@@ -305,7 +299,7 @@ def test_psi_from_the_real_cgroup2_mount(real_root: RealRoot) -> None:
     for _ in range(2):  # two busy loops on one cpu: each waits for the other
         real_root.spawn(rel, BUSY)
     reader = CgroupReader(real_root.hierarchy, real_root.name)
-    first, second = _window(reader, rel, 0.5)
+    first, second = window(lambda: reader.sample(rel), 0.5)
     before, after = first.cpu_pressure, second.cpu_pressure
     assert before is not None and after is not None
     assert after.some_total_us - before.some_total_us > 50_000  # > 10 % of the window stalled
@@ -317,9 +311,8 @@ def test_psi_from_the_real_cgroup2_mount(real_root: RealRoot) -> None:
 def test_node_cpu_and_memory_from_proc(real_root: RealRoot) -> None:
     real_root.spawn(real_root.mkcg("burstable/busy"), BUSY)
     meter = NodeCpuMeter()
-    assert meter.update() is None
-    time.sleep(0.5)
-    node = meter.update()
+    first, node = window(meter.update, 0.5)
+    assert first is None
     assert node is not None
     assert node.ncpu == os.cpu_count()
     assert 300 <= node.milli_cpu <= node.ncpu * 1000
@@ -349,7 +342,7 @@ def test_v1_reads_agree_with_cgroupspy(real_root: RealRoot) -> None:
     proc = real_root.spawn(rel, [sys.executable, "-c", "import time\nx = b'x' * (8 << 20)\ntime.sleep(60)"])
     reader = CgroupReader(real_root.hierarchy, real_root.name)
     assert wait(lambda: (reader.sample(rel).memory_usage_bytes or 0) >= 8 << 20)
-    time.sleep(0.2)  # let it settle into its sleep, so the counters hold still
+    settled(lambda: reader.sample(rel).cpu_usage_ns, 0.2)  # in its sleep: the counters hold still
     tree = trees.Tree(groups=["cpu", "cpuacct", "memory"])
     node = {
         c: tree.get_node_by_path(f"/{c}/{real_root.name}/{rel}/".encode())

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from kit.agentproc import agent_config, running_agent
-from kit.poll import wait
+from kit.poll import settled, wait
 from kit.ports import free_port
 from kit.realcg import RealRoot
 
@@ -42,8 +42,7 @@ async def test_connections_and_a_held_watch_add_no_thread_per_connection(real_ro
             assert wait(sock.exists, 30), (short / "agent.log").read_text()[-3000:]
             async with AgentClient(str(sock)) as c:
                 await c.get_snapshot()
-            await asyncio.sleep(0.5)
-            idle = thread_names(proc.pid)
+            idle = settled(lambda: thread_names(proc.pid), 0.5)  # gRPC core's threads are up
             async with AgentClient(str(sock)) as c:
                 stream = c.watch(send_initial=True)
                 await anext(stream)

@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
+from kit.poll import until
 from kit.realcg import RealRoot
 
 from agent.config.agent import AgentConfig, CgroupConfig, EvictionConfig, LoopConfig, NodeConfig, StateConfig
@@ -87,8 +88,8 @@ async def test_calm_polls_fall_between_ticks_and_cost_no_wake_up_of_their_own(re
     rt.collector.poll_tiers = timed_poll  # type: ignore[method-assign]
     stop = asyncio.Event()
     task = asyncio.create_task(rt.loop.run(stop))
-    try:
-        await asyncio.sleep(6.2)
+    try:  # four calm ticks (three intervals to look between)
+        await until(lambda: bool(ticks) and len([t for t in ticks if t > ticks[0] + 2.5]) >= 4, 15)
     finally:
         stop.set()
         await asyncio.wait_for(task, 10)

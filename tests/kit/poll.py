@@ -7,7 +7,9 @@ import asyncio
 import inspect
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 
 def wait(pred: Callable[[], object], timeout: float = 10.0, every: float = 0.1) -> bool:
@@ -22,6 +24,28 @@ def wait(pred: Callable[[], object], timeout: float = 10.0, every: float = 0.1) 
         if time.monotonic() >= end:
             return False
         time.sleep(every)
+
+
+def window(read: Callable[[], T], seconds: float) -> tuple[T, T]:
+    """`read()` at the start and at the end of a measurement window of `seconds` (rates from counters):
+    the one pause a test takes on purpose; it waits for nothing to happen."""
+    first = read()
+    time.sleep(seconds)
+    return first, read()
+
+
+def settled(read: Callable[[], T], seconds: float, timeout: float = 10.0, every: float = 0.05) -> T:
+    """`read()` once it returned the same value for `seconds` (read every `every` s), or its last value after
+    `timeout` s: what something settled to, instead of reading it after a guessed pause."""
+    end = time.monotonic() + timeout
+    value = read()
+    since = time.monotonic()
+    while time.monotonic() - since < seconds and time.monotonic() < end:
+        time.sleep(every)
+        now = read()
+        if now != value:
+            value, since = now, time.monotonic()
+    return value
 
 
 def holds(pred: Callable[[], object], seconds: float, every: float = 0.1) -> bool:

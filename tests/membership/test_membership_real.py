@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+from kit.poll import window
 from kit.realcg import RealRoot
 
 from agent.daemon.collector import Collector, TierPaths
@@ -231,9 +232,7 @@ def test_protected_pod_usage_is_not_be_usage(real_root: RealRoot) -> None:
                           "cgroup-root", 0.5)
     ws = [PROTECTED, _w("k8s/a", POD_A)]
     try:
-        collector.collect(ws, frozenset(), {})
-        time.sleep(0.6)
-        snap = collector.collect(ws, frozenset(), {})
+        _, snap = window(lambda: collector.collect(ws, frozenset(), {}), 0.6)
     finally:
         collector.close()
         reader.close()

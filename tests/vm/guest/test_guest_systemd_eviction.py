@@ -11,7 +11,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from kit.poll import until
+from kit.poll import still, until
 from kit.systemd import SystemdPods, is_active
 
 from agent.config.agent import AgentConfig, CgroupConfig, EvictionConfig, LoopConfig, NodeConfig, StateConfig
@@ -59,7 +59,8 @@ async def test_a_be_memory_hog_in_a_systemd_scope_is_evicted_and_hp_is_untouched
     task = asyncio.create_task(rt.loop.run(stop))
     try:
         assert await until(lambda: not _alive(be_proc.pid), 60), "the BE memory hog was not evicted"
-        await asyncio.sleep(2.0)  # a further round would happen here if it over-evicted
+        # a further round would happen here if it over-evicted
+        assert await still(lambda: _alive(hp_proc.pid), 2.0), "the HP pod was touched"
     finally:
         stop.set()
         await asyncio.wait_for(task, 30)

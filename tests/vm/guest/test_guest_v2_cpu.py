@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 
 import pytest
+from kit.poll import wait, window
 from kit.realcg import RealRoot
 
 from cgroups.errors import InvalidValue
@@ -39,10 +39,9 @@ def test_cpu_max_is_written_in_the_kernel_format_and_caps_a_busy_loop(real_root:
     knobs = reader.read_knobs(rel)
     assert (knobs.quota_us, knobs.period_us, knobs.shares) == (20_000, 50_000, None)
     assert writer.set_cpu_quota(rel, 20_000, period_us=50_000) is False  # read back equal: not rewritten
-    time.sleep(0.3)
-    first = reader.sample(rel)
-    time.sleep(1.5)
-    second = reader.sample(rel)
+    start = reader.sample(rel).nr_throttled
+    wait(lambda: reader.sample(rel).nr_throttled > start, 3, every=0.02)  # the quota bites
+    first, second = window(lambda: reader.sample(rel), 1.5)
     used = cpu_milli(first, second)
     assert used <= 400 + 150, f"a 400 milli-core quota let the loop use {used:.0f} milli-cores"
     assert second.nr_periods - first.nr_periods >= 10

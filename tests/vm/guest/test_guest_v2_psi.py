@@ -9,6 +9,7 @@ import sys
 import time
 
 import pytest
+from kit.poll import window
 from kit.realcg import RealRoot
 
 from agent.config.agent import LoopConfig
@@ -36,9 +37,7 @@ def test_pressure_files_parse_and_the_fast_path_agrees(real_root: RealRoot) -> N
     rel = "hp/crowded"
     _crowd(real_root, rel)
     with CgroupReader(real_root.hierarchy, real_root.name) as reader:
-        first = reader.sample(rel)
-        time.sleep(1.0)
-        second = reader.sample(rel)
+        first, second = window(lambda: reader.sample(rel), 1.0)
     before, after = first.cpu_pressure, second.cpu_pressure
     assert before is not None and after is not None
     assert after.full_total_us is not None, "a v2 cgroup's cpu.pressure has a 'full' line"
