@@ -110,6 +110,7 @@ class ColocCollector(Collector):
         self._ledger_view = ledger_view
         self._clock = clock
         self.errors = ErrorTally((*self.SECTIONS, "ledger_view"))
+        self._ledger_failing = False
 
     def collect(self) -> Iterator[Metric]:
         published = self._board.get()
@@ -150,11 +151,15 @@ class ColocCollector(Collector):
             return None
         try:
             view = self._ledger_view()
-            return None if view is None else ledger_figures(view)
+            figures = None if view is None else ledger_figures(view)
         except Exception:
-            self.errors.inc("ledger_view")
-            log.exception("ledger view failed; ledger series left out of this scrape")
+            self.errors.inc("ledger_view")  # every scrape; said at the first of a run of failures
+            if not self._ledger_failing:
+                log.exception("ledger view failed; ledger series left out of scrapes until it reads again")
+            self._ledger_failing = True
             return None
+        self._ledger_failing = False
+        return figures
 
     # -- sections -------------------------------------------------------------------------------------
 

@@ -7,6 +7,7 @@ the tick's action records into per-policy tallies); scrapes build everything els
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -20,6 +21,8 @@ from agent.metrics.health import HealthConfig
 from agent.metrics.server import MetricsServer, ServerLimits
 from agent.metrics.tally import ActionTally
 from agent.published import Board, Published
+
+log = logging.getLogger("coloc.metrics")
 
 TICK_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
 
@@ -103,23 +106,33 @@ class MetricsHub:
         limits = ServerLimits(max_connections=self.config.max_connections,
                               read_timeout_s=self.config.read_timeout_s,
                               write_timeout_s=self.config.write_timeout_s)
-        view = self._ledger_view
+        ledger_key = _LedgerKey(self._ledger_view)
 
         def inputs() -> tuple[object, ...]:
-            return (board.get(), _safe(view))
+            return (board.get(), ledger_key())
 
-        server = MetricsServer.start(self.registry, board, self.config.bind_address, self.config.port, health,
-                                     limits, inputs)
-        if persistence_error is not None:
-            server.persistence_error = persistence_error
-        return server
+        return MetricsServer.start(self.registry, board, self.config.bind_address, self.config.port, health,
+                                   limits, inputs, persistence_error or (lambda: None))
 
 
-def _safe(view: LedgerView | None) -> object:
-    """The ledger view as a cache key; a failing view is the collector's to report, not the cache's."""
-    if view is None:
-        return None
-    try:
-        return view()
-    except Exception:
-        return object()
+class _LedgerKey:
+    """The ledger view as the server's cache key. A failing view is no key (every scrape builds afresh, and
+    the collector leaves the ledger series out and counts it); the first failure in a row is logged here."""
+
+    def __init__(self, view: LedgerView | None) -> None:
+        self._view = view
+        self._failing = False
+
+    def __call__(self) -> object:
+        if self._view is None:
+            return None
+        try:
+            key = self._view()
+        except Exception:
+            if not self._failing:
+                log.warning("metrics: the ledger view failed; scrapes are built afresh until it reads again",
+                            exc_info=True)
+            self._failing = True
+            return object()
+        self._failing = False
+        return key

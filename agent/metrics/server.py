@@ -13,7 +13,6 @@ from memory, so any number of scrapers costs the loop one render per tick.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import gzip
 import json
 import logging
@@ -122,14 +121,14 @@ class MetricsServer:
 
     def __init__(self, registry: CollectorRegistry, board: Board, health: HealthConfig,
                  limits: ServerLimits | None = None, inputs: Callable[[], tuple[object, ...]] | None = None,
-                 ) -> None:
+                 persistence_error: Callable[[], str | None] = lambda: None) -> None:
         self.registry = registry
         self.board = board
         self.health = health
         self.limits = limits or ServerLimits()
         self.started = health.clock()
         self.refused = 0
-        self.persistence_error: Callable[[], str | None] = lambda: None
+        self._persistence_error = persistence_error  # why the state file cannot be written: not ready
         self.timed_out = 0
         self._cache = _RenderCache(registry, inputs or (lambda: (board.get(),)), self.limits.render_max_age_s)
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -140,10 +139,10 @@ class MetricsServer:
     @classmethod
     def start(cls, registry: CollectorRegistry, board: Board, bind: str, port: int, health: HealthConfig,
               limits: ServerLimits | None = None, inputs: Callable[[], tuple[object, ...]] | None = None,
-              ) -> MetricsServer:
+              persistence_error: Callable[[], str | None] = lambda: None) -> MetricsServer:
         """Bind now (errors raise here) and serve from a daemon thread; `inputs` are what a rendered
         `/metrics` depends on (by identity), the published tick by default."""
-        self = cls(registry, board, health, limits, inputs)
+        self = cls(registry, board, health, limits, inputs, persistence_error)
         loop = asyncio.new_event_loop()
         thread = threading.Thread(target=loop.run_forever, name="coloc-metrics", daemon=True)
         thread.start()
@@ -177,7 +176,7 @@ class MetricsServer:
         return liveness(self.board.get(), self.health.clock(), self.started, self.health)
 
     def readyz(self) -> Verdict:
-        return readiness(self.board.get(), self.health.clock(), self.persistence_error())
+        return readiness(self.board.get(), self.health.clock(), self._persistence_error())
 
     def _admit(self, writer: asyncio.StreamWriter) -> bool:
         """Make room for a new connection: push out the oldest one still waiting for its request."""
@@ -262,8 +261,10 @@ class MetricsServer:
             self._open.clear()
             await server.wait_closed()
 
-        with contextlib.suppress(Exception):
+        try:
             asyncio.run_coroutine_threadsafe(shutdown(), loop).result(timeout=5)
+        except Exception:  # the loop is stopped below all the same: connections go with it
+            log.warning("metrics server: closing the listener and its connections failed", exc_info=True)
         loop.call_soon_threadsafe(loop.stop)
         if self._thread is not None:
             self._thread.join(timeout=5)
