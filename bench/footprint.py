@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from kit.agentproc import agent_argv, stop
 from kit.bench import finish, progress, require_tools
 from kit.ports import free_port
 from kit.realcg import RealRoot
@@ -163,9 +164,10 @@ def add_workloads(root: RealRoot, n: int) -> None:
 
 
 def start_agent(root: RealRoot, cfg: Path, log: Path, eager_kube: bool) -> subprocess.Popen[bytes]:
-    argv = [sys.executable, "-c", EAGER_KUBE] if eager_kube else [sys.executable, "-m", "agent.cli"]
+    argv = [sys.executable, "-c", EAGER_KUBE, "run", "--config", str(cfg)] if eager_kube \
+        else agent_argv("run", "--config", str(cfg))
     with log.open("ab") as f:
-        return root.spawn("agent", [*argv, "run", "--config", str(cfg)], stdout=f, stderr=f, cwd=REPO)
+        return root.spawn("agent", argv, stdout=f, stderr=f, cwd=REPO)
 
 
 def wait_ready(port: int, proc: subprocess.Popen[bytes], log: Path, timeout: float = 30) -> None:
@@ -180,15 +182,6 @@ def wait_ready(port: int, proc: subprocess.Popen[bytes], log: Path, timeout: flo
             pass
         time.sleep(0.2)
     raise RuntimeError(f"agent not ticking after {timeout}s:\n{log.read_text()[-2000:]}")
-
-
-def stop_agent(proc: subprocess.Popen[bytes]) -> None:
-    proc.terminate()
-    try:
-        proc.wait(30)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(10)
 
 
 def start_watcher(sock: Path, log: Path) -> subprocess.Popen[bytes]:
@@ -225,7 +218,7 @@ def phase(root: RealRoot, d: Path, name: str, seconds: float, settle: float, eag
         if watcher is not None:
             watcher.kill()
             watcher.wait(10)
-        stop_agent(proc)
+        stop(proc, 30)
     out["grpc_core_wakeups_per_s"] = round(sum(v for k, v in out["wakeups_per_s_by_thread"].items()
                                                if k.startswith(GRPC_THREADS)), 2)
     progress(f"phase {name}: {out}")

@@ -43,6 +43,7 @@ from typing import Any
 import grpc
 import psutil
 import yaml
+from kit.agentproc import agent_argv, stop
 from kit.bench import finish, pct, progress
 from kit.ports import free_port, raise_fd_limit
 from kit.realcg import RealRoot
@@ -397,8 +398,7 @@ async def measure(args: argparse.Namespace, d: Path, root: RealRoot) -> dict[str
     cfg = write_config(d, f"{root.name}/agent", port, args)
     log = d / "agent.log"
     with log.open("w") as f:
-        agent = subprocess.Popen([sys.executable, "-m", "agent.cli", "run", "--config", str(cfg)],
-                                 stdout=f, stderr=f, cwd=REPO)
+        agent = subprocess.Popen(agent_argv("run", "--config", str(cfg)), stdout=f, stderr=f, cwd=REPO)
     try:
         await wait_serving(sock, agent, log)
         await fill(changes_socket(sock), args.allocations)
@@ -410,12 +410,7 @@ async def measure(args: argparse.Namespace, d: Path, root: RealRoot) -> dict[str
         out.update(await load_phase(args, sock, port, agent.pid))
         assert agent.poll() is None, f"agent died under load:\n{log.read_text()[-2000:]}"
     finally:
-        agent.terminate()
-        try:
-            agent.wait(30)
-        except subprocess.TimeoutExpired:
-            agent.kill()
-            agent.wait(10)
+        stop(agent, 30)
     out["agent_exit_code"] = agent.returncode
     out["target_tick_interval_p99_ratio"] = TARGET_TICK_P99_RATIO
     out["target_snapshot_p99_ms"] = TARGET_SNAPSHOT_P99_MS

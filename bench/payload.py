@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import signal
 import socketserver
 import statistics
 import subprocess
@@ -34,6 +33,7 @@ from pathlib import Path
 
 import psutil
 import yaml
+from kit.agentproc import agent_argv, stop
 from kit.bench import finish, progress
 from kit.fakes.kubelet import FakeKubelet
 from kit.payload import FIX, pod_copies, podlist_body
@@ -102,7 +102,7 @@ def run_case(root: RealRoot, workdir: Path, kubelet_url: str, name: str, cap: in
     }
     (workdir / f"{node}.yaml").write_text(yaml.safe_dump(cfg))
     log = (workdir / f"{node}.log").open("wb")
-    argv = [sys.executable, "-m", "agent.cli", "run", "--config", str(workdir / f"{node}.yaml")]
+    argv = agent_argv("run", "--config", str(workdir / f"{node}.yaml"))
     proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, cwd=REPO)
     try:
         deadline = time.monotonic() + 30
@@ -124,12 +124,7 @@ def run_case(root: RealRoot, workdir: Path, kubelet_url: str, name: str, cap: in
         return {"cadence": (n1 - n0) / ((t1 - t0) / INTERVAL_S), "rss_max": max(rss),
                 "rss_median": statistics.median(rss)}
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop(proc, 15)
         log.close()
 
 

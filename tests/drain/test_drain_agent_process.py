@@ -6,16 +6,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import signal
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
+from kit.agentproc import AgentProcess, agent_argv, write_config
 from kit.poll import wait
 from kit.realcg import RealRoot
 
@@ -37,43 +35,30 @@ def _config(tmp_path: Path, root: str) -> Path:
         "api": {"socket_path": str(tmp_path / "agent.sock")},
         "log": {"format": "json"},
     }
-    path = tmp_path / "agent.yaml"
-    path.write_text(yaml.safe_dump(cfg))
-    return path
+    return write_config(tmp_path / "agent.yaml", cfg)
 
 
 class Agent:
     """The agent process; `start` again after `kill` is a restart on the same state file and socket."""
 
     def __init__(self, tmp_path: Path, root: str) -> None:
-        self.tmp = tmp_path
-        self.config = _config(tmp_path, root)
+        self.process = AgentProcess(_config(tmp_path, root), tmp_path / "agent.log")
         self.sock = str(tmp_path / "admin.sock")  # drains and acks: the admin socket (beside agent.sock)
-        self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
         with contextlib.suppress(FileNotFoundError):
             Path(self.sock).unlink()
-        log = (self.tmp / "agent.log").open("a")
-        self.proc = subprocess.Popen([sys.executable, "-m", "agent.cli", "run", "--config", str(self.config)],
-                                     stdout=log, stderr=log)
+        self.process.start()
         assert wait(Path(self.sock).exists, 20), self.log()
 
     def log(self) -> str:
-        return (self.tmp / "agent.log").read_text()
+        return self.process.log(1 << 30)
 
     def kill(self) -> None:
-        assert self.proc is not None
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait(10)
+        self.process.kill()
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.kill()
+        self.process.stop(15)
 
     def call(self, fn: Callable[[AgentClient], Any]) -> Any:
         async def go() -> Any:
@@ -86,7 +71,7 @@ class Agent:
         return st
 
     def cli(self, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "agent.cli", *args, "--socket", self.sock],
+        return subprocess.run(agent_argv(*args, "--socket", self.sock),
                               check=False, capture_output=True, text=True, timeout=timeout)
 
 

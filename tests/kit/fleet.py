@@ -12,7 +12,6 @@ import contextlib
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -22,6 +21,7 @@ import yaml
 from agent.api.coloc.v1 import agent_pb2 as pb
 from agent.api.coloc.v1 import agent_pb2_grpc as pb_grpc
 from agent.config.api import admin_socket_for
+from kit.agentproc import agent_argv
 from kit.api import cid
 from kit.realcg import RealRoot
 
@@ -70,9 +70,8 @@ class Agent:
     def launch(self) -> None:
         """Start the process; `wait_ready` completes the start (so many agents can boot at once)."""
         with open(self.log, "ab") as log:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "agent.cli", "run", "--config", str(self.config)],
-                stdin=subprocess.DEVNULL, stdout=log, stderr=log)
+            self.proc = subprocess.Popen(agent_argv("run", "--config", str(self.config)),
+                                         stdin=subprocess.DEVNULL, stdout=log, stderr=log)
 
     def _probe(self, deadline: float) -> bool:
         assert self.proc is not None

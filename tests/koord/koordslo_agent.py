@@ -6,14 +6,12 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import yaml
-from kit.agentproc import kubeconfig
+from kit.agentproc import agent_argv, kubeconfig, write_config
 
 NODESLO = ("nodeslos", "node-a")
 
@@ -48,16 +46,13 @@ def agent_config(tmp: Path, root: str, api_url: str, *, resync_s: float, metrics
             "nodeslo": {"enabled": True, "resync_s": resync_s},
         },
     }
-    path = tmp / "agent.yaml"
-    path.write_text(yaml.safe_dump(cfg))
-    return path
+    return write_config(tmp / "agent.yaml", cfg)
 
 
 def status(sock: Path, *, as_json: bool) -> tuple[int, str]:
     """`coloc-agent status [--json] --socket SOCK`: exit code and stdout (stderr when it failed)."""
-    run = subprocess.run([sys.executable, "-m", "agent.cli", "status", "--socket", str(sock),
-                          *(["--json"] if as_json else [])], capture_output=True, text=True, timeout=20,
-                         check=False)
+    run = subprocess.run(agent_argv("status", "--socket", str(sock), *(["--json"] if as_json else [])),
+                         capture_output=True, text=True, timeout=20, check=False)
     return run.returncode, run.stdout if run.returncode == 0 else run.stderr
 
 

@@ -7,12 +7,11 @@ import asyncio
 import json
 import signal
 import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-import yaml
+from kit.agentproc import AgentProcess, agent_argv, write_config
 from kit.poll import wait
 from kit.ports import free_port
 from kit.realcg import RealRoot
@@ -38,9 +37,7 @@ def _config(tmp_path: Path, root: str, port: int) -> Path:
         "log": {"format": "json"},
         "standalone": {"workloads": [{"cgroup": "besteffort/batch", "priority": 3000, "milli_cpu": 500}]},
     }
-    path = tmp_path / "agent.yaml"
-    path.write_text(yaml.safe_dump(cfg))
-    return path
+    return write_config(tmp_path / "agent.yaml", cfg)
 
 
 def test_agent_process_is_scraped_by_prometheus_and_answers_status(
@@ -48,9 +45,8 @@ def test_agent_process_is_scraped_by_prometheus_and_answers_status(
     real_root.mkcg("besteffort/batch")
     real_root.spawn("besteffort/batch", workload_argv("burn"))
     port = free_port()
-    log = (tmp_path / "agent.log").open("w")
-    agent = subprocess.Popen([sys.executable, "-m", "agent.cli", "run", "--config",
-                              str(_config(tmp_path, real_root.name, port))], stdout=log, stderr=log)
+    process = AgentProcess(_config(tmp_path, real_root.name, port), tmp_path / "agent.log")
+    agent = process.start()
     try:
         assert wait((tmp_path / "agent.sock").exists, 20), (tmp_path / "agent.log").read_text()
         prom = prometheus([f"127.0.0.1:{port}"], scrape_interval="1s")
@@ -64,9 +60,8 @@ def test_agent_process_is_scraped_by_prometheus_and_answers_status(
         assert prom.value("coloc_be_cpu_idle") == 1.0
         assert prom.value('up{job="coloc-agent"}') == 1.0
 
-        status = subprocess.run([sys.executable, "-m", "agent.cli", "status", "--json", "--socket",
-                                 f"unix:{tmp_path / 'agent.sock'}"], capture_output=True, text=True,
-                                timeout=30, check=True)
+        status = subprocess.run(agent_argv("status", "--json", "--socket", f"unix:{tmp_path / 'agent.sock'}"),
+                                capture_output=True, text=True, timeout=30, check=True)
         doc = json.loads(status.stdout)
         assert "prom-node" in json.dumps(doc)
 
@@ -88,6 +83,4 @@ def test_agent_process_is_scraped_by_prometheus_and_answers_status(
         assert all(json.loads(line)["level"] for line in lines if line.startswith("{"))
     finally:
         if agent.poll() is None:
-            agent.kill()
-            agent.wait()
-        log.close()
+            process.kill()

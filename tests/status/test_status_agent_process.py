@@ -9,9 +9,7 @@ import asyncio
 import contextlib
 import json
 import re
-import signal
 import subprocess
-import sys
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -19,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
+from kit.agentproc import AgentProcess, agent_argv, write_config
 from kit.fakes.kubelet import FakeKubelet
 from kit.poll import wait
 from kit.ports import free_port
@@ -38,7 +36,6 @@ class StatusAgent:
 
     def __init__(self, tmp: Path, root: str, sources: dict[str, Any] | None = None,
                  state: dict[str, Any] | None = None) -> None:
-        self.tmp = tmp
         self.sock = tmp / "agent.sock"
         self.port = free_port()
         cfg: dict[str, Any] = {
@@ -53,32 +50,22 @@ class StatusAgent:
         }
         if sources:
             cfg["sources"] = sources
-        self.config = tmp / "agent.yaml"
-        self.config.write_text(yaml.safe_dump(cfg))
-        self.proc: subprocess.Popen[bytes] | None = None
+        self.process = AgentProcess(write_config(tmp / "agent.yaml", cfg), tmp / "agent.log")
 
     def start(self) -> StatusAgent:
-        log = (self.tmp / "agent.log").open("a")
-        self.proc = subprocess.Popen([sys.executable, "-m", "agent.cli", "run", "--config", str(self.config)],
-                                     stdout=log, stderr=log)
+        self.process.start()
         assert wait(self.sock.exists, 20), self.log()
         return self
 
     def log(self) -> str:
-        return (self.tmp / "agent.log").read_text()[-3000:]
+        return self.process.log()
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        self.process.stop(15)
 
     def status(self, *extra: str) -> str:
-        run = subprocess.run([sys.executable, "-m", "agent.cli", "status", "--socket", f"unix:{self.sock}",
-                              *extra], capture_output=True, text=True, timeout=30, check=False)
+        run = subprocess.run(agent_argv("status", "--socket", f"unix:{self.sock}", *extra),
+                             capture_output=True, text=True, timeout=30, check=False)
         assert run.returncode == 0, run.stdout + run.stderr
         return run.stdout
 

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
+from kit.agentproc import AgentProcess, write_config
 from kit.fakes.kubelet import FakeKubelet
 from kit.fakes.nodemanager import FakeNodeManager
 from kit.realcg import RealRoot
@@ -121,11 +121,7 @@ def _start(root: RealRoot, d: Path, n: int, kubelet_url: str, nm_url: str) -> su
         "sources": {"kubelet": {"url": kubelet_url, "token_file": "", "timeout_s": 1, "resync_s": 1},
                     "yarn": {"url": nm_url, "timeout_s": 1, "resync_s": 1}},
     }
-    (d / f"{node}.yaml").write_text(yaml.safe_dump(cfg))
-    with open(d / f"{node}.log", "ab") as log:
-        argv = [sys.executable, "-m", "agent.cli", "run", "--config", str(d / f"{node}.yaml")]
-        return subprocess.Popen(argv,
-                                stdin=subprocess.DEVNULL, stdout=log, stderr=log, cwd=REPO)
+    return AgentProcess(write_config(d / f"{node}.yaml", cfg), d / f"{node}.log").start()
 
 
 async def _wait_allocations(address: str, want: set[str], log: Path, timeout: float = 30.0) -> None:
