@@ -1,12 +1,15 @@
 """Shared fixtures. `real_root` gives a private, real cgroup hierarchy (tests/kit/realcg.py); `systemd_pods`
-and `own_pods` lay pods out through systemd (tests/kit/systemd.py; only in the guest)."""
+and `own_pods` lay pods out through systemd (tests/kit/systemd.py; only in the guest); `api` is a fake
+Kubernetes API server serving the checked-in Node (tests/kit/fakes/apiserver.py)."""
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
+from kit.fakes.apiserver import FakeApiServer
 from kit.realcg import CgroupsUnavailable, RealRoot, leftover_dirs, required
 from kit.systemd import SystemdPods
 
@@ -60,3 +63,10 @@ def systemd_pods() -> Iterator[SystemdPods]:
 def own_pods() -> Iterator[SystemdPods]:
     """The same below a kubepods slice of the test's own name (`kp<8 hex>`), apart from any other pods."""
     yield from _laid_out(f"kp{uuid.uuid4().hex[:8]}")
+
+
+@pytest.fixture
+def api() -> Iterator[FakeApiServer]:
+    """A fake API server with the checked-in Node (`node-a`) and no pods it knows."""
+    with FakeApiServer(Path(__file__).parent / "fixtures" / "apiserver" / "node.json", {}) as server:
+        yield server

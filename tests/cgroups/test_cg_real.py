@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from kit.poll import holds, settled, wait, window
-from kit.realcg import RealRoot
+from kit.realcg import RealRoot, need_v1
 
 from cgroups.errors import CgroupBusy, CgroupError, CgroupGone, InvalidValue
 from cgroups.node import NodeCpuMeter, read_meminfo
@@ -30,15 +30,11 @@ BUSY = [sys.executable, "-c", "while True: pass"]
 SLEEP = ["sleep", "60"]
 
 
-def _v1(real_root: RealRoot, *ctrls: str) -> None:
-    missing = [c for c in ctrls if not real_root.hierarchy.is_v1(c)]
-    if missing:
-        pytest.skip(f"needs v1 controllers {missing} (this host is {real_root.hierarchy.mode})")
 
 
 @pytest.mark.xdist_group("cpu")
 def test_busy_process_usage_rises_then_quota_throttles_it(real_root: RealRoot) -> None:
-    _v1(real_root, "cpu", "cpuacct")
+    need_v1(real_root, "cpu", "cpuacct")
     # The figures below need the busy loop to get its share on a machine others keep busy: the test's own
     # root outweighs the root cgroup's tasks (each 1024) the way a kubepods root outweighs them on a node.
     (real_root.path("cpu") / "cpu.shares").write_text("16384")
@@ -67,7 +63,7 @@ def test_busy_process_usage_rises_then_quota_throttles_it(real_root: RealRoot) -
 
 
 def test_memory_limit_caps_usage(real_root: RealRoot) -> None:
-    _v1(real_root, "memory")
+    need_v1(real_root, "memory")
     rel = real_root.mkcg("besteffort/hog")
     limit = 48 << 20
     writer = CgroupWriter(real_root.hierarchy, real_root.name)
@@ -95,7 +91,7 @@ def test_memory_limit_caps_usage(real_root: RealRoot) -> None:
 
 
 def test_v1_knobs_round_trip(real_root: RealRoot) -> None:
-    _v1(real_root, "cpu", "memory", "cpuset")
+    need_v1(real_root, "cpu", "memory", "cpuset")
     rel = real_root.mkcg("besteffort")
     writer = CgroupWriter(real_root.hierarchy, real_root.name)
     assert writer.set_cpu_shares(rel, 2)
@@ -122,7 +118,7 @@ def test_v1_knobs_round_trip(real_root: RealRoot) -> None:
 
 def test_safe_order_for_cpuset_and_quota(real_root: RealRoot) -> None:
     """v1 refuses a child outside its parent; apply() must order writes so each step is valid."""
-    _v1(real_root, "cpuset", "cpu")
+    need_v1(real_root, "cpuset", "cpu")
     if len(os.sched_getaffinity(0)) < 2 or not {0, 1} <= os.sched_getaffinity(0):
         pytest.skip("needs cpus 0 and 1")
     parent, child = "besteffort", real_root.mkcg("besteffort/pod")
@@ -159,7 +155,7 @@ def test_safe_order_for_cpuset_and_quota(real_root: RealRoot) -> None:
 
 
 def test_freeze_then_kill_all_on_v1(real_root: RealRoot) -> None:
-    _v1(real_root, "freezer", "cpuacct")
+    need_v1(real_root, "freezer", "cpuacct")
     rel = real_root.mkcg("besteffort/frozen")
     proc = real_root.spawn(rel, BUSY)
     writer = CgroupWriter(real_root.hierarchy, real_root.name)
@@ -243,7 +239,7 @@ def test_vanished_cgroup_is_gone_and_a_recreated_one_is_read_again(real_root: Re
 
 
 def test_a_reader_can_leave_out_the_memory_limit_and_memory_pressure(real_root: RealRoot) -> None:
-    _v1(real_root, "memory")
+    need_v1(real_root, "memory")
     rel = real_root.mkcg("besteffort/lean")
     assert CgroupWriter(real_root.hierarchy, real_root.name).set_memory_limit(rel, 48 << 20)
     real_root.spawn(rel, SLEEP)
@@ -336,7 +332,7 @@ def test_node_cpu_arithmetic_from_an_injected_proc(tmp_path: Path) -> None:
 
 def test_v1_reads_agree_with_cgroupspy(real_root: RealRoot) -> None:
     """cgroupspy (v1 only, never in the agent's path) as an independent oracle for our v1 parsing."""
-    _v1(real_root, "cpu", "cpuacct", "memory")
+    need_v1(real_root, "cpu", "cpuacct", "memory")
     trees = pytest.importorskip("cgroupspy.trees")
     rel = real_root.mkcg("besteffort/oracle")
     proc = real_root.spawn(rel, [sys.executable, "-c", "import time\nx = b'x' * (8 << 20)\ntime.sleep(60)"])

@@ -14,20 +14,16 @@ import dataclasses
 import os
 import sys
 import time
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
 from kit.poll import until
 from kit.realcg import CgroupsUnavailable, RealRoot, required
+from kit.runtime import reported_modes, running
 
-from agent.api.coloc.v1 import agent_pb2 as pb
-from agent.cli.status import render
 from agent.config.agent import AgentConfig, CgroupConfig, EvictionConfig, LoopConfig, NodeConfig, StateConfig
 from agent.daemon.psi_wake import ADAPTIVE_POLL, PSI_TRIGGER, PsiWaker
-from agent.daemon.runtime import Runtime, build
-from agent.metrics.collector import ColocCollector
-from agent.metrics.tally import ActionTally
+from agent.daemon.runtime import build
 from cgroups.discovery import discover
 
 pytestmark = [pytest.mark.cgroups, pytest.mark.xdist_group("cpu"), pytest.mark.slow]
@@ -46,27 +42,8 @@ def _config(root: str, trigger: str) -> AgentConfig:
     )
 
 
-def _reported_modes(rt: Runtime) -> tuple[dict[str, float], str]:
-    """The mode as /metrics and `coloc-agent status` show it, from the runtime's published view."""
-    coll = ColocCollector(rt.board, version="test", top_n=5, max_label_values=10, actions=ActionTally())
-    gauge = {s.labels["mode"]: s.value for fam in coll.collect() for s in fam.samples
-             if s.name == "coloc_fast_path_mode"}
-    pub = rt.board.get()
-    assert pub is not None
-    return gauge, render(pb.Status(tick=pub.tick, fast_path_mode=pub.fast_path_mode,
-                                   fast_path_reason=pub.fast_path_reason))
 
 
-async def _run(rt: Runtime, body: Callable[[], Awaitable[None]]) -> None:
-    stop = asyncio.Event()
-    task = asyncio.create_task(rt.loop.run(stop))
-    try:
-        await body()
-    finally:
-        stop.set()
-        await asyncio.wait_for(task, 10)
-        await rt.executor.drain(5)
-        rt.reader.close()
 
 
 def _unified_only_v1() -> RealRoot:
@@ -97,7 +74,7 @@ async def test_a_cpu_hog_stalling_hp_wakes_the_loop_through_a_psi_trigger(real_r
         assert registered, "no trigger on the HP cgroup's cpu.pressure"
         pub = rt.board.get()
         assert pub is not None and pub.fast_path_mode == PSI_TRIGGER
-        gauge, status = _reported_modes(rt)
+        gauge, status = reported_modes(rt)
         assert gauge == {"psi-trigger": 1, "adaptive-poll": 0, "off": 0}
         assert "fast path psi-trigger" in status
         waker = rt.loop.waker
@@ -110,7 +87,9 @@ async def test_a_cpu_hog_stalling_hp_wakes_the_loop_through_a_psi_trigger(real_r
         assert await until(lambda: waker.events > events0, 8), "the kernel never signalled HP's stall"
         assert await until(lambda: rt.loop.psi_wakeups > psi0, 2), "the PSI event did not wake the loop"
 
-    await _run(rt, body)
+    async with running(rt):
+
+        await body()
 
 
 async def test_a_removed_cgroup_drops_its_trigger(real_root: RealRoot) -> None:
@@ -148,12 +127,14 @@ async def test_without_cgroup2_psi_the_fast_path_polls_adaptively() -> None:
             assert rt.loop.waker is None
             assert await until(
                 lambda: (p := rt.board.get()) is not None and p.fast_path_mode == ADAPTIVE_POLL, 3)
-            gauge, status = _reported_modes(rt)
+            gauge, status = reported_modes(rt)
             assert gauge == {"psi-trigger": 0, "adaptive-poll": 1, "off": 0}
             assert "fast path adaptive-poll" in status
             assert rt.loop.mode_reason and f"({rt.loop.mode_reason})" in status, status
 
-        await _run(rt, body)
+        async with running(rt):
+
+            await body()
     finally:
         root.cleanup()
         _remove_cgroup2_copy(root.name)

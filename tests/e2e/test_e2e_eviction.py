@@ -14,9 +14,9 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from agentkit import agent_config, running
 from kit.poll import still, until, wait_for
 from kit.realcg import RealRoot
+from kit.runtime import agent_config, running
 
 from agent.config.sources import NodeManagerConfig
 from agent.config.standalone import LocalWorkload

@@ -13,9 +13,9 @@ import time
 from pathlib import Path
 
 import pytest
-from agentkit import read_quota_milli, running, spawn_hp, start_runtime
 from kit.poll import wait_for
 from kit.realcg import RealRoot
+from kit.runtime import read_quota_milli, running, spawn_hp, start_runtime
 
 from agent.demo.spawn import workload_argv
 

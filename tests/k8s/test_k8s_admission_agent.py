@@ -7,8 +7,6 @@ koord-manager subtracts from the origin, other allocators' `koord-batch` entries
 from __future__ import annotations
 
 import json
-import shutil
-import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -18,6 +16,7 @@ from typing import Any
 import pytest
 import yaml
 from kit.agentproc import kubeconfig, running_agent
+from kit.api import cid, short_dir
 from kit.fakes.apiserver import FakeApiServer
 from kit.fakes.kubelet import FakeKubelet
 from kit.poll import until
@@ -44,18 +43,8 @@ PODS = ["batch-a", "batch-b"]  # BE pods asking 2000 + 3000 batch-cpu, 1 GiB eac
 APP = "application_1700000000000_0001"
 
 
-def cid(seq: int) -> str:
-    return f"container_e01_1700000000000_0001_01_{seq:06d}"
 
 
-@contextmanager
-def short_dir() -> Iterator[Path]:
-    """A directory with a short path: unix socket paths are limited to 107 bytes."""
-    d = Path(tempfile.mkdtemp(prefix="coloc-adm-", dir="/tmp"))
-    try:
-        yield d
-    finally:
-        shutil.rmtree(d, ignore_errors=True)
 
 
 @dataclass
@@ -105,7 +94,7 @@ def koord_node(real_root: RealRoot, tmp_path: Path, annotations: dict[str, str])
 
 
 def req(seq: int, cpu: int, mem: int = 64 << 20) -> AdmitRequest:
-    return AdmitRequest(key=f"yarn/{cid(seq)}", application_id=APP, source=Source.YARN,
+    return AdmitRequest(key=f"yarn/{cid(1, seq)}", application_id=APP, source=Source.YARN,
                         resources=Resources(cpu, mem), request_id=f"r-{seq}")
 
 

@@ -5,7 +5,6 @@ one cannot run here) that applies the merge patch and refuses unknown patch cont
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -27,12 +26,6 @@ from qos.model import Resources
 
 FIX = Path(__file__).resolve().parent.parent / "fixtures"
 GIB = 1 << 30
-
-
-@pytest.fixture
-def api() -> Iterator[FakeApiServer]:
-    with FakeApiServer(FIX / "apiserver" / "node.json", {}) as server:
-        yield server
 
 
 def _reporter(api: FakeApiServer, clock: FakeClock, **kw: object) -> NodeReporter:

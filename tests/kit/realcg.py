@@ -39,6 +39,8 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from cgroups.discovery import Hierarchy, discover
+from cgroups.reader import CgroupReader
+from cgroups.writer import CgroupWriter
 
 V1_CONTROLLERS = ("cpu", "cpuacct", "cpuset", "memory", "freezer", "pids")
 V2_CONTROLLERS = ("cpu", "cpuset", "memory", "pids")
@@ -159,6 +161,10 @@ class RealRoot:
         self.procs.append(proc)
         return proc
 
+    def writer_reader(self) -> tuple[CgroupWriter, CgroupReader]:
+        """The agent's writer and reader on this root."""
+        return CgroupWriter(self.hierarchy, self.name), CgroupReader(self.hierarchy, self.name)
+
     def pids(self, rel: str = "", ctrl: str = "cpu") -> list[int]:
         text = (self.path(ctrl, rel) / "cgroup.procs").read_text()
         return [int(x) for x in text.split()]
@@ -263,3 +269,12 @@ def leftover_dirs(names: Sequence[str]) -> list[Path]:
         return []
     mounts = list(dict.fromkeys([*h.v1.values(), *([h.unified] if h.unified is not None else [])]))
     return [m / n for n in names for m in mounts if (m / n).is_dir()]
+
+
+def need_v1(root: RealRoot, *ctrls: str) -> None:
+    """Skip the test unless every controller of `ctrls` is a v1 hierarchy here."""
+    import pytest  # only tests call this: the benches that use the kit need no pytest
+
+    missing = [c for c in ctrls if not root.hierarchy.is_v1(c)]
+    if missing:
+        pytest.skip(f"needs v1 controllers {missing} (this host is {root.hierarchy.mode})")

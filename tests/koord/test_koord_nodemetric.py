@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import copy
 import re
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -55,10 +54,10 @@ class Wall:
 
 
 @pytest.fixture
-def api() -> Iterator[FakeApiServer]:
-    with FakeApiServer(FIX / "apiserver" / "node.json", {}) as server:
-        server.koord[("nodemetrics", "node-a")] = copy.deepcopy(NM)
-        yield server
+def api(api: FakeApiServer) -> FakeApiServer:
+    """The Node's API server (tests/conftest.py) with koord-manager's NodeMetric for it."""
+    api.koord[("nodemetrics", "node-a")] = copy.deepcopy(NM)
+    return api
 
 
 def _pub(at: float, stale: dict[str, str] | None = None) -> Published:

@@ -5,7 +5,6 @@ server does. Other allocators' entries survive; a conflict is retried; the yarn-
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -27,12 +26,6 @@ OPERATOR = {
     "resources": {"kubernetes.io/batch-cpu": "3000", "kubernetes.io/batch-memory": "3221225472"},
 }
 OTHER = {"name": "flink-native", "priority": "koord-free", "resources": {"kubernetes.io/batch-cpu": "500"}}
-
-
-@pytest.fixture
-def api() -> Iterator[FakeApiServer]:
-    with FakeApiServer(FIX / "apiserver" / "node.json", {}) as server:
-        yield server
 
 
 def _reporter(api: FakeApiServer, **kw: object) -> NodeReporter:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -112,12 +111,6 @@ def test_values_go_refuses_are_refused_naming_what_is_wrong(value: str, says: st
     with pytest.raises(BatchAnnotationError) as err:
         parse_third_party_allocations(value)
     assert str(err.value).startswith(THIRD_PARTY_ANNOTATION) and says in str(err.value)
-
-
-@pytest.fixture
-def api() -> Iterator[FakeApiServer]:
-    with FakeApiServer(FIX / "apiserver" / "node.json", {}) as server:
-        yield server
 
 
 @pytest.mark.parametrize("value", ["{}", '{"allocations":null}'])

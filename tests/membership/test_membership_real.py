@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from kit.poll import window
-from kit.realcg import RealRoot
+from kit.realcg import RealRoot, need_v1
 
 from agent.daemon.collector import Collector, TierPaths
 from agent.executors.apply import ActionExecutor
@@ -36,10 +36,6 @@ YARN_C = f"{YARN_DIR}/container_1700000000000_0001_01_000002"
 SLEEP = ["sleep", "60"]
 
 
-def _need(real_root: RealRoot, *ctrls: str) -> None:
-    missing = [c for c in ctrls if not real_root.hierarchy.is_v1(c)]
-    if missing:
-        pytest.skip(f"needs v1 controllers {missing} (this host is {real_root.hierarchy.mode})")
 
 
 def _read(real_root: RealRoot, ctrl: str, rel: str, name: str) -> str:
@@ -107,7 +103,7 @@ PROTECTED = _w("k8s/kp", KP, protected=True)
 
 async def test_protected_pod_keeps_every_cpu_while_be_pods_are_cut_then_tier_level_again(
         real_root: RealRoot) -> None:
-    _need(real_root, "cpu", "cpuset")
+    need_v1(real_root, "cpu", "cpuset")
     cpus = _node(real_root)
     if not (real_root.path("cpu") / "cpu.idle").exists():
         pytest.skip("this kernel has no cpu.idle on v1")
@@ -192,7 +188,7 @@ def _quota(real_root: RealRoot, rel: str) -> int:
 
 async def test_cfs_quota_is_split_across_the_be_children_and_the_protected_pod_is_never_capped(
         real_root: RealRoot) -> None:
-    _need(real_root, "cpu")
+    need_v1(real_root, "cpu")
     cpus = _node(real_root)
     _tree(real_root)
     yarn2 = _w("yarn/c2", f"{YARN_DIR}/container_1700000000000_0001_01_000003", source=Source.YARN)
@@ -222,7 +218,7 @@ async def test_cfs_quota_is_split_across_the_be_children_and_the_protected_pod_i
 
 @pytest.mark.xdist_group("cpu")
 def test_protected_pod_usage_is_not_be_usage(real_root: RealRoot) -> None:
-    _need(real_root, "cpu", "cpuacct")
+    need_v1(real_root, "cpu", "cpuacct")
     real_root.mkcg(KP)
     real_root.mkcg(POD_A)
     real_root.spawn(KP, [sys.executable, "-c", "while True: pass"])

@@ -17,15 +17,14 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
 import pytest
 from kit.agentproc import AgentProcess, write_config
+from kit.api import cid, short_dir
 from kit.fakes.kubelet import FakeKubelet
 from kit.fakes.nodemanager import FakeNodeManager
 from kit.realcg import RealRoot
@@ -50,8 +49,6 @@ def _uid(n: int, k: int) -> str:
     return f"0a1b2c3d-0000-4000-8000-{n:06d}{k:06d}"
 
 
-def _cid(app: int, seq: int) -> str:
-    return f"container_e01_{TS}_{app:04d}_01_{seq:06d}"
 
 
 def _podlist(n: int) -> dict[str, Any]:
@@ -74,9 +71,9 @@ def _containers(n: int) -> dict[str, Any]:
     app = 10 + n
     sizes = {1: (1, 512), 2: (1, 1024), 3: (0, 0)}
     return {"containers": {"container": [
-        {"id": _cid(app, s), "state": "RUNNING", "exitCode": -1000, "diagnostics": "", "user": "hadoop",
+        {"id": cid(app, s), "state": "RUNNING", "exitCode": -1000, "diagnostics": "", "user": "hadoop",
          "totalMemoryNeededMB": mb, "totalVCoresNeeded": vc, "nodeId": f"{NODES[n]}:45454",
-         "containerLogsLink": f"http://{NODES[n]}:8042/node/containerlogs/{_cid(app, s)}/hadoop",
+         "containerLogsLink": f"http://{NODES[n]}:8042/node/containerlogs/{cid(app, s)}/hadoop",
          "executionType": "GUARANTEED", "containerLogFiles": []}
         for s, (vc, mb) in sizes.items()]}}
 
@@ -88,25 +85,18 @@ def _admitted(n: int) -> list[AdmitRequest]:
                      namespace="jobs", tags=(("kubernetes.io/label/app", "spark-pi"),
                                              ("yunikorn.apache.org/user.info", USER_INFO),
                                              ("kubernetes.io/label/yunikorn.apache.org/queue", "root.jobs"))),
-        AdmitRequest(key=f"yarn/{_cid(20 + n, 1)}", application_id=f"application_{TS}_{20 + n:04d}",
+        AdmitRequest(key=f"yarn/{cid(20 + n, 1)}", application_id=f"application_{TS}_{20 + n:04d}",
                      source=Source.YARN, resources=Resources(100, 64 << 20), request_id=f"am-{n}",
                      tags=(("yunikorn.apache.org/username", "bob"),)),
     ]
 
 
-@contextmanager
-def _short_dir() -> Iterator[Path]:
-    d = Path(tempfile.mkdtemp(prefix="coloc-yk-", dir="/tmp"))  # unix socket paths are short
-    try:
-        yield d
-    finally:
-        shutil.rmtree(d, ignore_errors=True)
 
 
 def _start(root: RealRoot, d: Path, n: int, kubelet_url: str, nm_url: str) -> subprocess.Popen[bytes]:
     node = NODES[n]
     for s in (1, 2, 3):
-        root.mkcg(f"{node}/{YARN}/{_cid(10 + n, s)}")
+        root.mkcg(f"{node}/{YARN}/{cid(10 + n, s)}")
     cfg = {
         "node": {"name": node, "cpus": 8, "memory": "16Gi", "scope": "cgroup-root"},
         "cgroups": {"root": f"{root.name}/{node}", "driver": "cgroupfs", "setup_tiers": True,
@@ -142,7 +132,7 @@ async def _wait_allocations(address: str, want: set[str], log: Path, timeout: fl
 
 async def test_yunikorn_recover_output_is_accepted_by_si_proto(real_root: RealRoot) -> None:
     procs: list[subprocess.Popen[bytes]] = []
-    with _short_dir() as d, ExitStack() as fakes:
+    with short_dir() as d, ExitStack() as fakes:
         try:
             for n in range(2):
                 (d / f"pods-{n}.json").write_text(json.dumps(_podlist(n)))
@@ -156,7 +146,7 @@ async def test_yunikorn_recover_output_is_accepted_by_si_proto(real_root: RealRo
                 procs.append(_start(real_root, d, n, kubelet.url, nm.url))
             addresses = [str(d / f"{node}.admin.sock") for node in NODES]  # recovery acks, admits
             for n, addr in enumerate(addresses):
-                await _wait_allocations(addr, {f"k8s/{_uid(n, 1)}", f"yarn/{_cid(10 + n, 1)}"},
+                await _wait_allocations(addr, {f"k8s/{_uid(n, 1)}", f"yarn/{cid(10 + n, 1)}"},
                                         d / f"{NODES[n]}.log")
             # An earlier scheduler (epoch 1) recovered the nodes and admitted a tagged pod and a YARN AM.
             first = Recovery(addresses, RecoveryConfig(epoch=1))
@@ -205,8 +195,8 @@ async def test_yunikorn_recover_output_is_accepted_by_si_proto(real_root: RealRo
     for n, node in enumerate(NODES):
         # Keys: the bare pod UID (as the k8shim), the YARN container id; no zero-resource allocation.
         assert f"k8s/{_uid(n, 1)}" not in allocs and _uid(n, 1) in allocs
-        assert _uid(n, 2) not in allocs and f"yarn/{_cid(10 + n, 3)}" not in allocs
-        for key in (f"k8s/{_uid(n, 2)}", f"yarn/{_cid(10 + n, 3)}"):
+        assert _uid(n, 2) not in allocs and f"yarn/{cid(10 + n, 3)}" not in allocs
+        for key in (f"k8s/{_uid(n, 2)}", f"yarn/{cid(10 + n, 3)}"):
             assert f"{key}: skipped on node {node}" in out.stderr
         assert "allocation contains no resources" in out.stderr
         pod = allocs[_uid(n, 1)]  # placed by Kubernetes, not by YuniKorn: foreign, no application
@@ -215,7 +205,7 @@ async def test_yunikorn_recover_output_is_accepted_by_si_proto(real_root: RealRo
         assert pod["allocationTags"]["kubernetes.io/meta/podName"] == f"exec-{n}-1"
         assert pod["resourcePerAlloc"]["resources"]["vcore"]["value"] == "300"
         assert pod["nodeID"] == node and pod["priority"] == 5500
-        am, worker = allocs[f"yarn/{_cid(10 + n, 1)}"], allocs[f"yarn/{_cid(10 + n, 2)}"]
+        am, worker = allocs[f"yarn/{cid(10 + n, 1)}"], allocs[f"yarn/{cid(10 + n, 2)}"]
         assert am["originator"] is True and "originator" not in worker
         assert am["applicationID"] == worker["applicationID"] == f"application_{TS}_{10 + n:04d}"
         assert worker["resourcePerAlloc"]["resources"]["memory"]["value"] == str(1024 << 20)
@@ -229,7 +219,7 @@ async def test_yunikorn_recover_output_is_accepted_by_si_proto(real_root: RealRo
         assert apps[f"spark-pi-{n}"]["queueName"] == "root.jobs"
         assert apps[f"spark-pi-{n}"]["tags"] == {"application.create.force": "true", "namespace": "jobs"}
         assert apps[f"application_{TS}_{20 + n:04d}"]["ugi"] == {"user": "bob"}
-        assert allocs[f"yarn/{_cid(20 + n, 1)}"]["originator"] is True
+        assert allocs[f"yarn/{cid(20 + n, 1)}"]["originator"] is True
     # Every non-foreign allocation's application is added first; foreign ones name none.
     assert {a["applicationID"] for a in allocs.values() if "applicationID" in a} == set(apps)
     assert all(any(int(q["value"]) > 0 for q in a["resourcePerAlloc"]["resources"].values())

@@ -14,15 +14,12 @@ from dataclasses import replace
 
 import pytest
 from kit.poll import still, until
+from kit.runtime import reported_modes
 from kit.systemd import SystemdPods
 
-from agent.api.coloc.v1 import agent_pb2 as pb
-from agent.cli.status import render
 from agent.config.agent import AgentConfig, CgroupConfig, EvictionConfig, LoopConfig, NodeConfig, StateConfig
 from agent.daemon.psi_wake import PSI_TRIGGER
-from agent.daemon.runtime import Runtime, build
-from agent.metrics.collector import ColocCollector
-from agent.metrics.tally import ActionTally
+from agent.daemon.runtime import build
 from qos.policies import PolicyConfig
 
 pytestmark = [pytest.mark.guest, pytest.mark.cgroups, pytest.mark.slow]
@@ -49,15 +46,6 @@ def _quota_milli(cpu_max: str) -> int | None:
     return None if quota == "max" else int(quota) * 1000 // int(period)
 
 
-def _reported(rt: Runtime) -> tuple[dict[str, float], str]:
-    """The fast path's mode as /metrics and `coloc-agent status` show it."""
-    coll = ColocCollector(rt.board, version="test", top_n=5, max_label_values=10, actions=ActionTally())
-    gauge = {s.labels["mode"]: s.value for fam in coll.collect() for s in fam.samples
-             if s.name == "coloc_fast_path_mode"}
-    pub = rt.board.get()
-    assert pub is not None
-    return gauge, render(pb.Status(tick=pub.tick, fast_path_mode=pub.fast_path_mode,
-                                   fast_path_reason=pub.fast_path_reason))
 
 
 async def test_psi_trigger_mode_cuts_be_after_an_hp_stall_on_the_systemd_layout(
@@ -78,7 +66,7 @@ async def test_psi_trigger_mode_cuts_be_after_an_hp_stall_on_the_systemd_layout(
             f"fast path {rt.loop.mode}: {rt.loop.mode_reason}")
         assert rt.loop.mode == PSI_TRIGGER
         assert await until(lambda: (p := rt.board.get()) is not None and p.fast_path_mode == PSI_TRIGGER, 10)
-        gauge, status = _reported(rt)
+        gauge, status = reported_modes(rt)
         assert gauge == {"psi-trigger": 1, "adaptive-poll": 0, "off": 0}
         assert "fast path psi-trigger" in status, status
 

@@ -12,18 +12,14 @@ from kit.poll import wait, window
 from kit.realcg import RealRoot
 
 from cgroups.errors import InvalidValue
-from cgroups.reader import CgroupReader, cpu_milli
+from cgroups.reader import cpu_milli
 from cgroups.settings import CpuQuota, Cpuset
-from cgroups.writer import CgroupWriter
 
 pytestmark = [pytest.mark.guest, pytest.mark.cgroups]
 
 BUSY = [sys.executable, "-c", "while True: pass"]
 
 
-def _pair(real_root: RealRoot) -> tuple[CgroupWriter, CgroupReader]:
-    h, name = real_root.hierarchy, real_root.name
-    return CgroupWriter(h, name), CgroupReader(h, name)
 
 
 def _file(real_root: RealRoot, rel: str, name: str) -> str:
@@ -33,7 +29,7 @@ def _file(real_root: RealRoot, rel: str, name: str) -> str:
 def test_cpu_max_is_written_in_the_kernel_format_and_caps_a_busy_loop(real_root: RealRoot) -> None:
     rel = real_root.mkcg("besteffort/busy")
     real_root.spawn(rel, BUSY)
-    writer, reader = _pair(real_root)
+    writer, reader = real_root.writer_reader()
     assert writer.set_cpu_quota(rel, 20_000, period_us=50_000)
     assert _file(real_root, rel, "cpu.max") == "20000 50000\n"
     knobs = reader.read_knobs(rel)
@@ -54,7 +50,7 @@ def test_cpu_max_is_written_in_the_kernel_format_and_caps_a_busy_loop(real_root:
 def test_cpu_max_burst_rides_on_the_quota(real_root: RealRoot) -> None:
     """The writer has no burst knob: its raw write, and the kernel's rule that a burst fits in the quota."""
     rel = real_root.mkcg("burst")
-    writer, _ = _pair(real_root)
+    writer, _ = real_root.writer_reader()
     writer.set_cpu_quota(rel, 20_000)
     writer.write("cpu", rel, "cpu.max.burst", "10000")
     assert _file(real_root, rel, "cpu.max.burst") == "10000\n"
@@ -66,14 +62,14 @@ def test_cpu_max_burst_rides_on_the_quota(real_root: RealRoot) -> None:
 def test_v2_lets_a_child_quota_exceed_its_parent(real_root: RealRoot) -> None:
     """v1 refuses it (EINVAL); v2 keeps the two independent: the batch goes through in any order."""
     parent, child = "besteffort", real_root.mkcg("besteffort/pod")
-    writer, reader = _pair(real_root)
+    writer, reader = real_root.writer_reader()
     assert writer.apply([CpuQuota(parent, 20_000), CpuQuota(child, 80_000)]) == [True, True]
     assert (reader.read_knobs(parent).quota_us, reader.read_knobs(child).quota_us) == (20_000, 80_000)
 
 
 def test_shares_become_cpu_weight(real_root: RealRoot) -> None:
     rel = real_root.mkcg("weighted")
-    writer, reader = _pair(real_root)
+    writer, reader = real_root.writer_reader()
     assert _file(real_root, rel, "cpu.weight") == "100\n"
     assert writer.set_cpu_shares(rel, 1024)
     assert _file(real_root, rel, "cpu.weight") == "39\n"
@@ -84,7 +80,7 @@ def test_shares_become_cpu_weight(real_root: RealRoot) -> None:
 
 def test_cpu_idle_hides_the_weight_refuses_another_and_gives_it_back(real_root: RealRoot) -> None:
     rel = real_root.mkcg("idle")
-    writer, reader = _pair(real_root)
+    writer, reader = real_root.writer_reader()
     writer.set_cpu_shares(rel, 1024)  # weight 39
     assert writer.set_cpu_idle(rel, True, keep_weight=True)
     knobs = reader.read_knobs(rel)
@@ -104,7 +100,7 @@ def test_cpuset_confines_the_tier_and_what_runs_below_it(real_root: RealRoot) ->
         pytest.fail("the guest has fewer than 2 cpus: the harness boots it with -smp 2")
     parent, child = "besteffort", real_root.mkcg("besteffort/pod")
     proc = real_root.spawn(child, ["sleep", "60"])
-    writer, reader = _pair(real_root)
+    writer, reader = real_root.writer_reader()
     assert reader.read_knobs(child).cpuset == ()  # v2: empty means "the parent's"
     assert _file(real_root, child, "cpuset.cpus.effective").strip() == "0-1"
     assert writer.set_cpuset(parent, [1], descendants=True)

@@ -28,9 +28,6 @@ MIB = 1 << 20
 HOG = "import time\nkeep = [b'x' * (1 << 20) for _ in range({mib})]\ntime.sleep(60)"
 
 
-def _pair(real_root: RealRoot) -> tuple[CgroupWriter, CgroupReader]:
-    h, name = real_root.hierarchy, real_root.name
-    return CgroupWriter(h, name), CgroupReader(h, name)
 
 
 def _events(real_root: RealRoot, rel: str, name: str) -> dict[str, int]:
@@ -40,7 +37,7 @@ def _events(real_root: RealRoot, rel: str, name: str) -> dict[str, int]:
 
 def test_memory_max_oom_kills_inside_the_limit(real_root: RealRoot) -> None:
     rel = real_root.mkcg("besteffort/hog")
-    writer, reader = _pair(real_root)
+    writer, reader = real_root.writer_reader()
     assert writer.set_memory_limit(rel, 48 * MIB)
     assert (real_root.path("unified", rel) / "memory.max").read_text() == f"{48 * MIB}\n"
     assert reader.sample(rel).memory_limit_bytes == 48 * MIB
@@ -54,7 +51,7 @@ def test_memory_max_oom_kills_inside_the_limit(real_root: RealRoot) -> None:
 
 def test_memory_high_throttles_without_killing(real_root: RealRoot) -> None:
     rel = real_root.mkcg("besteffort/throttled")
-    writer, reader = _pair(real_root)
+    writer, reader = real_root.writer_reader()
     assert writer.set_memory_high(rel, 32 * MIB)
     assert reader.read_knobs(rel).memory_high_bytes == 32 * MIB
     hog = real_root.spawn(rel, [sys.executable, "-c", HOG.format(mib=64)])
@@ -69,7 +66,7 @@ def test_memory_high_throttles_without_killing(real_root: RealRoot) -> None:
 
 def test_memory_min_and_low_round_trip(real_root: RealRoot) -> None:
     rel = real_root.mkcg("burstable/protected")
-    writer, _ = _pair(real_root)
+    writer, _ = real_root.writer_reader()
     for name in ("memory.min", "memory.low"):
         writer.write("memory", rel, name, str(16 * MIB + 100))
         assert (real_root.path("unified", rel) / name).read_text() == f"{16 * MIB}\n"  # whole pages
@@ -108,7 +105,7 @@ def _timed_direct_read(real_root: RealRoot, rel: str, path: Path) -> float:
 
 def test_io_max_throttles_reads_from_the_guest_disk(real_root: RealRoot, disk_file: Path) -> None:
     dev, data = _dev(), disk_file
-    writer, _ = _pair(real_root)
+    writer, _ = real_root.writer_reader()
     writer.write("unified", "", "cgroup.subtree_control", "+io")  # the root's children get io.*
     rel = real_root.mkcg("reader")
     free = _timed_direct_read(real_root, rel, data)
@@ -127,7 +124,7 @@ def test_io_max_throttles_reads_from_the_guest_disk(real_root: RealRoot, disk_fi
 def test_io_weight_default_and_per_device(real_root: RealRoot) -> None:
     """A default weight always; a per-device one only once iocost is on for the disk (EOPNOTSUPP before)."""
     dev = _dev()
-    writer, _ = _pair(real_root)
+    writer, _ = real_root.writer_reader()
     writer.write("unified", "", "cgroup.subtree_control", "+io")
     rel = real_root.mkcg("weighted")
     writer.write("io", rel, "io.weight", "default 50")
@@ -166,7 +163,7 @@ def test_cgroup_kill_ends_a_frozen_cgroup_at_once(real_root: RealRoot) -> None:
     rel = real_root.mkcg("besteffort/pod/ctr")
     procs = [real_root.spawn(rel, ["sleep", "60"]) for _ in range(3)]
     bystander = real_root.spawn(real_root.mkcg("besteffort/other"), ["sleep", "60"])
-    writer, reader = _pair(real_root)
+    writer, reader = real_root.writer_reader()
     events = real_root.path("unified", "besteffort/pod") / "cgroup.events"
     assert writer.freeze("besteffort/pod")
     assert wait(lambda: "frozen 1" in events.read_text())
@@ -185,7 +182,7 @@ def test_cgroup_kill_ends_a_frozen_cgroup_at_once(real_root: RealRoot) -> None:
 def test_freeze_stops_cpu_and_thaw_resumes_it(real_root: RealRoot) -> None:
     rel = real_root.mkcg("besteffort/frozen")
     real_root.spawn(rel, [sys.executable, "-c", "while True: pass"])
-    writer, reader = _pair(real_root)
+    writer, reader = real_root.writer_reader()
     assert writer.freeze(rel)
     assert wait(lambda: "frozen 1" in (real_root.path("unified", rel) / "cgroup.events").read_text())
     first = reader.sample(rel)

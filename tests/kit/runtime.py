@@ -1,4 +1,5 @@
-"""Build a real agent runtime on a test's private cgroup root, and small helpers to watch it."""
+"""A real agent runtime (collector, policies, executors, loop) built in process on a test's private cgroup
+root, run as an asyncio task, and small helpers to watch it."""
 
 from __future__ import annotations
 
@@ -8,12 +9,15 @@ from collections.abc import AsyncIterator
 from dataclasses import replace
 from pathlib import Path
 
-from kit.realcg import RealRoot
-
+from agent.api.coloc.v1 import agent_pb2 as pb
+from agent.cli.status import render
 from agent.config.agent import AgentConfig, CgroupConfig, EvictionConfig, LoopConfig, NodeConfig, StateConfig
 from agent.config.standalone import LocalWorkload, StandaloneConfig
 from agent.daemon.runtime import Runtime, build
 from agent.demo.spawn import workload_argv
+from agent.metrics.collector import ColocCollector
+from agent.metrics.tally import ActionTally
+from kit.realcg import RealRoot
 from qos.policies import PolicyConfig
 
 
@@ -68,3 +72,13 @@ def read_quota_milli(real_root: RealRoot) -> int | None:
     q = int(quota_file(real_root).read_text())
     return None if q < 0 else q // 100
 
+
+def reported_modes(rt: Runtime) -> tuple[dict[str, float], str]:
+    """The mode as /metrics and `coloc-agent status` show it, from the runtime's published view."""
+    coll = ColocCollector(rt.board, version="test", top_n=5, max_label_values=10, actions=ActionTally())
+    gauge = {s.labels["mode"]: s.value for fam in coll.collect() for s in fam.samples
+             if s.name == "coloc_fast_path_mode"}
+    pub = rt.board.get()
+    assert pub is not None
+    return gauge, render(pb.Status(tick=pub.tick, fast_path_mode=pub.fast_path_mode,
+                                   fast_path_reason=pub.fast_path_reason))
