@@ -24,10 +24,10 @@ import subprocess
 import sys
 import tempfile
 import time
-from pathlib import Path
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+from kit.api import changes_socket
 from kit.bench import finish, pct
 
 from agent.api.client import AgentClient
@@ -242,12 +242,6 @@ async def fanout(sock: str, agent: subprocess.Popen[str], subscribers: int, even
     }
 
 
-def changes_socket(sock: str) -> str:
-    """Where the bench's scheduler sends Admit: the admin socket beside `sock` when the agent serves one (the
-    read socket refuses changes), else `sock` itself (before issue 24 one socket served every method; the
-    side-by-side runs of docs/dependencies.md run that commit too)."""
-    admin = Path(sock).with_name("admin.sock")
-    return str(admin) if admin.exists() else sock
 
 
 async def client_main(args: argparse.Namespace, sock: str, agent: subprocess.Popen[str]) -> dict[str, object]:

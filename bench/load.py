@@ -43,7 +43,8 @@ from typing import Any
 import grpc
 import psutil
 import yaml
-from kit.agentproc import agent_argv, stop
+from kit.agentproc import agent_argv, proc_kib, stop
+from kit.api import changes_socket
 from kit.bench import finish, pct, progress
 from kit.ports import free_port, raise_fd_limit
 from kit.realcg import RealRoot
@@ -215,12 +216,6 @@ def request(i: int) -> AdmitRequest:
                         Resources(1, 1 << 20), request_id=f"r{i}")
 
 
-def changes_socket(sock: str) -> str:
-    """Where the bench's scheduler sends Admit: the admin socket beside `sock` when the agent serves one (the
-    read socket refuses changes), else `sock` itself (before issue 24 one socket served every method; the
-    side-by-side runs of docs/dependencies.md run that commit too)."""
-    admin = Path(sock).with_name("admin.sock")
-    return str(admin) if admin.exists() else sock
 
 
 async def fill(sock: str, n: int) -> None:
@@ -319,11 +314,6 @@ class RssWatch(threading.Thread):
             time.sleep(0.1)
 
 
-def vm_hwm_kib(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1])
-    return 0
 
 
 async def load_phase(args: argparse.Namespace, sock: str, port: int, agent_pid: int) -> dict[str, Any]:
@@ -356,7 +346,7 @@ async def load_phase(args: argparse.Namespace, sock: str, port: int, agent_pid: 
     snapshot_ms = [x for r in results for x in r["snapshot_ms"]]
     errors += [e for r in results for e in r["errors"]]
     return summarize(args, sampler, snapshot_ms, admit_ms, scrape_ms, errors, results, admitted,
-                     rss.max_rss, vm_hwm_kib(agent_pid))
+                     rss.max_rss, proc_kib(agent_pid, "VmHWM"))
 
 
 def summarize(args: argparse.Namespace, sampler: Sampler, snapshot_ms: list[float], admit_ms: list[float],

@@ -21,12 +21,11 @@ from __future__ import annotations
 import argparse
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Any
 
-from kit.agentproc import agent_config, get, metric, proc_status, running_agent
+from kit.agentproc import agent_config, get, metric, proc_status, running_agent, scraping
 from kit.bench import finish, progress
 from kit.poll import wait
 from kit.ports import free_port, open_idle, raise_fd_limit
@@ -76,27 +75,9 @@ def tick_mean(port: int, window_s: float) -> float:
 
 def scrapers(port: int, n: int, window_s: float) -> dict[str, Any]:
     quiet = tick_mean(port, window_s)
-    stop = threading.Event()
-    answered = [0] * n
-
-    def scrape(i: int) -> None:
-        while not stop.is_set():
-            try:
-                get(f"http://127.0.0.1:{port}/metrics", timeout=5)
-                answered[i] += 1
-            except OSError:
-                pass
-
-    threads = [threading.Thread(target=scrape, args=(i,), daemon=True) for i in range(n)]
-    for t in threads:
-        t.start()
-    try:
+    with scraping(port, n) as answered:
         time.sleep(1)  # every scraper connected
         loaded = tick_mean(port, window_s)
-    finally:
-        stop.set()
-        for t in threads:
-            t.join(timeout=10)
     return {"scrapers": n, "tick_mean_ms_quiet": round(quiet * 1e3, 3),
             "tick_mean_ms_scrapers": round(loaded * 1e3, 3),
             "tick_mean_ratio_scrapers": round(loaded / quiet, 3) if quiet > 0 else float("nan"),

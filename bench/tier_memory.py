@@ -37,6 +37,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from kit.realcg import write_file
+
 from agent.executors.batch_limits import TierMemoryExecutor
 from cgroups.discovery import Hierarchy, discover
 from cgroups.writer import CgroupWriter
@@ -75,12 +77,6 @@ time.sleep(3600)
 """
 
 
-def write(path: Path, value: str) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
-    try:
-        os.write(fd, value.encode())
-    finally:
-        os.close(fd)
 
 
 class Node:
@@ -100,7 +96,7 @@ class Node:
 
         def join() -> None:
             for p in procs:
-                write(p, "0")
+                write_file(p, "0")
 
         return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
                                 preexec_fn=join)  # noqa: PLW1509

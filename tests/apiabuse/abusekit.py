@@ -23,7 +23,7 @@ import h2.config
 import h2.connection
 import h2.events
 import h2.exceptions
-from kit.agentproc import agent_config, metric, running_agent
+from kit.agentproc import agent_config, metric, proc_kib, running_agent
 from kit.bench import pct
 from kit.poll import wait
 from kit.ports import free_port
@@ -42,11 +42,6 @@ GRPC_HEADERS = [(":method", "POST"), (":scheme", "http"), (":authority", "agent"
 EMPTY_REQUEST = b"\x00\x00\x00\x00\x00"  # a gRPC message prefix of an empty message
 
 
-def rss_kib(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1])
-    raise AssertionError("no VmRSS")
 
 
 @dataclass
@@ -106,7 +101,7 @@ class Watched:
         in this thread meanwhile (the abuse), or the window just waits."""
         ms: list[float] = []
         errors: list[str] = []
-        peak = [rss_kib(self.proc_pid)]
+        peak = [proc_kib(self.proc_pid, "VmRSS")]
         before = peak[0]
         stop = threading.Event()
 
@@ -123,7 +118,7 @@ class Watched:
                     except grpc.RpcError as err:
                         errors.append(f"{err.code()}: {err.details()}")  # type: ignore[attr-defined]
                     with contextlib.suppress(OSError):
-                        peak[0] = max(peak[0], rss_kib(self.proc_pid))
+                        peak[0] = max(peak[0], proc_kib(self.proc_pid, "VmRSS"))
                     stop.wait(0.05)
 
         client = threading.Thread(target=good_client, daemon=True)
@@ -139,7 +134,7 @@ class Watched:
         finally:
             stop.set()
             client.join(10)
-        return Figures(elapsed, ticks, ms, errors, before, max(peak[0], rss_kib(self.proc_pid)))
+        return Figures(elapsed, ticks, ms, errors, before, max(peak[0], proc_kib(self.proc_pid, "VmRSS")))
 
 
 @contextlib.contextmanager

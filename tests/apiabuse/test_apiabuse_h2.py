@@ -14,8 +14,9 @@ from collections.abc import Iterator
 import h2.events
 import h2.exceptions
 import pytest
-from abusekit import API, RawH2, Watched, open_fds, rss_kib, watched_agent
+from abusekit import API, RawH2, Watched, open_fds, watched_agent
 from h2.errors import ErrorCodes
+from kit.agentproc import proc_kib
 from kit.realcg import CgroupsUnavailable, RealRoot, required
 
 pytestmark = [pytest.mark.cgroups, pytest.mark.slow, pytest.mark.timing]
@@ -218,7 +219,7 @@ def test_5000_idle_connections_are_closed_and_others_still_served(agent: Watched
     print(f"idle connections: {opened} opened, {closed} closed by the agent (the first: "
           f"{idle[0].how_closed()}; the last: {idle[-1].how_closed()}); fds {fds_before} before, "
           f"{open_fds(agent.proc_pid)} after; "
-          f"RSS after {rss_kib(agent.proc_pid) / 1024:.1f} MiB; {figures.line()}")
+          f"RSS after {proc_kib(agent.proc_pid, 'VmRSS') / 1024:.1f} MiB; {figures.line()}")
     assert opened == 5000
     assert closed == opened
     figures.check(control, rss_growth_mib=120.0)

@@ -21,6 +21,7 @@ from pathlib import Path
 import grpc
 import pytest
 from apiseckit import serving
+from kit.fakes.tls import openssl
 
 from agent.api.coloc.v1 import agent_pb2 as pb
 from agent.api.coloc.v1 import agent_pb2_grpc as pb_grpc
@@ -116,28 +117,26 @@ def test_tcp_without_tls_and_client_certificates_is_refused_at_start_up(tmp_path
     assert "Traceback" not in run.stderr
 
 
-def _openssl(*args: str) -> None:
-    subprocess.run(["openssl", *args], check=True, capture_output=True, timeout=60)
 
 
 def make_pki(d: Path) -> None:
     """A CA, a server certificate for 127.0.0.1, client certificates `scheduler-1` and `intruder`, and a
     client certificate from another CA."""
     for ca in ("ca", "other-ca"):
-        _openssl("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+        openssl("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
                  "-days", "2", "-subj", f"/CN={ca}", "-keyout", str(d / f"{ca}.key"),
                  "-out", str(d / f"{ca}.pem"))
     for name, ca, ext in (("server", "ca", "subjectAltName=IP:127.0.0.1,DNS:localhost"),
                           ("scheduler-1", "ca", None), ("intruder", "ca", None),
                           ("stranger", "other-ca", None)):
-        _openssl("req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+        openssl("req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
                  "-subj", f"/CN={name}",
                  "-keyout", str(d / f"{name}.key"), "-out", str(d / f"{name}.csr"))
         extra = []
         if ext:
             (d / f"{name}.ext").write_text(ext + "\n")
             extra = ["-extfile", str(d / f"{name}.ext")]
-        _openssl("x509", "-req", "-in", str(d / f"{name}.csr"), "-CA", str(d / f"{ca}.pem"), "-CAkey",
+        openssl("x509", "-req", "-in", str(d / f"{name}.csr"), "-CA", str(d / f"{ca}.pem"), "-CAkey",
                  str(d / f"{ca}.key"), "-CAcreateserial", "-days", "2", "-out", str(d / f"{name}.pem"),
                  *extra)
 

@@ -15,7 +15,6 @@ idle tier: Koordinator #2732).
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -26,33 +25,15 @@ import pytest
 from kit.agentproc import agent_config, get, metric, running_agent
 from kit.poll import wait
 from kit.ports import free_port
-from kit.realcg import RealRoot
+from kit.realcg import RealRoot, cpus, try_write
 
 pytestmark = pytest.mark.cgroups
 
 GIB = 1 << 30
 
 
-def _write(path: Path, value: str) -> str | None:
-    """One write(2) as the other writers make it; the error text when the kernel refuses it."""
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
-        try:
-            os.write(fd, value.encode())
-        finally:
-            os.close(fd)
-    except OSError as err:
-        return f"{path.name}={value}: {err.strerror}"
-    return None
 
 
-def _cpus(path: Path) -> set[int]:
-    out: set[int] = set()
-    for part in path.read_text().strip().split(","):
-        if part:
-            lo, _, hi = part.partition("-")
-            out.update(range(int(lo), int(hi or lo) + 1))
-    return out
 
 
 class OtherWriters:
@@ -63,7 +44,7 @@ class OtherWriters:
         self.failed: list[str] = []
 
     def _w(self, ctrl: str, rel: str, name: str, value: str) -> None:
-        err = _write(self.root.path(ctrl, rel) / name, value)
+        err = try_write(self.root.path(ctrl, rel) / name, value)
         if err is not None:
             self.failed.append(f"{rel or '<root>'}: {err}")
 
@@ -127,7 +108,7 @@ def _lay_out_node(root: RealRoot) -> None:
     """What the kubelet has made before the agent starts: the tiers (BestEffort shares 2)."""
     for rel in ("burstable", "besteffort", "besteffort/hadoop-yarn"):
         root.mkcg(rel)
-    assert _write(root.path("cpu", "besteffort") / "cpu.shares", "2") is None
+    assert try_write(root.path("cpu", "besteffort") / "cpu.shares", "2") is None
 
 
 def test_kubelet_runtime_and_nodemanager_writes_succeed_while_suppressed_and_after_a_crash(
@@ -146,15 +127,15 @@ def test_kubelet_runtime_and_nodemanager_writes_succeed_while_suppressed_and_aft
         standalone={"workloads": [{"cgroup": be_pod, "priority": 3000, "milli_cpu": 500, "memory": "64Mi"}]},
     )
     tier_cpus = real_root.path("cpuset", "besteffort") / "cpuset.cpus"
-    all_cpus = _cpus(real_root.path("cpuset") / "cpuset.cpus")
+    all_cpus = cpus(real_root.path("cpuset") / "cpuset.cpus")
     assert len(all_cpus) >= 2, "needs 2 CPUs for a cpuset cut"
     writers = OtherWriters(real_root)
     with running_agent(config, tmp_path / "agent.log") as agent:
         assert wait(lambda: metric(port, "coloc_ticks_total") >= 3, 30), (tmp_path / "agent.log").read_text()
-        assert wait(lambda: _cpus(tier_cpus) < all_cpus, 15), "the agent never suppressed BE"
+        assert wait(lambda: cpus(tier_cpus) < all_cpus, 15), "the agent never suppressed BE"
         writers.all_of_them(1)
         assert writers.failed == [], writers.failed
-        assert _cpus(tier_cpus) < all_cpus, "BE is no longer suppressed while the agent runs"
+        assert cpus(tier_cpus) < all_cpus, "BE is no longer suppressed while the agent runs"
         assert (real_root.path("cpu", "besteffort") / "cpu.idle").read_text().strip() == "0"
         agent.send_signal(signal.SIGKILL)
         agent.wait(timeout=10)
@@ -176,14 +157,14 @@ def test_a_knob_changed_by_another_writer_is_re_asserted_and_counted(real_root: 
     config = agent_config(tmp_path, real_root.name, port, node={"cpus": 2, "memory": "2Gi"},
                           cgroups={"setup_tiers": False, "cleanup_on_exit": False})
     tier_cpus = real_root.path("cpuset", "besteffort") / "cpuset.cpus"
-    all_cpus = _cpus(real_root.path("cpuset") / "cpuset.cpus")
+    all_cpus = cpus(real_root.path("cpuset") / "cpuset.cpus")
     with running_agent(config, tmp_path / "agent.log"):
-        assert wait(lambda: _cpus(tier_cpus) < all_cpus, 30), (tmp_path / "agent.log").read_text()
-        held = _cpus(tier_cpus)
+        assert wait(lambda: cpus(tier_cpus) < all_cpus, 30), (tmp_path / "agent.log").read_text()
+        held = cpus(tier_cpus)
         ticks = metric(port, "coloc_ticks_total")
         assert wait(lambda: metric(port, "coloc_ticks_total") >= ticks + 2, 10)  # a tick has read it right
-        assert _write(tier_cpus, ",".join(map(str, sorted(all_cpus)))) is None
-        assert wait(lambda: _cpus(tier_cpus) == held, 10), "the agent did not re-assert the BE cpuset"
+        assert try_write(tier_cpus, ",".join(map(str, sorted(all_cpus)))) is None
+        assert wait(lambda: cpus(tier_cpus) == held, 10), "the agent did not re-assert the BE cpuset"
         name = 'coloc_knob_overrides_total{knob="cpuset",writer="unknown"}'
         assert wait(lambda: metric(port, name) >= 1, 5)
         off = metric(port, 'coloc_knob_override_off_seconds{knob="cpuset"}')
@@ -207,9 +188,9 @@ def test_a_root_named_for_the_other_driver_resolves_and_a_node_without_a_tier_is
     config = agent_config(tmp_path, f"{real_root.name}/kubepods", port, node={"cpus": 2, "memory": "2Gi"},
                           cgroups={"setup_tiers": False, "cleanup_on_exit": False, "systemd_bus": "off"})
     tier_cpus = real_root.path("cpuset", tier) / "cpuset.cpus"
-    all_cpus = _cpus(real_root.path("cpuset") / "cpuset.cpus")
+    all_cpus = cpus(real_root.path("cpuset") / "cpuset.cpus")
     with running_agent(config, tmp_path / "agent.log"):
-        assert wait(lambda: _cpus(tier_cpus) < all_cpus, 30), (tmp_path / "agent.log").read_text()
+        assert wait(lambda: cpus(tier_cpus) < all_cpus, 30), (tmp_path / "agent.log").read_text()
         assert wait(lambda: get(f"http://127.0.0.1:{port}/readyz")[0] == 200, 10)
     assert "cgroups.root resolved" in (tmp_path / "agent.log").read_text()
 

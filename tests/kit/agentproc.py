@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import threading
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -168,3 +169,35 @@ def proc_status(pid: int, key: str) -> str:
         if line.startswith(key + ":"):
             return line.split(":", 1)[1].strip()
     return "?"
+
+
+def proc_kib(pid: int, key: str) -> int:
+    """A size of /proc/PID/status (VmRSS, VmHWM) in KiB; 0 when it has none."""
+    value = proc_status(pid, key).split()
+    return int(value[0]) if value and value[0].isdigit() else 0
+
+
+@contextmanager
+def scraping(port: int, n: int) -> Iterator[list[int]]:
+    """`n` threads scraping the agent's /metrics back to back for the duration of the block; yields how many
+    scrapes each has had answered."""
+    stop = threading.Event()
+    answered = [0] * n
+
+    def scrape(i: int) -> None:
+        while not stop.is_set():
+            try:
+                get(f"http://127.0.0.1:{port}/metrics", timeout=5)
+                answered[i] += 1
+            except OSError:
+                pass
+
+    threads = [threading.Thread(target=scrape, args=(i,), daemon=True) for i in range(n)]
+    for t in threads:
+        t.start()
+    try:
+        yield answered
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(timeout=10)

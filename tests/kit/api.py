@@ -85,3 +85,11 @@ class Mirror:
     @staticmethod
     def of(view: LedgerView) -> tuple[NodeRecord, tuple[Application, ...], tuple[Allocation, ...]]:
         return view.node, view.applications, view.allocations
+
+
+def changes_socket(sock: str) -> str:
+    """Where the bench's scheduler sends Admit: the admin socket beside `sock` when the agent serves one (the
+    read socket refuses changes), else `sock` itself (before issue 24 one socket served every method; the
+    side-by-side runs of docs/dependencies.md run that commit too)."""
+    admin = Path(sock).with_name("admin.sock")
+    return str(admin) if admin.exists() else sock

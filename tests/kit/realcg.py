@@ -54,12 +54,32 @@ def required() -> bool:
     return os.environ.get("COLOC_REQUIRE_CGROUPS") == "1"
 
 
-def _write(path: Path, value: str) -> None:
+def write_file(path: Path, value: str) -> None:
+    """One write(2) of `value`, as the kernel's cgroup files want it (and as other writers make it)."""
     fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
     try:
         os.write(fd, value.encode())
     finally:
         os.close(fd)
+
+
+def try_write(path: Path, value: str) -> str | None:
+    """`write_file`; the error text when the kernel refuses it, None when it took it."""
+    try:
+        write_file(path, value)
+    except OSError as err:
+        return f"{path}={value}: {err.strerror}"
+    return None
+
+
+def cpus(source: str | Path) -> set[int]:
+    """The CPUs of a cpuset list ("0-2,5"), given as text or as the file that holds it."""
+    text = source.read_text() if isinstance(source, Path) else source
+    out: set[int] = set()
+    for part in filter(None, text.strip().split(",")):
+        lo, _, hi = part.partition("-")
+        out.update(range(int(lo), int(hi or lo) + 1))
+    return out
 
 
 class RealRoot:
@@ -114,7 +134,7 @@ class RealRoot:
         if self.hierarchy.is_v1("cpuset") and d.is_relative_to(self.hierarchy.v1["cpuset"]):
             for name in ("cpuset.cpus", "cpuset.mems"):
                 if not (d / name).read_text().strip():
-                    _write(d / name, (d.parent / name).read_text().strip())
+                    write_file(d / name, (d.parent / name).read_text().strip())
 
     def _enable_for_children(self, d: Path) -> None:
         """v2: a parent hands controllers to its children (only a parent: v2 keeps tasks in leaves)."""
@@ -124,7 +144,7 @@ class RealRoot:
         enabled = set((d / "cgroup.subtree_control").read_text().split())
         for ctrl in V2_CONTROLLERS:
             if ctrl in available and ctrl not in enabled:
-                _write(d / "cgroup.subtree_control", f"+{ctrl}")
+                write_file(d / "cgroup.subtree_control", f"+{ctrl}")
 
     def mkcg(self, rel: str) -> str:
         """Create `rel` (and its parents) below the root in every hierarchy; returns `rel`."""
@@ -189,9 +209,9 @@ class RealRoot:
         for d in reversed(dirs):  # parents first: a frozen parent keeps its children frozen
             with contextlib.suppress(OSError):
                 if (d / "freezer.state").exists():
-                    _write(d / "freezer.state", "THAWED")
+                    write_file(d / "freezer.state", "THAWED")
                 if (d / "cgroup.freeze").exists():
-                    _write(d / "cgroup.freeze", "0")
+                    write_file(d / "cgroup.freeze", "0")
         for proc in self.procs:
             with contextlib.suppress(OSError):
                 proc.kill()

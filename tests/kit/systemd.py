@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from kit.poll import wait
+from kit.realcg import try_write
 
 CGROUP2 = Path("/sys/fs/cgroup")
 KUBEPODS = "kubepods.slice"
@@ -59,15 +60,7 @@ def read(rel: str, name: str) -> str:
 
 def write(rel: str, name: str, value: str) -> str | None:
     """A plain write(2), as another writer makes it; the error text when the kernel refuses it."""
-    try:
-        fd = os.open(CGROUP2 / rel / name, os.O_WRONLY | os.O_CLOEXEC)
-        try:
-            os.write(fd, value.encode())
-        finally:
-            os.close(fd)
-    except OSError as err:
-        return f"{rel}/{name}={value}: {err.strerror}"
-    return None
+    return try_write(CGROUP2 / rel / name, value)
 
 
 def systemctl(*args: str) -> str:

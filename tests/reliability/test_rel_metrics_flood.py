@@ -6,12 +6,11 @@ are bench/metrics_flood.py's."""
 
 from __future__ import annotations
 
-import threading
 import time
 from pathlib import Path
 
 import pytest
-from kit.agentproc import agent_config, get, metric, proc_status, running_agent
+from kit.agentproc import agent_config, get, metric, proc_status, running_agent, scraping
 from kit.poll import wait
 from kit.ports import free_port, open_idle, raise_fd_limit
 from kit.realcg import RealRoot
@@ -54,25 +53,7 @@ def test_50_concurrent_scrapers_are_answered_while_the_loop_ticks(real_root: Rea
     cfg = agent_config(tmp_path, f"{real_root.name}/agent", port)
     with running_agent(cfg, tmp_path / "agent.log"):
         assert wait(lambda: metric(port, "coloc_ticks_total") >= 3, 30), (tmp_path / "agent.log").read_text()
-        stop = threading.Event()
-        answered = [0] * 50
-
-        def scrape(i: int) -> None:
-            while not stop.is_set():
-                try:
-                    get(f"http://127.0.0.1:{port}/metrics", timeout=5)
-                    answered[i] += 1
-                except OSError:
-                    pass
-
-        threads = [threading.Thread(target=scrape, args=(i,), daemon=True) for i in range(50)]
-        for t in threads:
-            t.start()
-        try:
+        with scraping(port, 50) as answered:
             count = "coloc_tick_duration_seconds_count"
             c0 = metric(port, count)
             assert wait(lambda: metric(port, count) > c0 + 3 and sum(answered) > 50, 20), (c0, sum(answered))
-        finally:
-            stop.set()
-            for t in threads:
-                t.join(timeout=10)

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 from kit.poll import wait
+from kit.realcg import cpus
 from kit.systemd import CGROUP2, SystemdPods, read, systemctl, systemd_v2_host
 
 pytestmark = pytest.mark.guest
@@ -53,12 +54,6 @@ def _metric(name: str) -> float:
     return -1.0
 
 
-def _cpus(text: str) -> set[int]:
-    out: set[int] = set()
-    for part in filter(None, text.split(",")):
-        lo, _, hi = part.partition("-")
-        out.update(range(int(lo), int(hi or lo) + 1))
-    return out
 
 
 def _below(tier: str) -> dict[str, str]:
@@ -96,11 +91,11 @@ def test_shipped_config_finds_the_systemd_tiers_suppresses_and_leaves_nothing_be
     systemd_pods.scope("besteffort", str(uuid.uuid4()), ["sh", "-c", "while :; do :; done"])
     tier = systemd_pods.tier_rel("besteffort")
     before = _below(tier)
-    every = _cpus(read("", "cpuset.cpus.effective"))
+    every = cpus(read("", "cpuset.cpus.effective"))
     agent = Agent(tmp_path / "agent.log")
     try:
         assert wait(lambda: _get("/readyz")[0] == 200, 120), (tmp_path / "agent.log").read_text()[-3000:]
-        assert wait(lambda: 0 < len(_cpus(read(tier, "cpuset.cpus"))) < len(every), 60), "BE never suppressed"
+        assert wait(lambda: 0 < len(cpus(read(tier, "cpuset.cpus"))) < len(every), 60), "BE never suppressed"
         held = read(tier, "cpuset.cpus")
         # systemd, busy under emulation, may miss the agent's first calls: the value is then handed to it
         # at a later tick (cgroups/writer.py), before which a reload could undo it.
@@ -124,7 +119,7 @@ def test_shipped_config_finds_the_systemd_tiers_suppresses_and_leaves_nothing_be
     assert not changed, changed
     fresh = {k: v for k, v in after.items() if k not in before and k.endswith(("cpuset.cpus", "cpu.idle"))}
     assert all(v in ("", "0") for v in fresh.values()), fresh
-    assert _cpus(read(tier, "cpuset.cpus") or read("", "cpuset.cpus.effective")) == every
+    assert cpus(read(tier, "cpuset.cpus") or read("", "cpuset.cpus.effective")) == every
 
 
 def test_no_tier_to_act_on_is_not_ready(tmp_path: Path) -> None:

@@ -16,7 +16,8 @@ class TlsFiles:
     other_ca: str  # a CA that did not sign the server certificate
 
 
-def _run(*args: str, cwd: Path) -> None:
+def openssl(*args: str, cwd: Path | None = None) -> None:
+    """`openssl ARGS` in `cwd`; CalledProcessError when it fails."""
     subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True, timeout=60)
 
 
@@ -25,7 +26,7 @@ def make_tls(directory: Path) -> TlsFiles:
         raise FileNotFoundError("openssl is not installed")
     ec = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes")
     for name in ("ca", "other-ca"):
-        _run(
+        openssl(
             "req",
             "-x509",
             *ec,
@@ -43,11 +44,12 @@ def make_tls(directory: Path) -> TlsFiles:
             "keyUsage=critical,keyCertSign,cRLSign",
             cwd=directory,
         )
-    _run("req", *ec, "-keyout", "server.key", "-out", "server.csr", "-subj", "/CN=127.0.0.1", cwd=directory)
+    openssl("req", *ec, "-keyout", "server.key", "-out", "server.csr", "-subj", "/CN=127.0.0.1",
+            cwd=directory)
     (directory / "ext.cnf").write_text(
         "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\nbasicConstraints=CA:FALSE\n"
     )
-    _run(
+    openssl(
         "x509",
         "-req",
         "-in",
