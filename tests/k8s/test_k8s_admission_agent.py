@@ -19,9 +19,10 @@ from kit.agentproc import kubeconfig, running_agent
 from kit.api import cid, short_dir
 from kit.fakes.apiserver import FakeApiServer
 from kit.fakes.kubelet import FakeKubelet
+from kit.payload import FIX
 from kit.poll import until
 from kit.realcg import RealRoot
-from test_k8s_overcommit_e2e import FIX, _podlist
+from overcommitkit import pods
 
 from agent.api.client import AgentClient
 from agent.state import AdmitRequest, AdmitResult, Refusal
@@ -66,7 +67,7 @@ def koord_node(real_root: RealRoot, tmp_path: Path, annotations: dict[str, str])
     del node["metadata"]["annotations"][ORIGIN_ANNOTATION]
     node["metadata"]["annotations"].update(annotations)
     (tmp_path / "node.json").write_text(json.dumps(node))
-    (tmp_path / "pods.json").write_text(json.dumps(_podlist(PODS)))
+    (tmp_path / "pods.json").write_text(json.dumps(pods(PODS)))
     with (
         short_dir() as d,
         FakeKubelet(tmp_path / "pods.json") as kubelet,

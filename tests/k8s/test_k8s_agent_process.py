@@ -15,9 +15,10 @@ from kit.agentproc import kubeconfig, node_config, running_agent
 from kit.fakes.apiserver import FakeApiServer
 from kit.fakes.kubelet import FakeKubelet
 from kit.fakes.nodemanager import FakeNodeManager
+from kit.payload import FIX
 from kit.poll import holds, wait
 from kit.realcg import RealRoot
-from test_k8s_overcommit_e2e import C1, C2, C3, FIX, PODS, _containers, _podlist
+from overcommitkit import C1, C2, C3, PODS, containers, pods
 
 from qos.batch import THIRD_PARTY_ANNOTATION, parse_third_party_allocations
 
@@ -30,10 +31,10 @@ def test_agent_process_arbitrates_k8s_and_yarn_against_the_node_origin(real_root
         real_root.spawn(real_root.mkcg(f"besteffort/hadoop-yarn/{c}"), ["sleep", "300"])
     podlist, nm_dir = tmp_path / "pods.json", tmp_path / "nm"
     nm_dir.mkdir()
-    podlist.write_text(json.dumps(_podlist(list(PODS))))
+    podlist.write_text(json.dumps(pods(list(PODS))))
     for name in ("info.json", "apps.json"):
         (nm_dir / name).write_bytes((FIX / "nodemanager" / "3.x" / name).read_bytes())
-    (nm_dir / "containers.json").write_text(json.dumps(_containers([C1, C2, C3])))
+    (nm_dir / "containers.json").write_text(json.dumps(containers([C1, C2, C3])))
     known = {("batch", n): f"0a1b2c3d-0000-4000-8000-0000000000c{v[2]}" for n, v in PODS.items()}
 
     with (
@@ -60,8 +61,8 @@ def test_agent_process_arbitrates_k8s_and_yarn_against_the_node_origin(real_root
             assert reported["coloc-agent-yarn"].milli_cpu in (5000, 3000)
 
             # What the kubelet and the NodeManager report once the releases went through: no more.
-            kubelet.body = json.dumps(_podlist(["batch-a", "batch-b"])).encode()
-            nm.docs["/ws/v1/node/containers"] = json.dumps(_containers([C1, C2])).encode()
+            kubelet.body = json.dumps(pods(["batch-a", "batch-b"])).encode()
+            nm.docs["/ws/v1/node/containers"] = json.dumps(containers([C1, C2])).encode()
             assert holds(lambda: len(api.evicted) == 1, 3)
             assert len(real_root.pids(f"besteffort/hadoop-yarn/{C2}")) == 1
             audit = [json.loads(line)["fields"]["audit"]

@@ -7,7 +7,6 @@ reported back in the Node annotation."""
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import json
 import time
@@ -20,6 +19,7 @@ from kit.fakes.kubelet import FakeKubelet
 from kit.fakes.nodemanager import FakeNodeManager
 from kit.realcg import RealRoot
 from kubernetes import client
+from overcommitkit import C1, C2, C3, PODS, containers, pods
 
 from agent.config.sources import KubeApiConfig, KubeletConfig, NodeManagerConfig, ReportingConfig
 from agent.executors.k8s_eviction import K8sEvictor
@@ -48,54 +48,11 @@ from qos.model import NodeSnapshot, Resources, Source, Usage
 pytestmark = pytest.mark.cgroups
 
 FIX = Path(__file__).resolve().parent.parent / "fixtures"
-TS = 1700000000000
 GIB = 1 << 30
-C1, C2, C3 = (f"container_e17_{TS}_0001_01_00000{i}" for i in (1, 2, 3))
-PODS = {"free-pod": (3500, "1000", 1), "batch-a": (5500, "2000", 2), "batch-b": (5500, "3000", 3)}
 
 
-def _podlist(names: list[str]) -> dict[str, object]:
-    """Pods built from the checked-in kubelet payload's BE pod, renamed and resized."""
-    mixed = json.loads((FIX / "kubelet" / "podlist-mixed.json").read_text())
-    template = next(p for p in mixed["items"] if p["metadata"]["name"] == "spark-exec-1")
-    items = []
-    for name in names:
-        prio, cpu, n = PODS[name]
-        p = copy.deepcopy(template)
-        p["metadata"].update(name=name, uid=f"0a1b2c3d-0000-4000-8000-0000000000c{n}")
-        p["spec"]["priority"] = prio
-        res = p["spec"]["containers"][0]["resources"]
-        res["requests"] = res["limits"] = {
-            "kubernetes.io/batch-cpu": cpu,
-            "kubernetes.io/batch-memory": "1Gi",
-        }
-        p["status"]["startTime"] = f"2024-05-01T10:00:0{n}Z"
-        items.append(p)
-    return {"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": items}
 
 
-def _containers(ids: list[str]) -> dict[str, object]:
-    cores = {C1: 1, C2: 2, C3: 2}
-    return {
-        "containers": {
-            "container": [
-                {
-                    "id": c,
-                    "state": "RUNNING",
-                    "exitCode": -1000,
-                    "diagnostics": "",
-                    "user": "hadoop",
-                    "totalMemoryNeededMB": 1024,
-                    "totalVCoresNeeded": cores[c],
-                    "nodeId": "node-a:45454",
-                    "containerLogsLink": f"http://node-a:8042/node/containerlogs/{c}/hadoop",
-                    "executionType": "GUARANTEED",
-                    "containerLogFiles": [],
-                }
-                for c in ids
-            ]
-        }
-    }
 
 
 def _snapshot(*results: object, at: float) -> NodeSnapshot:
@@ -125,10 +82,10 @@ async def test_k8s_6_plus_yarn_5_against_origin_8(
         real_root.spawn(real_root.mkcg(f"besteffort/hadoop-yarn/{c}"), ["sleep", "300"])
     podlist, nm_dir = tmp_path / "pods.json", tmp_path / "nm"
     nm_dir.mkdir()
-    podlist.write_text(json.dumps(_podlist(list(PODS))))
+    podlist.write_text(json.dumps(pods(list(PODS))))
     for name in ("info.json", "apps.json"):
         (nm_dir / name).write_bytes((FIX / "nodemanager" / "3.x" / name).read_bytes())
-    (nm_dir / "containers.json").write_text(json.dumps(_containers([C1, C2, C3])))
+    (nm_dir / "containers.json").write_text(json.dumps(containers([C1, C2, C3])))
     known = {("batch", n): f"0a1b2c3d-0000-4000-8000-0000000000c{v[2]}" for n, v in PODS.items()}
 
     layout = Layout("cgroupfs")
@@ -198,8 +155,8 @@ async def test_k8s_6_plus_yarn_5_against_origin_8(
         )
 
         # What the kubelet and the NodeManager report once the releases went through.
-        kubelet.body = json.dumps(_podlist(["batch-a", "batch-b"])).encode()
-        nm.docs["/ws/v1/node/containers"] = json.dumps(_containers([C1, C2])).encode()
+        kubelet.body = json.dumps(pods(["batch-a", "batch-b"])).encode()
+        nm.docs["/ws/v1/node/containers"] = json.dumps(containers([C1, C2])).encode()
         clock.advance(1)
         await kube.refresh()
         await yarn.refresh()

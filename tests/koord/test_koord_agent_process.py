@@ -9,7 +9,6 @@ resync."""
 
 from __future__ import annotations
 
-import copy
 import json
 import sys
 from pathlib import Path
@@ -19,6 +18,7 @@ from kit.agentproc import kubeconfig, node_config, running_agent
 from kit.fakes.apiserver import FakeApiServer, schema_errors
 from kit.fakes.kubelet import FakeKubelet
 from kit.fakes.nodemanager import FakeNodeManager
+from kit.payload import batch_pod, nm_container, nm_containers, podlist
 from kit.poll import holds, wait
 from kit.ports import free_port
 from kit.realcg import RealRoot
@@ -43,39 +43,14 @@ ZERO = json.dumps({"resources": {"kubernetes.io/batch-cpu": "0", "kubernetes.io/
 
 
 def _podlist() -> dict[str, object]:
-    mixed = json.loads((FIX / "kubelet" / "podlist-mixed.json").read_text())
-    template = next(p for p in mixed["items"] if p["metadata"]["name"] == "spark-exec-1")
-    items = []
-    for n in (1, 2):
-        p = copy.deepcopy(template)
-        p["metadata"].update(name=f"batch-{n}", uid=f"0a1b2c3d-0000-4000-8000-0000000000c{n}")
-        res = p["spec"]["containers"][0]["resources"]
-        res["requests"] = res["limits"] = {
-            "kubernetes.io/batch-cpu": "2000",
-            "kubernetes.io/batch-memory": "1Gi",
-        }
-        items.append(p)
-    return {"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": items}
+    return podlist([batch_pod(f"batch-{n}", f"0a1b2c3d-0000-4000-8000-0000000000c{n}", cpu="2000")
+                    for n in (1, 2)])
 
 
 def _containers() -> dict[str, object]:
-    out = []
-    for cid in (C1, C2):
-        out.append(
-            {
-                "id": cid,
-                "appId": f"application_{TS}_0001",
-                "state": "RUNNING",
-                "exitCode": -1000,
-                "diagnostics": "",
-                "user": "hadoop",
-                "totalMemoryNeededMB": 1024,
-                "totalVCoresNeeded": 1,
-                "containerLogsLink": "",
-                "nodeId": "node-a:45454",
-            }
-        )
-    return {"containers": {"container": out}}
+    app = f"application_{TS}_0001"
+    return nm_containers([nm_container(c, vcores=1, mib=1024, appId=app, containerLogsLink="")
+                          for c in (C1, C2)])
 
 
 def test_collapsed_origin_evicts_nothing_then_nodemetric_and_nodeslo(

@@ -13,7 +13,7 @@ import pytest
 from kit.agentproc import kubeconfig, node_config, running_agent, sample, samples
 from kit.fakes.apiserver import FakeApiServer
 from kit.fakes.kubelet import FakeKubelet
-from kit.payload import FIX, fixture_pod, podlist_body
+from kit.payload import FIX, batch_pod, podlist_body
 from kit.poll import wait
 from kit.ports import free_port
 from kit.realcg import RealRoot
@@ -26,17 +26,8 @@ BE = {"free-pod": (3500, 1), "batch-a": (5500, 2), "batch-b": (5500, 3)}  # name
 
 
 def _be_pods() -> list[dict[str, object]]:
-    pods = []
-    for name, (prio, n) in BE.items():
-        p = fixture_pod("spark-exec-1")
-        p["metadata"].update(name=name, uid=f"0a1b2c3d-0000-4000-8000-0000000000c{n}")  # type: ignore[attr-defined]
-        p["spec"]["priority"] = prio  # type: ignore[index]
-        res = p["spec"]["containers"][0]["resources"]  # type: ignore[index]
-        res["requests"] = res["limits"] = {"kubernetes.io/batch-cpu": "3000",
-                                           "kubernetes.io/batch-memory": "1Gi"}
-        p["status"]["startTime"] = f"2024-05-01T10:00:0{n}Z"  # type: ignore[index]
-        pods.append(p)
-    return pods
+    return [batch_pod(name, f"0a1b2c3d-0000-4000-8000-0000000000c{n}", cpu="3000", priority=prio,
+                      started=f"2024-05-01T10:00:0{n}Z") for name, (prio, n) in BE.items()]
 
 
 def test_over_cap_kubelet_body_leaves_the_source_stale_and_evicts_nothing(real_root: RealRoot,

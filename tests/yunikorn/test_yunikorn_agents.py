@@ -11,7 +11,6 @@ admitted through the agent's API by an earlier scheduler (a pod with tags, a YAR
 from __future__ import annotations
 
 import asyncio
-import copy
 import json
 import shutil
 import signal
@@ -27,6 +26,7 @@ from kit.agentproc import AgentProcess, write_config
 from kit.api import cid, short_dir
 from kit.fakes.kubelet import FakeKubelet
 from kit.fakes.nodemanager import FakeNodeManager
+from kit.payload import batch_pod, nm_container, nm_containers, podlist
 from kit.realcg import RealRoot
 from sikit import SI_VERSION, as_dict, parse_output
 
@@ -53,29 +53,18 @@ def _uid(n: int, k: int) -> str:
 
 def _podlist(n: int) -> dict[str, Any]:
     """The checked-in kubelet payload's BE pod twice: with batch requests, and asking for nothing."""
-    mixed = json.loads((FIX / "kubelet" / "podlist-mixed.json").read_text())
-    template = next(p for p in mixed["items"] if p["metadata"]["name"] == "spark-exec-1")
-    items = []
-    for k, requests in ((1, {"kubernetes.io/batch-cpu": "300", "kubernetes.io/batch-memory": "256Mi"}),
-                        (2, {})):
-        p = copy.deepcopy(template)
-        p["metadata"].update(name=f"exec-{n}-{k}", uid=_uid(n, k))
+    items = [batch_pod(f"exec-{n}-1", _uid(n, 1), cpu="300", memory="256Mi"),
+             batch_pod(f"exec-{n}-2", _uid(n, 2), cpu=None)]
+    for p in items:
         p["spec"]["nodeName"] = NODES[n]
-        p["spec"]["containers"][0]["resources"] = {"requests": requests, "limits": requests}
-        items.append(p)
-    return {"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": items}
+    return podlist(items)
 
 
 def _containers(n: int) -> dict[str, Any]:
     """NodeManager containers of application 10+n: the AM, a worker, and one that needs nothing."""
-    app = 10 + n
     sizes = {1: (1, 512), 2: (1, 1024), 3: (0, 0)}
-    return {"containers": {"container": [
-        {"id": cid(app, s), "state": "RUNNING", "exitCode": -1000, "diagnostics": "", "user": "hadoop",
-         "totalMemoryNeededMB": mb, "totalVCoresNeeded": vc, "nodeId": f"{NODES[n]}:45454",
-         "containerLogsLink": f"http://{NODES[n]}:8042/node/containerlogs/{cid(app, s)}/hadoop",
-         "executionType": "GUARANTEED", "containerLogFiles": []}
-        for s, (vc, mb) in sizes.items()]}}
+    return nm_containers([nm_container(cid(10 + n, s), vcores=vc, mib=mb, node=NODES[n])
+                          for s, (vc, mb) in sizes.items()])
 
 
 def _admitted(n: int) -> list[AdmitRequest]:
