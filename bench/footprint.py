@@ -42,8 +42,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-import yaml
-from kit.agentproc import agent_argv, stop
+from kit.agentproc import agent_argv, agent_config, stop
 from kit.bench import finish, progress, require_tools
 from kit.ports import free_port
 from kit.realcg import RealRoot
@@ -66,22 +65,6 @@ WATCHER = ("import asyncio, sys\n"
            "asyncio.run(main())\n")
 EAGER_KUBE = ("import sys, runpy, kubernetes.client, kubernetes.config; sys.argv[0] = 'coloc-agent'; "
               "runpy.run_module('agent.cli', run_name='__main__')")
-
-
-def write_config(d: Path, node_root: str, port: int) -> Path:
-    cfg = {
-        "node": {"name": "footprint-node", "cpus": 2, "memory": "4Gi", "scope": "cgroup-root"},
-        "cgroups": {"root": node_root, "setup_tiers": True, "cleanup_on_exit": True},
-        "eviction": {"dry_run": True},
-        "metrics": {"bind": "127.0.0.1", "port": port},
-        "state": {"path": str(d / "state" / "state.json")},
-        "api": {"socket_path": str(d / "agent.sock")},
-        "log": {"format": "json", "level": "warning"},
-    }
-    (d / "state").mkdir(exist_ok=True)
-    path = d / "agent.yaml"
-    path.write_text(yaml.safe_dump(cfg))
-    return path
 
 
 def proc_counters(pid: int) -> tuple[int, int, int, dict[str, int]]:
@@ -200,7 +183,8 @@ def start_watcher(sock: Path, log: Path) -> subprocess.Popen[bytes]:
 def phase(root: RealRoot, d: Path, name: str, seconds: float, settle: float, eager: bool = False,
           watch: bool = False) -> dict[str, Any]:
     port = free_port()
-    cfg = write_config(d, f"{root.name}/node", port)
+    cfg = agent_config(d, f"{root.name}/node", port, loop=None, eviction={"dry_run": True},
+                       node={"name": "footprint-node", "cpus": 2, "memory": "4Gi"}, log={"level": "warning"})
     log = d / "agent.log"
     proc = start_agent(root, cfg, log, eager)
     watcher = None

@@ -42,8 +42,7 @@ from typing import Any
 
 import grpc
 import psutil
-import yaml
-from kit.agentproc import agent_argv, proc_kib, stop
+from kit.agentproc import agent_argv, agent_config, proc_kib, stop
 from kit.api import changes_socket
 from kit.bench import finish, pct, progress
 from kit.ports import free_port, raise_fd_limit
@@ -190,32 +189,25 @@ def budget_cpus(args: argparse.Namespace) -> int:
     return max(2, math.ceil(needed / 1000))
 
 
-def write_config(d: Path, root: str, port: int, args: argparse.Namespace) -> Path:
+def agent_sections(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
+    """The agent's config for this load, over kit.agentproc's standalone agent."""
     watchers = args.clients - args.clients // 2
-    cfg = {
-        "node": {"name": "load-node", "cpus": budget_cpus(args), "memory": "64Gi", "scope": "cgroup-root"},
+    return {
+        "node": {"name": "load-node", "cpus": budget_cpus(args), "memory": "64Gi"},
         "batch": {"origin": "local", "cpu_reclaim_threshold_percent": 100},
-        "cgroups": {"root": root, "setup_tiers": True, "cleanup_on_exit": True},
-        "loop": {"interval_s": args.interval, "fast_path": False},
+        "loop": {"interval_s": args.interval},
         "eviction": {"dry_run": True},
-        "metrics": {"bind": "127.0.0.1", "port": port},
-        "state": {"path": str(d / "state" / "state.json"), "pending_launch_ttl_s": 3600},
+        "state": {"pending_launch_ttl_s": 3600},
         # Room for every watcher and every call in flight; the defaults (128 streams) are for a node.
-        "api": {"socket_path": str(d / "agent.sock"), "max_streams": max(128, watchers + 16),
+        "api": {"max_streams": max(128, watchers + 16),
                 "max_concurrent_rpcs": max(1024, 2 * args.clients + 64)},
-        "log": {"format": "json", "level": "warning"},
+        "log": {"level": "warning"},
     }
-    (d / "state").mkdir()
-    path = d / "agent.yaml"
-    path.write_text(yaml.safe_dump(cfg))
-    return path
 
 
 def request(i: int) -> AdmitRequest:
     return AdmitRequest(f"local/batch/load-{i:06d}", f"app-load-{i // 100:04d}", Source.LOCAL,
                         Resources(1, 1 << 20), request_id=f"r{i}")
-
-
 
 
 async def fill(sock: str, n: int) -> None:
@@ -314,8 +306,6 @@ class RssWatch(threading.Thread):
             time.sleep(0.1)
 
 
-
-
 async def load_phase(args: argparse.Namespace, sock: str, port: int, agent_pid: int) -> dict[str, Any]:
     start = time.time() + args.ramp
     end = start + args.seconds
@@ -385,7 +375,7 @@ def summarize(args: argparse.Namespace, sampler: Sampler, snapshot_ms: list[floa
 async def measure(args: argparse.Namespace, d: Path, root: RealRoot) -> dict[str, Any]:
     port = free_port()
     sock = str(d / "agent.sock")
-    cfg = write_config(d, f"{root.name}/agent", port, args)
+    cfg = agent_config(d, f"{root.name}/agent", port, **agent_sections(args))
     log = d / "agent.log"
     with log.open("w") as f:
         agent = subprocess.Popen(agent_argv("run", "--config", str(cfg)), stdout=f, stderr=f, cwd=REPO)
