@@ -42,8 +42,6 @@ import socket
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -53,6 +51,7 @@ from unittest import mock
 import pytest
 import yaml
 from deploy_render import REPO, image_env, image_exec_form, needs_kubectl, one, pod_spec
+from kit.agentproc import proc_status, readyz
 from kit.realcg import RealRoot
 
 from agent.config.agent import AgentConfig, load_config
@@ -247,9 +246,6 @@ def be_knobs(state: dict[str, str], real_root: RealRoot) -> dict[str, str]:
     return {k: v for k, v in state.items() if any(k.startswith(b + "/") for b in be)}
 
 
-def proc_status(pid: int) -> dict[str, str]:
-    lines = Path(f"/proc/{pid}/status").read_text().splitlines()
-    return {k: v.strip() for k, _, v in (ln.partition(":") for ln in lines)}
 
 
 def root_mount_options(pid: int) -> list[str]:
@@ -271,14 +267,6 @@ def wait_alive(pred: Callable[[], bool], timeout: float, proc: subprocess.Popen[
     raise AssertionError(f"timed out after {timeout} s:\n{log.read_text()[-4000:]}")
 
 
-def readyz(port: int) -> tuple[int, dict[str, Any]]:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=3) as r:
-            return int(r.status), json.loads(r.read())
-    except urllib.error.HTTPError as e:
-        return int(e.code), json.loads(e.read() or b"{}")
-    except (OSError, ValueError):
-        return 0, {}
 
 
 def kubelet_layout(real_root: RealRoot) -> None:
@@ -356,7 +344,7 @@ def run_and_stop(proc: subprocess.Popen[bytes], ct: Container, cfg: AgentConfig,
     code, body = readyz(port)
     assert code == 200 and body["status"] == "ready", body
     # The exec chain (unshare, sh, chroot, env, setpriv) ends in the agent itself: same pid.
-    status = proc_status(proc.pid)
+    status = {k: proc_status(proc.pid, k) for k in ("Uid", "Gid", "CapEff", "NoNewPrivs")}
     assert status["Uid"].split() == [str(ct.uid)] * 4 and status["Gid"].split() == [str(ct.gid)] * 4
     assert int(status["CapEff"], 16) == sum(1 << CAPS[c] for c in ct.caps), status["CapEff"]
     assert status["NoNewPrivs"] == ("1" if ct.no_new_privs else "0")

@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import time
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from kit.poll import still, until, wait_for
-from kit.realcg import RealRoot
+from kit.realcg import RealRoot, alive
 from kit.runtime import agent_config, running
 
 from agent.config.sources import NodeManagerConfig
@@ -47,14 +46,6 @@ async def _settle(real_root: RealRoot, rels: list[str], mib: dict[str, int]) -> 
         reader.close()
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    # A reaped-later zombie still answers kill(0); its state says it is dead.
-    with open(f"/proc/{pid}/stat") as f:
-        return f.read().rsplit(")", 1)[1].split()[0] != "Z"
 
 
 def _layout(real_root: RealRoot) -> tuple[dict[str, int], dict[str, int]]:
@@ -81,14 +72,14 @@ async def test_memory_pressure_evicts_just_enough_lowest_priority_first(real_roo
     rt = build(agent_config(real_root.name, memory=capacity, interval=0.5, workloads=PRIORITIES,
                             audit=str(audit)))
     async with running(rt):
-        gone = await wait_for(lambda: not _alive(pids["besteffort/low-big"]), 15, poll=0.05)
+        gone = await wait_for(lambda: not alive(pids["besteffort/low-big"]), 15, poll=0.05)
         assert gone is not None, "nothing was evicted"
         # a further round would happen here if it over-evicted
-        assert await still(lambda: _alive(pids["besteffort/high"]) and _alive(pids["hp"]), 2.0)
-    assert not _alive(pids["besteffort/low-small"])
-    assert not _alive(pids["besteffort/low-big"])
-    assert _alive(pids["besteffort/high"]), "evicted more than needed"
-    assert _alive(pids["hp"]), "an HP workload was touched"
+        assert await still(lambda: alive(pids["besteffort/high"]) and alive(pids["hp"]), 2.0)
+    assert not alive(pids["besteffort/low-small"])
+    assert not alive(pids["besteffort/low-big"])
+    assert alive(pids["besteffort/high"]), "evicted more than needed"
+    assert alive(pids["hp"]), "an HP workload was touched"
     records = [json.loads(line) for line in audit.read_text().splitlines()]
     evicts = [r for r in records if r["kind"] == "evict" and r["outcome"] == "started"]
     assert [r["target"] for r in evicts] == ["local/besteffort/low-small", "local/besteffort/low-big"]
@@ -110,10 +101,10 @@ async def test_dry_run_changes_nothing_on_disk(real_root: RealRoot, tmp_path: Pa
 
     knobs = knob_values()
     async with running(rt):
-        assert await still(lambda: knob_values() == knobs and all(_alive(p) for p in pids.values()), 3.0)
+        assert await still(lambda: knob_values() == knobs and all(alive(p) for p in pids.values()), 3.0)
     after = knob_values()
     assert after == knobs
-    assert all(_alive(p) for p in pids.values())
+    assert all(alive(p) for p in pids.values())
     outcomes = {(r["kind"], r["outcome"]) for r in map(json.loads, audit.read_text().splitlines())}
     assert ("evict", "dry_run") in outcomes, f"dry run should still record what it would do: {outcomes}"
     assert not {o for k, o in outcomes if o in ("applied", "started", "done")}
@@ -134,13 +125,13 @@ async def test_no_eviction_on_stale_data(real_root: RealRoot, tmp_path: Path) ->
     async with running(rt):
         stop = asyncio.Event()
         refresh = asyncio.create_task(rt.sources.run(stop))
-        assert await still(lambda: all(_alive(p) for p in pids.values()), 2.5)
+        assert await still(lambda: all(alive(p) for p in pids.values()), 2.5)
         assert await until(lambda: (p := rt.board.get()) is not None and p.tick >= 3, 10)
         stop.set()
         await refresh
         pub = rt.board.get()
     assert pub is not None and pub.tick >= 3
-    assert all(_alive(p) for p in pids.values())
+    assert all(alive(p) for p in pids.values())
     holds = pub.counters.holds
     assert "yarn" in pub.snapshot.stale
     assert any(reason == "stale_data" or "stale" in reason for (_p, reason) in holds), holds

@@ -3,6 +3,7 @@ over HTTP (`/metrics`, `/healthz`)."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import threading
@@ -131,6 +132,16 @@ def metric(port: int, name: str, timeout: float = 5.0) -> float:
         if line.startswith((name + " ", name + "{")):
             return float(line.rsplit(" ", 1)[1])
     raise AssertionError(f"{name} not in /metrics")
+
+
+def readyz(port: int) -> tuple[int, dict[str, Any]]:
+    """The agent's /readyz: status code and JSON body; (0, {}) while it does not answer."""
+    try:
+        code, body = get(f"http://127.0.0.1:{port}/readyz", timeout=3)
+        doc = json.loads(body or b"{}")
+    except (OSError, ValueError):
+        return 0, {}
+    return code, doc if isinstance(doc, dict) else {}
 
 
 def samples(port: int, timeout: float = 5.0) -> dict[str, dict[tuple[tuple[str, str], ...], float]]:

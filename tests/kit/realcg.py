@@ -298,3 +298,12 @@ def need_v1(root: RealRoot, *ctrls: str) -> None:
     missing = [c for c in ctrls if not root.hierarchy.is_v1(c)]
     if missing:
         pytest.skip(f"needs v1 controllers {missing} (this host is {root.hierarchy.mode})")
+
+
+def alive(pid: int) -> bool:
+    """Whether process `pid` runs: it exists and is not a zombie (which still answers kill 0)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import os
 import shutil
 import subprocess
@@ -16,7 +15,7 @@ from pathlib import Path
 
 import grpc
 import pytest
-from kit.agentproc import agent_config, get, metric, running_agent
+from kit.agentproc import agent_config, get, metric, readyz, running_agent
 from kit.poll import wait
 from kit.ports import free_port
 from kit.realcg import RealRoot
@@ -56,9 +55,6 @@ def fill(d: Path) -> Path:
     return blob
 
 
-def readyz(port: int) -> tuple[int, dict[str, object]]:
-    code, body = get(f"http://127.0.0.1:{port}/readyz")
-    return code, json.loads(body)
 
 
 async def admit(sock: str, i: int) -> tuple[str, str]:

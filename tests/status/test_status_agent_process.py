@@ -10,14 +10,12 @@ import contextlib
 import json
 import re
 import subprocess
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from kit.agentproc import AgentProcess, agent_argv, write_config
+from kit.agentproc import AgentProcess, agent_argv, readyz, write_config
 from kit.fakes.kubelet import FakeKubelet
 from kit.poll import wait
 from kit.ports import free_port
@@ -74,11 +72,7 @@ class StatusAgent:
         return doc
 
     def readyz(self) -> tuple[int, dict[str, Any]]:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/readyz", timeout=5) as resp:
-                return resp.status, json.loads(resp.read())
-        except urllib.error.HTTPError as err:
-            return err.code, json.loads(err.read())
+        return readyz(self.port)
 
     def ticked(self) -> bool:
         return int(self.status_json().get("tick", 0)) >= 2

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from kit.poll import still, until
+from kit.realcg import alive
 from kit.systemd import SystemdPods, is_active
 
 from agent.config.agent import AgentConfig, CgroupConfig, EvictionConfig, LoopConfig, NodeConfig, StateConfig
@@ -25,12 +26,6 @@ pytestmark = [pytest.mark.guest, pytest.mark.cgroups, pytest.mark.slow]
 MIB = 1 << 20
 
 
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
 
 
 async def test_a_be_memory_hog_in_a_systemd_scope_is_evicted_and_hp_is_untouched(
@@ -58,16 +53,16 @@ async def test_a_be_memory_hog_in_a_systemd_scope_is_evicted_and_hp_is_untouched
     stop = asyncio.Event()
     task = asyncio.create_task(rt.loop.run(stop))
     try:
-        assert await until(lambda: not _alive(be_proc.pid), 60), "the BE memory hog was not evicted"
+        assert await until(lambda: not alive(be_proc.pid), 60), "the BE memory hog was not evicted"
         # a further round would happen here if it over-evicted
-        assert await still(lambda: _alive(hp_proc.pid), 2.0), "the HP pod was touched"
+        assert await still(lambda: alive(hp_proc.pid), 2.0), "the HP pod was touched"
     finally:
         stop.set()
         await asyncio.wait_for(task, 30)
         await rt.executor.drain(5)
         rt.executor.release_be()
         rt.close()
-    assert _alive(hp_proc.pid), "the HP pod was touched"
+    assert alive(hp_proc.pid), "the HP pod was touched"
     os.kill(hp_proc.pid, 0)
     evicts = [r for r in map(json.loads, audit.read_text().splitlines())
               if r["kind"] == "evict" and r["outcome"] == "started"]
