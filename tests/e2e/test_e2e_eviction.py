@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from kit.poll import still, until, wait_for
 from kit.realcg import RealRoot, alive
-from kit.runtime import agent_config, running
+from kit.runtime import running, runtime_config
 
 from agent.config.sources import NodeManagerConfig
 from agent.config.standalone import LocalWorkload
@@ -69,8 +69,8 @@ async def test_memory_pressure_evicts_just_enough_lowest_priority_first(real_roo
     capacity = int((ws[""] - need) / 0.68)
     assert ws[""] / capacity >= 0.7
     audit = tmp_path / "audit.jsonl"
-    rt = build(agent_config(real_root.name, memory=capacity, interval=0.5, workloads=PRIORITIES,
-                            audit=str(audit)))
+    rt = build(runtime_config(real_root.name, memory=capacity, interval=0.5, workloads=PRIORITIES,
+                              audit=str(audit)))
     async with running(rt):
         gone = await wait_for(lambda: not alive(pids["besteffort/low-big"]), 15, poll=0.05)
         assert gone is not None, "nothing was evicted"
@@ -91,8 +91,8 @@ async def test_dry_run_changes_nothing_on_disk(real_root: RealRoot, tmp_path: Pa
     mib, pids = _layout(real_root)
     ws = await _settle(real_root, list(mib), mib)
     audit = tmp_path / "audit.jsonl"
-    rt = build(agent_config(real_root.name, memory=int(ws[""] / 0.75), interval=0.3, workloads=PRIORITIES,
-                            dry_run=True, audit=str(audit)))
+    rt = build(runtime_config(real_root.name, memory=int(ws[""] / 0.75), interval=0.3, workloads=PRIORITIES,
+                              dry_run=True, audit=str(audit)))
 
     def knob_values() -> dict[str, str]:
         return {f: (real_root.path(c, "besteffort") / f).read_text()
@@ -115,7 +115,7 @@ async def test_no_eviction_on_stale_data(real_root: RealRoot, tmp_path: Path) ->
     threshold, yet nothing is evicted, and the hold says why."""
     mib, pids = _layout(real_root)
     ws = await _settle(real_root, list(mib), mib)
-    cfg = agent_config(real_root.name, memory=int(ws[""] / 0.75), interval=0.3, workloads=PRIORITIES)
+    cfg = runtime_config(real_root.name, memory=int(ws[""] / 0.75), interval=0.3, workloads=PRIORITIES)
     # A NodeManager that is configured but not there (nothing listens on port 1).
     nm = NodeManagerConfig(enabled=True, url="http://127.0.0.1:1", timeout_s=0.5, resync_s=0.5,
                            stale_after_s=1.0)

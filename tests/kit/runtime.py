@@ -21,10 +21,10 @@ from kit.realcg import RealRoot
 from qos.policies import PolicyConfig
 
 
-def agent_config(root: str, *, cpus: float = 2, memory: int | str = "1Gi", policy: str = "cpuset",
-                 threshold: float = 65.0, interval: float = 1.0, dry_run: bool = False,
-                 workloads: tuple[LocalWorkload, ...] = (), audit: str = "",
-                 policies: PolicyConfig | None = None) -> AgentConfig:
+def runtime_config(root: str, *, cpus: float = 2, memory: int | str = "1Gi", policy: str = "cpuset",
+                   threshold: float = 65.0, interval: float = 1.0, dry_run: bool = False,
+                   workloads: tuple[LocalWorkload, ...] = (), audit: str = "",
+                   policies: PolicyConfig | None = None) -> AgentConfig:
     pol = policies or PolicyConfig()
     pol = replace(pol, suppression=replace(pol.suppression, policy=policy, threshold_percent=threshold))
     return AgentConfig(
@@ -54,7 +54,7 @@ async def running(rt: Runtime) -> AsyncIterator[Runtime]:
 
 
 def start_runtime(real_root: RealRoot, **kw: object) -> Runtime:
-    return build(agent_config(real_root.name, **kw))  # type: ignore[arg-type]
+    return build(runtime_config(real_root.name, **kw))  # type: ignore[arg-type]
 
 
 

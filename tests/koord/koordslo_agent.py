@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -26,8 +25,8 @@ def nodeslo(rv: str, **strategy: Any) -> dict[str, Any]:
     }
 
 
-def agent_config(tmp: Path, root: str, api_url: str, *, resync_s: float, metrics_port: int | None = None,
-                 policies: dict[str, Any] | None = None) -> Path:
+def slo_agent_config(tmp: Path, root: str, api_url: str, *, resync_s: float, metrics_port: int | None = None,
+                     policies: dict[str, Any] | None = None) -> Path:
     """Standalone workloads (no kubelet), the NodeSLO read every `resync_s`, nothing written to the Node."""
     cfg: dict[str, Any] = {
         "node": {"name": NODESLO[1], "cpus": 2, "memory": "4Gi", "scope": "cgroup-root"},
@@ -69,14 +68,3 @@ def threshold_is(sock: Path, value: str, source: str) -> Callable[[], bool]:
     return lambda: settings(sock).get("suppression.threshold_percent") == (value, source)
 
 
-def metric(port: int, name: str) -> float | None:
-    """A sample of `/metrics` whose name (with its labels) starts with `name`; None when there is none."""
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=3) as resp:
-            body = resp.read().decode()
-    except OSError:
-        return None
-    for line in body.splitlines():
-        if line.startswith(name):
-            return float(line.rsplit(" ", 1)[1])
-    return None

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from kit.agentproc import kubeconfig, node_config, running_agent
+from kit.agentproc import kubeconfig, node_config, running_agent, sample
 from kit.fakes.apiserver import FakeApiServer, schema_errors
 from kit.fakes.kubelet import FakeKubelet
 from kit.fakes.nodemanager import FakeNodeManager
@@ -24,10 +24,9 @@ from kit.ports import free_port
 from kit.realcg import RealRoot
 from koordslo_agent import (
     NODESLO,
-    agent_config,
-    metric,
     nodeslo,
     settings,
+    slo_agent_config,
     threshold_is,
 )
 
@@ -138,7 +137,6 @@ def test_collapsed_origin_evicts_nothing_then_nodemetric_and_nodeslo(
 
 HP_BURN = "import time\nend = time.monotonic() + 600\nwhile time.monotonic() < end: pass\n"
 SLO_RESYNC_S = 2.0
-GRANTED = 'coloc_be_cpu_granted_cores{policy="cfsQuota"}'
 
 
 def _be_quota_cores(real_root: RealRoot) -> float | None:
@@ -164,12 +162,12 @@ def test_nodeslo_threshold_moves_the_be_cpu_budget_within_one_resync(
     suppression = {"policy": "cfsQuota", "threshold_percent": 20, "min_milli_cpu": 100,
                    "max_grow_percent": 50, "psi_threshold_percent": None}
     with FakeApiServer(FIX / "apiserver" / "node.json", {}) as api:
-        cfg = agent_config(tmp_path, real_root.name, api.url, resync_s=SLO_RESYNC_S, metrics_port=port,
-                           policies={"suppression": suppression})
+        cfg = slo_agent_config(tmp_path, real_root.name, api.url, resync_s=SLO_RESYNC_S, metrics_port=port,
+                               policies={"suppression": suppression})
         sock, logf = tmp_path / "agent.sock", tmp_path / "agent.log"
         with running_agent(cfg, logf):
             def granted() -> float | None:
-                return metric(port, GRANTED)
+                return sample(port, "coloc_be_cpu_granted_cores", policy="cfsQuota")
 
             def low() -> bool:
                 g, q = granted(), _be_quota_cores(real_root)

@@ -11,7 +11,7 @@ from kit.agentproc import running_agent
 from kit.fakes.apiserver import FakeApiServer, schema_errors
 from kit.poll import wait
 from kit.realcg import RealRoot
-from koordslo_agent import NODESLO, agent_config, nodeslo, settings, status, threshold_is
+from koordslo_agent import NODESLO, nodeslo, settings, slo_agent_config, status, threshold_is
 
 from agent.api import convert
 from agent.api.coloc.v1 import agent_pb2 as pb
@@ -49,8 +49,8 @@ def test_status_reports_each_setting_from_nodeslo_or_yaml(real_root: RealRoot, t
         assert schema_errors("nodeslos", slo) == []
         api.koord[NODESLO] = slo
         # cpu_eviction.window_s: a YAML value that is not the default
-        cfg = agent_config(tmp_path, real_root.name, api.url, resync_s=RESYNC_S,
-                           policies={"cpu_eviction": {"window_s": 15}})
+        cfg = slo_agent_config(tmp_path, real_root.name, api.url, resync_s=RESYNC_S,
+                               policies={"cpu_eviction": {"window_s": 15}})
         sock = tmp_path / "agent.sock"
         log = tmp_path / "agent.log"
         with running_agent(cfg, log):

@@ -10,17 +10,15 @@ tests/vm/guest/test_guest_systemd_eviction.py.)
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
 import sys
-import urllib.error
-import urllib.request
 import uuid
 from pathlib import Path
 
 import pytest
+from kit.agentproc import readyz, sample
 from kit.poll import wait
 from kit.realcg import cpus
 from kit.systemd import CGROUP2, SystemdPods, read, systemctl, systemd_v2_host
@@ -36,22 +34,8 @@ PORT = 19316  # the shipped config's
 KNOBS = ("cpuset.cpus", "cpu.max", "cpu.weight", "cpu.idle", "memory.max", "memory.high")
 
 
-def _get(path: str) -> tuple[int, bytes]:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{PORT}{path}", timeout=5) as resp:
-            return int(resp.status), resp.read()
-    except urllib.error.HTTPError as err:
-        return int(err.code), err.read()
-    except OSError:
-        return 0, b""
 
 
-def _metric(name: str) -> float:
-    code, body = _get("/metrics")
-    for line in body.decode().splitlines() if code == 200 else []:
-        if line.startswith((name + " ", name + "{")):
-            return float(line.rsplit(" ", 1)[1])
-    return -1.0
 
 
 
@@ -94,12 +78,12 @@ def test_shipped_config_finds_the_systemd_tiers_suppresses_and_leaves_nothing_be
     every = cpus(read("", "cpuset.cpus.effective"))
     agent = Agent(tmp_path / "agent.log")
     try:
-        assert wait(lambda: _get("/readyz")[0] == 200, 120), (tmp_path / "agent.log").read_text()[-3000:]
+        assert wait(lambda: readyz(PORT)[0] == 200, 120), (tmp_path / "agent.log").read_text()[-3000:]
         assert wait(lambda: 0 < len(cpus(read(tier, "cpuset.cpus"))) < len(every), 60), "BE never suppressed"
         held = read(tier, "cpuset.cpus")
         # systemd, busy under emulation, may miss the agent's first calls: the value is then handed to it
         # at a later tick (cgroups/writer.py), before which a reload could undo it.
-        assert wait(lambda: _metric("coloc_systemd_property_sets_total") >= 1, 60), \
+        assert wait(lambda: (sample(PORT, "coloc_systemd_property_sets_total") or 0) >= 1, 60), \
             (tmp_path / "agent.log").read_text()[-3000:]
         systemctl("daemon-reload")
         assert read(tier, "cpuset.cpus") == held, "daemon-reload undid the BE cpuset"
@@ -128,9 +112,9 @@ def test_no_tier_to_act_on_is_not_ready(tmp_path: Path) -> None:
     agent = Agent(tmp_path / "agent.log")
     try:
         log = tmp_path / "agent.log"
-        assert wait(lambda: _metric("coloc_ticks_total") >= 2, 120), log.read_text()[-3000:]
-        code, body = _get("/readyz")
+        assert wait(lambda: (sample(PORT, "coloc_ticks_total") or 0) >= 2, 120), log.read_text()[-3000:]
+        code, body = readyz(PORT)
         assert code == 503, body
-        assert json.loads(body)["reason"].startswith("no BE tier to act on"), body
+        assert body["reason"].startswith("no BE tier to act on"), body
     finally:
         agent.stop()
