@@ -134,14 +134,19 @@ def metric(port: int, name: str, timeout: float = 5.0) -> float:
     raise AssertionError(f"{name} not in /metrics")
 
 
+def get_json(url: str, timeout: float = 5.0) -> tuple[int, dict[str, Any]]:
+    """`get` of a JSON object (the agent's /healthz, /readyz): status code and the object."""
+    code, body = get(url, timeout)
+    doc = json.loads(body or b"{}")
+    return code, doc if isinstance(doc, dict) else {}
+
+
 def readyz(port: int) -> tuple[int, dict[str, Any]]:
     """The agent's /readyz: status code and JSON body; (0, {}) while it does not answer."""
     try:
-        code, body = get(f"http://127.0.0.1:{port}/readyz", timeout=3)
-        doc = json.loads(body or b"{}")
+        return get_json(f"http://127.0.0.1:{port}/readyz", timeout=3)
     except (OSError, ValueError):
         return 0, {}
-    return code, doc if isinstance(doc, dict) else {}
 
 
 def samples(port: int, timeout: float = 5.0) -> dict[str, dict[tuple[tuple[str, str], ...], float]]:
