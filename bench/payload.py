@@ -1,6 +1,6 @@
 """Tick cadence and RSS of the real agent while the kubelet answers a 50 MB pod list on every poll.
 
-A local HTTP server (the fake kubelet of tests/fakes, the kubelet cannot run here) serves a real v1
+A local HTTP server (the fake kubelet of tests/kit/fakes, the kubelet cannot run here) serves a real v1
 PodList: copies of the checked-in fixture's web pod, each with its own name and UID. For each case a real
 `coloc-agent run` process (loop interval 0.5 s = 2 ticks/s, kubelet resync 1 s, a private cgroup root) is
 measured, cases alternated round by round in one run:

@@ -2,7 +2,7 @@
 
     python bench/recovery.py [--sizes 10,25,50] [--allocations 100] [--replayed 200] [--repeat 3]
 
-Real: N `coloc-agent run` processes (started by the acceptance tests' harness, tests/api/agentfleet.py),
+Real: N `coloc-agent run` processes (started by the acceptance tests' harness, tests/kit/fleet.py),
 each with its own socket, node id, state file and private cgroup root holding --allocations allocations:
 80 % container cgroups found by the agent's cgroup scanner, 20 % launches admitted through the API. A
 scheduler restart is timed: `Recovery(...)` from start to Running (every node snapshotted, applied,

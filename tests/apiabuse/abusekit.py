@@ -1,6 +1,6 @@
 """A real agent process under HTTP/2 abuse, and what the issue asks of it while abused (issue 24).
 
-`Watched` runs the agent (tests/agentproc.py: private cgroup root, ticking every `INTERVAL_S`), a
+`Watched` runs the agent (tests/kit/agentproc.py: private cgroup root, ticking every `INTERVAL_S`), a
 well-behaved client calling GetSnapshot on the read socket over its own connection, and reads the agent's
 tick counter and RSS, so each abuse test states the same four things: the tick cadence stays ≥ 95 % of the
 configured one, the good client's GetSnapshot p99 stays ≤ 100 ms, the agent's memory stays bounded, the

@@ -1,6 +1,6 @@
-"""A real `coloc-agent run` beside a fake Kubernetes API server (tests/fakes/apiserver.py, which serves the
-Node and Koordinator's NodeSLO as the real API server sends them), and what the tests read back from it:
-`coloc-agent status` (the real CLI over the agent's unix socket) and `/metrics` (over HTTP)."""
+"""A real `coloc-agent run` beside a fake Kubernetes API server (tests/kit/fakes/apiserver.py, which serves
+the Node and Koordinator's NodeSLO as the real API server sends them), and what the tests read back from it:
+`coloc-agent status` (the real CLI over the agent's unix socket)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """`coloc-agent status` says where each NodeSLO-mappable policy setting comes from (the node's NodeSLO or the
 agent's YAML) and its value in force. The process test runs a real `coloc-agent run` on a private real cgroup
-root; the API server cannot run here, so a local HTTP server (tests/fakes/apiserver.py) serves the Node and
-the NodeSLO in the API server's JSON, and the real `coloc-agent status` CLI asks the agent's unix socket."""
+root; the API server cannot run here, so a local HTTP server (tests/kit/fakes/apiserver.py) serves the Node
+and the NodeSLO in the API server's JSON, and the real `coloc-agent status` CLI asks the agent's socket."""
 
 from __future__ import annotations
 

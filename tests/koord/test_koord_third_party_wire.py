@@ -5,7 +5,7 @@
 and reads `{}` and `{"allocations":null}` as no entries. `encoding/json` ignores unknown fields, matches field
 names case-insensitively, reads `null` as the zero value, and fails the whole value on a wrong type or a bad
 quantity; koord-manager then subtracts nothing. The writer test uses a local fake API server in place of a
-real one (tests/fakes/apiserver.py)."""
+real one (tests/kit/fakes/apiserver.py)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """`coloc-agent status` and `/readyz` of the real agent process (`coloc-agent run`) on a private real cgroup
 root, asked over its real unix socket and HTTP port. The kubelet cannot run here: a local HTTP server
-(tests/fakes/kubelet.py) serves the kubelet's `/pods` PodList from a checked-in fixture, and is stopped
+(tests/kit/fakes/kubelet.py) serves the kubelet's `/pods` PodList from a checked-in fixture, and is stopped
 (connection refused) to make the source stale."""
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ On v2 a child's effective CPUs are bounded by its parent's, so the tier's own cp
 tier level, and the cgroups below keep what they had (no write). While a protected pod is below the tier the
 BE children are cut one by one; when the protected pod goes, the tier takes the cut again and the children
 cut meanwhile are given every CPU back — otherwise they would stay confined after BE's budget grows.
-Real v2 cgroups under a private root (tests/realcg.py), real processes, the agent's executor and writer.
+Real v2 cgroups under a private root (tests/kit/realcg.py), real processes, the agent's executor and writer.
 """
 
 from __future__ import annotations

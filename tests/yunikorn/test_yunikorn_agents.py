@@ -1,8 +1,8 @@
 """`coloc-agent recover --json-yunikorn` against two real `coloc-agent run` processes, checked line by line
 against YuniKorn's own si.proto (the pinned v1.8.0, compiled by sikit).
 
-The kubelet and the YARN NodeManager cannot run here: local HTTP servers (tests/fakes) serve a v1 PodList and
-the NodeManager's `/ws/v1/node/containers` in the real components' formats. Each node has K8s pods (one BE
+The kubelet and the YARN NodeManager cannot run here: local HTTP servers (tests/kit/fakes) serve a v1 PodList
+and the NodeManager's `/ws/v1/node/containers` in the real components' formats. Each node has K8s pods (one BE
 pod with batch requests, one BE pod asking for nothing), YARN containers (the ApplicationMaster, a worker and
 a container that needs 0 vcores / 0 MB) with real cgroups under the test's private root, and allocations
 admitted through the agent's API by an earlier scheduler (a pod with tags, a YARN AM).

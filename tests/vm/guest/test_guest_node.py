@@ -1,5 +1,5 @@
 """The guest is the node the suite means: pure cgroup v2 with systemd as init, run as root with every
-capability, and the test kit's claim (tests/realcg.py) that it works on such a host holds."""
+capability, and the test kit's claim (tests/kit/realcg.py) that it works on such a host holds."""
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ def test_root_has_cap_sys_resource() -> None:
 
 
 def test_real_root_on_pure_v2(real_root: RealRoot) -> None:
-    """tests/realcg.py on pure v2: one root in the unified tree, controllers handed down to children,
+    """tests/kit/realcg.py on pure v2: one root in the unified tree, controllers handed down to children,
     processes in leaves only, and a full teardown."""
     assert real_root.hierarchy.mode == "v2" and list(real_root.mounts) == ["unified"]
     rel = real_root.mkcg("besteffort/pod")
