@@ -20,13 +20,14 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from jeepney import DBusAddress, HeaderFields, Message, MessageType, new_method_call
-from jeepney.io.blocking import DBusConnectionBase, prep_socket
+from jeepney.io.blocking import DBusConnectionBase
 
 log = logging.getLogger("coloc.systemd")
 
@@ -75,6 +76,38 @@ def unit_name(rel: str) -> str | None:
     """The unit a cgroup path names by its last component (`a.slice/b.slice` → `b.slice`), if any."""
     leaf = rel.rstrip("/").rsplit("/", 1)[-1]
     return leaf if leaf.endswith(_UNIT_SUFFIXES) and len(leaf) > 6 else None
+
+
+def open_socket(path: str, timeout_s: float) -> socket.socket:
+    """Connect and authenticate (EXTERNAL) as sd-bus's own client does: `BEGIN` goes in the same write as
+    `AUTH`, before the server's `OK`, so the first call always arrives in a later read.
+
+    jeepney's handshake sends `BEGIN` after `OK`, then the call at once; when systemd (sd-bus as a
+    server, v252 here) reads the two in one `read`, it leaves the call in its buffer unanswered until more
+    bytes arrive. Measured in the test guest with a CPU burner beside systemd: 0 of 8 answered that way,
+    8 of 8 this way (tests/systemd/test_systemd_units.py)."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+    deadline = time.monotonic() + timeout_s
+    try:
+        sock.settimeout(timeout_s)
+        sock.connect(path)
+        sock.sendall(b"\0AUTH EXTERNAL " + str(os.geteuid()).encode().hex().encode() + b"\r\nBEGIN\r\n")
+        reply = b""
+        while b"\r\n" not in reply:
+            sock.settimeout(max(0.001, deadline - time.monotonic()))
+            chunk = sock.recv(256)
+            if not chunk:
+                raise ConnectionError("the server closed the connection during authentication")
+            reply += chunk
+    except BaseException:
+        sock.close()
+        raise
+    line = reply.split(b"\r\n", 1)[0]
+    if not line.startswith(b"OK "):
+        sock.close()
+        raise ConnectionError(f"authentication refused: {line.decode(errors='replace')[:80]}")
+    sock.settimeout(None)
+    return sock
 
 
 class _Connection(DBusConnectionBase):  # type: ignore[misc]
@@ -127,7 +160,7 @@ class SystemdUnits:
         errors = []
         for path in paths:
             try:
-                sock = prep_socket(path, False, timeout=self.timeout_s)
+                sock = open_socket(path, self.timeout_s)
             except (OSError, TimeoutError, ValueError) as err:
                 errors.append(f"{path}: {self._failure(err)}")
                 continue
