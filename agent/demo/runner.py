@@ -35,7 +35,8 @@ from pathlib import Path
 
 from agent.config.agent import AgentConfig, CgroupConfig, EvictionConfig, LoopConfig, NodeConfig, StateConfig
 from agent.config.standalone import LocalWorkload, StandaloneConfig
-from agent.daemon.runtime import BE_TIER, Runtime, build, remove_tree
+from agent.daemon.cgroup_tree import BE_TIER, remove_tree
+from agent.daemon.runtime import Runtime, build
 from agent.demo import live as liveview
 from agent.demo.spawn import move_back, move_self, spawn_in_cgroup, workload_argv
 from agent.demo.workloads import read_counter
