@@ -32,15 +32,15 @@ def pod_copies(n: int, template: dict[str, object] | None = None, start: int = 0
 
 def podlist_body(items: list[dict[str, object]], min_bytes: int = 0) -> bytes:
     """A v1 PodList of `items`, padded with copies of the fixture's HP pod to at least `min_bytes`."""
-    doc = {"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": list(items)}
-    body = json.dumps(doc).encode()
+    pods = list(items)
+    body = json.dumps(podlist(pods)).encode()
     added = 0
     while len(body) < min_bytes:
         one = len(json.dumps(pod_copies(1, start=added)[0])) + 2
         n = (min_bytes - len(body)) // one + 1
-        doc["items"] += pod_copies(n, start=added)
+        pods += pod_copies(n, start=added)
         added += n
-        body = json.dumps(doc).encode()
+        body = json.dumps(podlist(pods)).encode()
     return body
 
 
