@@ -127,6 +127,9 @@ async def test_without_cgroup2_psi_the_fast_path_polls_adaptively() -> None:
             assert rt.loop.waker is None
             assert await until(
                 lambda: (p := rt.board.get()) is not None and p.fast_path_mode == ADAPTIVE_POLL, 3)
+            # a tick has published the mode as chosen (the first ones may predate the choice and its reason)
+            await until(lambda: (p := rt.board.get()) is not None
+                        and p.fast_path_reason == rt.loop.mode_reason, 3)
             gauge, status = reported_modes(rt)
             assert gauge == {"psi-trigger": 0, "adaptive-poll": 1, "off": 0}
             assert "fast path adaptive-poll" in status
