@@ -40,13 +40,13 @@ from qos.registry import BeCpuGrant, NodeOutputs
 QUIET = NodeOutputs(BeCpuGrant(None, None, ""), BatchBudget(), None)  # no suppression, batch or drain here
 
 
-def be(name: str) -> Workload:
+def best_effort(name: str) -> Workload:
     return Workload(key=f"local/besteffort/{name}", name=name, source=Source.LOCAL, tier=Tier.BESTEFFORT,
                     be=True, priority=3000, cgroup=f"besteffort/{name}")
 
 
 @dataclass
-class Node:
+class Listing:
     """The node's workloads as the next tick lists them."""
 
     workloads: list[Workload] = field(default_factory=list)
@@ -96,12 +96,12 @@ class Scripted:
 
 
 @dataclass
-class Agent:
+class TickAgent:
     loop: TickLoop
     executor: ActionExecutor
     board: Board
     hub: MetricsHub
-    node: Node
+    node: Listing
 
     def actions(self) -> dict[tuple[str, str, str], float]:
         """`coloc_actions_total` as /metrics serves it: (policy, kind, outcome) -> count."""
@@ -114,11 +114,11 @@ class Agent:
         return out
 
 
-def agent(tmp_path: Path, evictor: Scripted) -> Agent:
-    """The loop over `Node`, evicting through `evictor` without a rate limit in the way."""
+def tick_agent(tmp_path: Path, evictor: Scripted) -> TickAgent:
+    """The loop over `Listing`, evicting through `evictor` without a rate limit in the way."""
     (tmp_path / "cg").mkdir(exist_ok=True)
     writer = CgroupWriter(Hierarchy.v2(tmp_path), "cg")
-    node = Node()
+    node = Listing()
     executor = ActionExecutor(writer, "besteffort", {Source.LOCAL: evictor}, dry_run=False,
                               rate_per_s=1000.0, burst=1000, recheck_cooldown_s=60.0, audit=lambda _r: None,
                               now=time.monotonic(), tier_owned=True)
@@ -130,26 +130,26 @@ def agent(tmp_path: Path, evictor: Scripted) -> Agent:
     pipeline = Pipeline([EvictEach()], lambda _snap, _state: QUIET)
     loop = TickLoop(inputs, lambda: pipeline, executor, outputs,
                     LoopTiming(interval_s=1.0, fast_path=False, fast_poll_s=0.1, fast_hp_jump_milli_cpu=500))
-    return Agent(loop, executor, board, hub, node)
+    return TickAgent(loop, executor, board, hub, node)
 
 
 KEY = ("memory_pressure", "evict", "started")
 
 
 async def test_a_tick_with_more_than_fifty_records_counts_them_all(tmp_path: Path) -> None:
-    a = agent(tmp_path, Scripted())
-    a.node.workloads = [be(f"w{i}") for i in range(60)]
+    a = tick_agent(tmp_path, Scripted())
+    a.node.workloads = [best_effort(f"w{i}") for i in range(60)]
     a.loop.tick()
     assert a.actions().get(KEY) == 60, "60 evictions started in one tick"
-    a.node.workloads = [be(f"v{i}") for i in range(70)]
+    a.node.workloads = [best_effort(f"v{i}") for i in range(70)]
     a.loop.tick()
     assert a.actions().get(KEY) == 130, "and 70 more in the next"
     await a.executor.drain(2)
 
 
 async def test_a_publication_seen_twice_counts_once(tmp_path: Path) -> None:
-    a = agent(tmp_path, Scripted())
-    a.node.workloads = [be("only")]
+    a = tick_agent(tmp_path, Scripted())
+    a.node.workloads = [best_effort("only")]
     pub = a.loop.tick()
     a.hub.observe(pub)  # the same tick again
     assert a.actions().get(KEY) == 1
@@ -161,8 +161,8 @@ async def test_a_publication_seen_twice_counts_once(tmp_path: Path) -> None:
 
 
 async def test_an_evictions_end_appears_in_status_and_metrics(tmp_path: Path) -> None:
-    a = agent(tmp_path, Scripted(fails=["local/besteffort/bad"]))
-    a.node.workloads = [be("good"), be("bad")]
+    a = tick_agent(tmp_path, Scripted(fails=["local/besteffort/bad"]))
+    a.node.workloads = [best_effort("good"), best_effort("bad")]
     a.loop.tick()
     await a.executor.drain(2)
     a.node.workloads = []
