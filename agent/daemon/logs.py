@@ -137,6 +137,4 @@ def setup_logging(
         root.removeHandler(old)
     root.addHandler(handler)
     root.setLevel(_LEVELS[level.lower()])
-    # grpclib logs every call a client cancels (each scheduler disconnect) at INFO; its errors still show.
-    logging.getLogger("grpclib").setLevel(max(root.level, logging.WARNING))
     return handler
