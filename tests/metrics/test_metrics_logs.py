@@ -98,15 +98,3 @@ def test_bad_settings_are_refused_by_name(level: str, fmt: str, message: str) ->
     with pytest.raises(ValueError, match=message):
         setup_logging(level, fmt)  # type: ignore[arg-type]
     assert root.handlers == before
-
-
-def test_grpclib_info_lines_are_quiet_and_its_warnings_are_not() -> None:
-    out = io.StringIO()
-    setup_logging("info", "json", stream=out)
-    try:
-        logging.getLogger("grpclib.server").info("Request was cancelled: stream reset")
-        logging.getLogger("grpclib.server").warning("Protocol error")
-        lines = [json.loads(line)["message"] for line in out.getvalue().splitlines()]
-        assert lines == ["Protocol error"], lines
-    finally:
-        logging.getLogger("grpclib").setLevel(logging.NOTSET)
