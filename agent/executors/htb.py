@@ -139,8 +139,10 @@ class EgressShaper:
     async def close(self) -> None:
         if self._ipr is not None:
             ipr, self._ipr = self._ipr, None
-            with contextlib.suppress(Exception):
+            try:
                 ipr.close()
+            except Exception as err:  # closing a netlink socket that failed: said, then forgotten
+                log.warning("closing the netlink socket failed", extra={"fields": {"error": repr(err)}})
 
     def _require(self) -> AsyncIPRoute:
         if self._ipr is None:
