@@ -108,3 +108,14 @@ def test_a_figure_that_was_not_measured_fails_the_bench_by_name(capsys: pytest.C
     assert good.returncode == 0, good.stderr
     assert json.loads(good.stdout.strip().splitlines()[-1]) == {"share": 0.8, "changes": 3, "met": True,
                                                                  "note": None}
+
+
+def test_a_bench_finds_the_kit_installed_not_through_the_checkout() -> None:
+    """A bench runs as a script, only bench/ on its path: `kit` must come from the venv (docs/testing.md)."""
+    run = subprocess.run([sys.executable, "-c", "import kit; print(kit.__file__)"], cwd="/",
+                         capture_output=True, text=True, timeout=60, check=False)
+    assert run.returncode == 0, (
+        "the test kit is not installed for the benches: pip install -e tests/kit (scripts/test does)\n"
+        + run.stderr[-500:])
+    kit_init = (REPO / "tests" / "kit" / "__init__.py").resolve()
+    assert Path(run.stdout.strip()).resolve() == kit_init, run.stdout
