@@ -186,7 +186,7 @@ def test_container_id_order_is_oldest_to_newest() -> None:
 
 def _cfg(url: str = "", port: int = 8042, **kw: object) -> NodeManagerConfig:
     return NodeManagerConfig(
-        enabled=True, url=url, port=port, timeout_s=0.5, resync_s=1.0, stale_after_s=5.0, **kw
+        enabled=True, url=url, port=port, timeout_s=2.0, resync_s=1.0, stale_after_s=5.0, **kw
     )  # type: ignore[arg-type]
 
 
