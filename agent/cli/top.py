@@ -15,7 +15,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from prometheus_client.parser import text_string_to_metric_families
@@ -168,6 +168,7 @@ def render(
     out += _tiers(view)
     out.append("")
     out += _budget(view)
+    out += _limits(view)
     out += _ledger(view, api)
     out += _counters(view)
     out.append("")
@@ -277,6 +278,35 @@ def _budget(view: MetricsView) -> list[str]:
         f" / {_bytes(v('coloc_batch_overcommit_memory_bytes'))}",
         *_egress(view),
     ]
+
+
+def _limits(view: MetricsView) -> list[str]:
+    """Each BE pod's and container's batch limits, and each YARN container's, as enforced (when any are)."""
+    rows: dict[tuple[str, str, str], dict[str, float | str]] = {}
+    for name, key in (("coloc_batch_limit_cpu_cores", "cpu"), ("coloc_batch_limit_cpu_shares", "shares"),
+                      ("coloc_batch_limit_memory_bytes", "memory")):
+        for lab, val in view.series(name):
+            row = rows.setdefault((lab.get("pod", "?"), lab.get("level", "?"), lab.get("cgroup", "?")), {})
+            row[key], row["source"] = val, lab.get("source", "-")
+    for name, key in (("coloc_yarn_limit_cpu_cores", "cpu"), ("coloc_yarn_limit_memory_bytes", "memory")):
+        for lab, val in view.series(name):
+            row = rows.setdefault((lab.get("container", "?"), "yarn", "-"), {})
+            row[key], row["source"] = val, "nodemanager"
+    if not rows:
+        return []
+
+    def cap(v: float | str | None, show: Callable[[float | None], str]) -> str:
+        if not isinstance(v, float | int):
+            return "-"
+        return "unlimited" if v < 0 else show(float(v))
+    table = [[who, level, cap(r.get("cpu"), _cores), "-" if "shares" not in r else f"{r['shares']:.0f}",
+              cap(r.get("memory"), _bytes), str(r.get("source", "-"))]
+             for (who, level, _), r in sorted(rows.items())]
+    on_creation = view.value("coloc_batch_limits_on_creation")
+    when = "" if on_creation is None else (
+        "  (placed at creation)" if on_creation else "  (periodic pass only)")
+    return ["", f"batch limits{when}",
+            *_table(["POD / CONTAINER", "LEVEL", "CPU", "SHARES", "MEMORY", "SOURCE"], table), ""]
 
 
 def _egress(view: MetricsView) -> list[str]:
