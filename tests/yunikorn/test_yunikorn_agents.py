@@ -97,8 +97,8 @@ def _start(root: RealRoot, d: Path, n: int, kubelet_url: str, nm_url: str) -> su
         "state": {"path": str(d / f"{node}.json"), "await_scheduler_ack": True},
         "api": {"socket_path": str(d / f"{node}.sock"), "bookmark_interval_s": 0.5},
         "batch": {"origin": "local"},
-        "sources": {"kubelet": {"url": kubelet_url, "token_file": "", "timeout_s": 1, "resync_s": 1},
-                    "yarn": {"url": nm_url, "timeout_s": 1, "resync_s": 1}},
+        "sources": {"kubelet": {"url": kubelet_url, "token_file": "", "timeout_s": 5, "resync_s": 1},
+                    "yarn": {"url": nm_url, "timeout_s": 5, "resync_s": 1}},
     }
     return AgentProcess(write_config(d / f"{node}.yaml", cfg), d / f"{node}.log").start()
 
