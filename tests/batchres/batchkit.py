@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,9 @@ from cgroups.layout import Layout
 from cgroups.writer import CgroupWriter
 
 FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "kubelet" / "podlist-mixed.json"
+NM_FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "nodemanager" / "3.x"
+BIG = "container_e17_1700000000000_0001_01_000002"  # 256 MiB, 2 vcores in nm_fixture's answers
+SMALL = "container_e17_1700000000000_0001_01_000003"  # 128 MiB, 1 vcore
 UID = "0a1b2c3d-0000-4000-8000-0000000000b1"
 CID = "b1" * 32
 POD = f"besteffort/pod{UID}"
@@ -67,3 +71,17 @@ def controller(url: str, writer: CgroupWriter, *, resync_s: float = 30.0, watch:
 
 def read(path: Path) -> str:
     return path.read_text().strip()
+
+
+def nm_fixture(tmp_path: Path) -> Path:
+    """The NodeManager fixture's answers with two RUNNING containers: BIG (256 MiB, 2 vcores) and SMALL
+    (128 MiB, 1 vcore)."""
+    d = tmp_path / "nm"
+    shutil.copytree(NM_FIXTURES, d)
+    doc = json.loads((d / "containers.json").read_text())
+    items = [c for c in doc["containers"]["container"] if c["id"] in (BIG, SMALL)]
+    for c, (mb, vcores) in zip(items, ((256, 2), (128, 1)), strict=True):
+        c.update(state="RUNNING", totalMemoryNeededMB=mb, totalVCoresNeeded=vcores)
+    doc["containers"]["container"] = items
+    (d / "containers.json").write_text(json.dumps(doc))
+    return d

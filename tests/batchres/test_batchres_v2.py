@@ -13,15 +13,13 @@ payloads (no kubelet or NodeManager runs here).
 
 from __future__ import annotations
 
-import json
-import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
-from batchkit import CONTAINER, MI, POD, be_pod, controller, read, write_list
+from batchkit import BIG, CONTAINER, MI, POD, SMALL, be_pod, controller, nm_fixture, read, write_list
 from kit.fakes.kubelet import FakeKubelet
 from kit.fakes.nodemanager import FakeNodeManager
 from kit.poll import wait
@@ -38,9 +36,6 @@ from qos.tier_memory import HIGH, HIGH_MAX, OFF, tier_memory_cap
 from qos.yarn_limits import yarn_plan
 
 pytestmark = [pytest.mark.cgroups]
-FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "nodemanager" / "3.x"
-BIG = "container_e17_1700000000000_0001_01_000002"
-SMALL = "container_e17_1700000000000_0001_01_000003"
 HOLD_64M = "b = bytearray(64 << 20); import time; time.sleep(120)"
 
 
@@ -101,18 +96,6 @@ async def test_v2_be_pod_burners_held_to_one_core_a_hog_killed_in_its_container_
     assert _keyed(v2, "burstable/podhp", "memory.events")["oom_kill"] == 0
 
 
-def _nm_fixture(tmp_path: Path) -> Path:
-    d = tmp_path / "nm"
-    shutil.copytree(FIXTURES, d)
-    doc = json.loads((d / "containers.json").read_text())
-    items = [c for c in doc["containers"]["container"] if c["id"] in (BIG, SMALL)]
-    for c, (mb, vcores) in zip(items, ((256, 2), (128, 1)), strict=True):
-        c.update(state="RUNNING", totalMemoryNeededMB=mb, totalVCoresNeeded=vcores)
-    doc["containers"]["container"] = items
-    (d / "containers.json").write_text(json.dumps(doc))
-    return d
-
-
 async def test_v2_yarn_container_gets_its_own_memory_max_and_an_over_limit_process_dies_there(
         v2: RealRoot, tmp_path: Path) -> None:
     layout = Layout("cgroupfs")
@@ -123,7 +106,7 @@ async def test_v2_yarn_container_gets_its_own_memory_max_and_an_over_limit_proce
     hog = v2.spawn(big, [sys.executable, "-c", "import sys; sys.stdin.readline(); b = bytearray(400 << 20); "
                                                "import time; time.sleep(60)"], stdin=subprocess.PIPE)
     writer = CgroupWriter(v2.hierarchy, v2.name)
-    with FakeNodeManager(_nm_fixture(tmp_path)) as fake:
+    with FakeNodeManager(nm_fixture(tmp_path)) as fake:
         cfg = NodeManagerConfig(enabled=True, url=fake.url, timeout_s=1.0, resync_s=1.0, stale_after_s=5.0)
         source = NodeManagerSource(cfg, layout, CgroupReader(v2.hierarchy, v2.name).children)
         await source.refresh()

@@ -5,15 +5,14 @@ container's memory limit, moves its processes in, and sets `hadoop-yarn`'s share
 
 from __future__ import annotations
 
-import json
 import os
-import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
+from batchkit import BIG, MI, SMALL, nm_fixture
 from kit.fakes.nodemanager import FakeNodeManager
 from kit.realcg import RealRoot
 from prometheus_client import CollectorRegistry
@@ -28,22 +27,6 @@ from cgroups.writer import CgroupWriter
 from qos.yarn_limits import yarn_plan
 
 pytestmark = [pytest.mark.cgroups]
-FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "nodemanager" / "3.x"
-BIG = "container_e17_1700000000000_0001_01_000002"
-SMALL = "container_e17_1700000000000_0001_01_000003"
-MI = 1 << 20
-
-
-def _nm_fixture(tmp_path: Path) -> Path:
-    d = tmp_path / "nm"
-    shutil.copytree(FIXTURES, d)
-    doc = json.loads((d / "containers.json").read_text())
-    items = [c for c in doc["containers"]["container"] if c["id"] in (BIG, SMALL)]
-    for c, (mb, vcores) in zip(items, ((256, 2), (128, 1)), strict=True):
-        c.update(state="RUNNING", totalMemoryNeededMB=mb, totalVCoresNeeded=vcores)
-    doc["containers"]["container"] = items
-    (d / "containers.json").write_text(json.dumps(doc))
-    return d
 
 
 def _cpu_only(real_root: RealRoot, rel: str) -> None:
@@ -70,7 +53,7 @@ async def test_an_over_limit_yarn_container_is_oom_killed_in_its_own_cgroup(
     assert not (real_root.path("memory", big)).exists()
     reader = CgroupReader(h, real_root.name)
     writer = CgroupWriter(h, real_root.name)
-    with FakeNodeManager(_nm_fixture(tmp_path)) as fake:
+    with FakeNodeManager(nm_fixture(tmp_path)) as fake:
         cfg = NodeManagerConfig(enabled=True, url=fake.url, timeout_s=1.0, resync_s=1.0, stale_after_s=5.0)
         source = NodeManagerSource(cfg, layout, reader.children)
         await source.refresh()
