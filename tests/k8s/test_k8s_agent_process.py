@@ -18,7 +18,7 @@ from kit.fakes.nodemanager import FakeNodeManager
 from kit.payload import FIX
 from kit.poll import holds, wait
 from kit.realcg import RealRoot
-from overcommitkit import C1, C2, C3, PODS, containers, pods
+from overcommitkit import C1, C2, C3, containers, overcommitted_node, pods
 
 from qos.batch import THIRD_PARTY_ANNOTATION, parse_third_party_allocations
 
@@ -27,15 +27,7 @@ pytestmark = [pytest.mark.cgroups, pytest.mark.slow]
 
 def test_agent_process_arbitrates_k8s_and_yarn_against_the_node_origin(real_root: RealRoot,
                                                                        tmp_path: Path) -> None:
-    for c in (C1, C2, C3):
-        real_root.spawn(real_root.mkcg(f"besteffort/hadoop-yarn/{c}"), ["sleep", "300"])
-    podlist, nm_dir = tmp_path / "pods.json", tmp_path / "nm"
-    nm_dir.mkdir()
-    podlist.write_text(json.dumps(pods(list(PODS))))
-    for name in ("info.json", "apps.json"):
-        (nm_dir / name).write_bytes((FIX / "nodemanager" / "3.x" / name).read_bytes())
-    (nm_dir / "containers.json").write_text(json.dumps(containers([C1, C2, C3])))
-    known = {("batch", n): f"0a1b2c3d-0000-4000-8000-0000000000c{v[2]}" for n, v in PODS.items()}
+    podlist, nm_dir, known = overcommitted_node(real_root, tmp_path)
 
     with (
         FakeKubelet(podlist) as kubelet,

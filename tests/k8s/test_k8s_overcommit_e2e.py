@@ -19,7 +19,7 @@ from kit.fakes.kubelet import FakeKubelet
 from kit.fakes.nodemanager import FakeNodeManager
 from kit.realcg import RealRoot
 from kubernetes import client
-from overcommitkit import C1, C2, C3, PODS, containers, pods
+from overcommitkit import C1, C2, C3, containers, overcommitted_node, pods
 
 from agent.config.sources import KubeApiConfig, KubeletConfig, NodeManagerConfig, ReportingConfig
 from agent.executors.k8s_eviction import K8sEvictor
@@ -78,15 +78,7 @@ def _snapshot(*results: object, at: float) -> NodeSnapshot:
 async def test_k8s_6_plus_yarn_5_against_origin_8(
     real_root: RealRoot, tmp_path: Path, clock: FakeClock
 ) -> None:
-    for c in (C1, C2, C3):
-        real_root.spawn(real_root.mkcg(f"besteffort/hadoop-yarn/{c}"), ["sleep", "300"])
-    podlist, nm_dir = tmp_path / "pods.json", tmp_path / "nm"
-    nm_dir.mkdir()
-    podlist.write_text(json.dumps(pods(list(PODS))))
-    for name in ("info.json", "apps.json"):
-        (nm_dir / name).write_bytes((FIX / "nodemanager" / "3.x" / name).read_bytes())
-    (nm_dir / "containers.json").write_text(json.dumps(containers([C1, C2, C3])))
-    known = {("batch", n): f"0a1b2c3d-0000-4000-8000-0000000000c{v[2]}" for n, v in PODS.items()}
+    podlist, nm_dir, known = overcommitted_node(real_root, tmp_path)
 
     layout = Layout("cgroupfs")
     reader = CgroupReader(real_root.hierarchy, real_root.name)
