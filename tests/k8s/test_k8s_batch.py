@@ -6,6 +6,7 @@ import dataclasses
 import json
 
 import pytest
+from kit.snapshot import node_snapshot
 
 from qos.actions import Evict, EvictReason, Hold
 from qos.admission import AdmissionFacts, BatchBudget, Refusal, admit
@@ -75,18 +76,8 @@ def snap(
     system: Usage = SYSTEM,
     origin_annotation: str | None = None,
 ) -> NodeSnapshot:
-    return NodeSnapshot(
-        taken_at=taken_at,
-        capacity=Resources(16000, 64 * GIB),
-        cpus=tuple(range(16)),
-        node_usage=Usage(),
-        hp_usage=Usage(),
-        be_usage=Usage(),
-        system_usage=system,
-        workloads=tuple(workloads),
-        stale=stale or {},
-        origin_annotation=origin_annotation,
-    )
+    return node_snapshot(workloads, taken_at=taken_at, system=system, stale=stale or {},
+                         origin_annotation=origin_annotation)
 
 
 # k8s: 1 + 2 + 3 = 6 cores; YARN: 1 (AM) + 2 + 2 = 5 cores; origin 8 cores.

@@ -18,6 +18,7 @@ from kit.fakes.apiserver import FakeApiServer
 from kit.fakes.kubelet import FakeKubelet
 from kit.fakes.nodemanager import FakeNodeManager
 from kit.realcg import RealRoot
+from kit.snapshot import node_snapshot
 from kubernetes import client
 from overcommitkit import C1, C2, C3, containers, overcommitted_node, pods
 
@@ -43,7 +44,7 @@ from qos.batch import (
     parse_third_party_allocations,
     yarn_requested,
 )
-from qos.model import NodeSnapshot, Resources, Source, Usage
+from qos.model import NodeSnapshot, Resources, Source
 
 pytestmark = pytest.mark.cgroups
 
@@ -62,17 +63,7 @@ def _snapshot(*results: object, at: float) -> NodeSnapshot:
         for name, r in zip(("kubelet", "yarn"), results, strict=True)  # type: ignore[attr-defined]
         if r.stale_reason
     }  # type: ignore[attr-defined]
-    return NodeSnapshot(
-        taken_at=at,
-        capacity=Resources(16000, 64 * GIB),
-        cpus=tuple(range(16)),
-        node_usage=Usage(),
-        hp_usage=Usage(),
-        be_usage=Usage(),
-        system_usage=Usage(),
-        workloads=workloads,
-        stale=stale,
-    )
+    return node_snapshot(workloads, taken_at=at, stale=stale)
 
 
 async def test_k8s_6_plus_yarn_5_against_origin_8(

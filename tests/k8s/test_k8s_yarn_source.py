@@ -17,6 +17,7 @@ from kit.clock import FakeClock
 from kit.fakes.kubelet import FakeKubelet
 from kit.fakes.nodemanager import FakeNodeManager
 from kit.realcg import RealRoot
+from kit.snapshot import node_snapshot
 
 from agent.config.sources import KubeletConfig, NodeManagerConfig
 from agent.sources.kubelet import KubeletSource
@@ -32,7 +33,7 @@ from cgroups.reader import CgroupReader
 from qos.actions import Evict
 from qos.batch import BatchConfig, BatchState, decide_batch, yarn_requested
 from qos.ids import IdError, parse_app_id, parse_container_id
-from qos.model import NodeSnapshot, Resources, Source, Tier, Usage
+from qos.model import NodeSnapshot, Resources, Source, Tier
 
 MIB = 1 << 20
 TS = 1700000000000
@@ -301,17 +302,7 @@ async def test_discovered_through_the_kubelet(clock: FakeClock, tmp_path: Path) 
 
 
 def _snapshot(workloads: tuple, stale: dict[str, str]) -> NodeSnapshot:  # type: ignore[type-arg]
-    return NodeSnapshot(
-        taken_at=0.0,
-        capacity=Resources(16000, 1 << 36),
-        cpus=(0, 1),
-        node_usage=Usage(),
-        hp_usage=Usage(),
-        be_usage=Usage(),
-        system_usage=Usage(),
-        workloads=workloads,
-        stale=stale,
-    )
+    return node_snapshot(workloads, capacity=Resources(16000, 1 << 36), cpus=(0, 1), stale=stale)
 
 
 @pytest.mark.parametrize(

@@ -8,6 +8,7 @@ import dataclasses
 import json
 
 import pytest
+from kit.snapshot import node_snapshot
 
 from qos.actions import Evict, Hold
 from qos.batch import BatchConfig, BatchPolicy, BatchState, decide_batch
@@ -69,18 +70,8 @@ WORKLOADS = (
 
 
 def _snap(at: float, annotation: str | None, report_age: float | None) -> NodeSnapshot:
-    return NodeSnapshot(
-        taken_at=at,
-        capacity=Resources(16000, 64 * GIB),
-        cpus=tuple(range(16)),
-        node_usage=Usage(),
-        hp_usage=Usage(),
-        be_usage=Usage(),
-        system_usage=Usage(1000.0, 2 * GIB),
-        workloads=WORKLOADS,
-        origin_annotation=annotation,
-        usage_report_age_s=report_age,
-    )
+    return node_snapshot(WORKLOADS, taken_at=at, system=Usage(1000.0, 2 * GIB), origin_annotation=annotation,
+                         usage_report_age_s=report_age)
 
 
 def _evicts(actions: list[object]) -> list[str]:
