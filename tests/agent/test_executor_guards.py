@@ -7,12 +7,14 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+from kit.snapshot import node_snapshot
+
 from agent.executors.apply import ActionExecutor, EvictOutcome
 from agent.published import ActionRecord
 from cgroups.discovery import Hierarchy
 from cgroups.writer import CgroupWriter
 from qos.actions import Evict, EvictReason, Hold
-from qos.model import NodeSnapshot, Resources, Source, Tier, Usage, Workload
+from qos.model import NodeSnapshot, Resources, Source, Tier, Workload
 
 
 class Recorder:
@@ -32,9 +34,7 @@ def _w(key: str, be: bool = True) -> Workload:
 
 
 def _snap(*ws: Workload, stale: dict[str, str] | None = None) -> NodeSnapshot:
-    return NodeSnapshot(taken_at=0.0, capacity=Resources(2000, 1 << 30), cpus=(0, 1), node_usage=Usage(),
-                        hp_usage=Usage(), be_usage=Usage(), system_usage=Usage(), workloads=ws,
-                        stale=stale or {})
+    return node_snapshot(ws, capacity=Resources(2000, 1 << 30), cpus=(0, 1), stale=stale or {})
 
 
 def _executor(tmp_path: Path, rec: Recorder, *, dry_run: bool = False, burst: int = 5,

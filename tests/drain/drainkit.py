@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 
+from kit.snapshot import node_snapshot
+
 from agent.decommission.controller import DrainController
 from qos.actions import Action
 from qos.admission import BatchBudget
@@ -28,8 +30,7 @@ def hp(name: str) -> Workload:
 
 
 def snapshot(*workloads: Workload, at: float = 1000.0, stale: dict[str, str] | None = None) -> NodeSnapshot:
-    return NodeSnapshot(taken_at=at, capacity=CAPACITY, cpus=(0, 1), node_usage=Usage(), hp_usage=Usage(),
-                        be_usage=Usage(), system_usage=Usage(), workloads=tuple(workloads), stale=stale or {})
+    return node_snapshot(workloads, taken_at=at, capacity=CAPACITY, cpus=(0, 1), stale=stale or {})
 
 
 def with_drain(ctl: DrainController, snap: NodeSnapshot) -> NodeSnapshot:

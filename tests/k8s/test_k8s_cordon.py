@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from kit.fakes.apiserver import FakeApiServer
+from kit.snapshot import node_snapshot
 from kubernetes import client
 
 from agent.config.sources import KubeApiConfig
@@ -15,11 +16,10 @@ from agent.decommission.controller import request_drain, request_recommission
 from agent.reporting.cordon import CORDON_ANNOTATION, DrainCordon
 from agent.sources.kubeapi import make_api_client
 from agent.state import Ledger, LedgerConfig
-from qos.model import NodeSnapshot, Resources, Usage
+from qos.model import Resources
 
 FIX = Path(__file__).resolve().parent.parent / "fixtures"
-SNAP = NodeSnapshot(taken_at=0.0, capacity=Resources(2000, 1 << 30), cpus=(0, 1), node_usage=Usage(),
-                    hp_usage=Usage(), be_usage=Usage(), system_usage=Usage(), workloads=())
+SNAP = node_snapshot(capacity=Resources(2000, 1 << 30), cpus=(0, 1))
 
 
 async def _tick(hook: DrainCordon) -> None:

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from kit.fakes.apiserver import FakeApiServer
 from kit.fakes.tls import TlsFiles
+from kit.snapshot import node_snapshot
 from kubernetes import client
 
 from agent.config.sources import KubeApiConfig
@@ -22,7 +23,7 @@ from agent.sources.kubeapi import make_api_client
 from agent.sources.kubelet import parse_pod_list
 from agent.state import Ledger, LedgerConfig
 from cgroups.layout import Layout
-from qos.model import NodeSnapshot, Resources, Usage, Workload
+from qos.model import NodeSnapshot, Resources, Workload
 
 FIX = Path(__file__).resolve().parent.parent / "fixtures"
 
@@ -42,9 +43,7 @@ def api(pods: list[Workload], tls_files: TlsFiles) -> Iterator[FakeApiServer]:
 
 
 def _snap(ws: list[Workload]) -> NodeSnapshot:
-    return NodeSnapshot(taken_at=0.0, capacity=Resources(8000, 16 << 30), cpus=tuple(range(8)),
-                        node_usage=Usage(), hp_usage=Usage(), be_usage=Usage(), system_usage=Usage(),
-                        workloads=tuple(ws))
+    return node_snapshot(ws, capacity=Resources(8000, 16 << 30), cpus=tuple(range(8)))
 
 
 async def _settle(hook: DrainPodEvents) -> None:

@@ -9,6 +9,8 @@ from __future__ import annotations
 import dataclasses
 import json
 
+from kit.snapshot import node_snapshot
+
 from qos.actions import Evict, Hold
 from qos.admission import AdmissionFacts, Refusal, admit
 from qos.batch import BatchConfig, BatchState, decide_batch, ledger_view
@@ -34,10 +36,8 @@ def yarn(seq: int, cores: int, started: float) -> Workload:
 
 def snap(workloads: list[Workload], stale: dict[str, str] | None = None,
          origin_annotation: str | None = None) -> NodeSnapshot:
-    return NodeSnapshot(taken_at=1000.0, capacity=Resources(16000, 64 * GIB), cpus=tuple(range(16)),
-                        node_usage=Usage(), hp_usage=Usage(), be_usage=Usage(),
-                        system_usage=Usage(1000.0, 2 * GIB), workloads=tuple(workloads), stale=stale or {},
-                        origin_annotation=origin_annotation)
+    return node_snapshot(workloads, taken_at=1000.0, system=Usage(1000.0, 2 * GIB), stale=stale or {},
+                         origin_annotation=origin_annotation)
 
 YARN_ENTRIES = ("coloc-agent-yarn", "hadoop-yarn")  # ours and koord-yarn-operator's: the YARN we count
 

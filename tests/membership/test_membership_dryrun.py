@@ -11,6 +11,7 @@ import time
 
 import pytest
 from kit.realcg import RealRoot
+from kit.snapshot import node_snapshot
 
 from agent.config.agent import AgentConfig, CgroupConfig, EvictionConfig, LoopConfig, NodeConfig, StateConfig
 from agent.daemon.runtime import build
@@ -18,14 +19,13 @@ from agent.executors.apply import ActionExecutor
 from agent.published import ActionRecord
 from cgroups.writer import CgroupWriter
 from qos.actions import Action, SetBeCpuIdle, SetBeCpuQuota, SetBeCpuset
-from qos.model import NodeSnapshot, Resources, Usage
+from qos.model import NodeSnapshot, Resources
 
 pytestmark = pytest.mark.cgroups
 
 
 def _snap() -> NodeSnapshot:
-    return NodeSnapshot(taken_at=0.0, capacity=Resources(2000, 1 << 30), cpus=(0, 1), node_usage=Usage(),
-                        hp_usage=Usage(), be_usage=Usage(), system_usage=Usage(), workloads=())
+    return node_snapshot(capacity=Resources(2000, 1 << 30), cpus=(0, 1))
 
 
 def _files(real_root: RealRoot) -> tuple[str, ...]:

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from kit.snapshot import node_snapshot
 
 from qos.membership import Membership, decide_membership, protected_children, split_quota, tier_level
-from qos.model import NodeSnapshot, Resources, Source, Tier, Usage, Workload
+from qos.model import NodeSnapshot, Resources, Source, Tier, Workload
 
 TIER = "besteffort"
 
@@ -17,9 +18,7 @@ def _w(key: str, cgroup: str, *, be: bool = True, protected: bool = False,
 
 
 def _snap(*ws: Workload, stale: dict[str, str] | None = None) -> NodeSnapshot:
-    return NodeSnapshot(taken_at=0.0, capacity=Resources(4000, 1 << 30), cpus=(0, 1, 2, 3),
-                        node_usage=Usage(), hp_usage=Usage(), be_usage=Usage(), system_usage=Usage(),
-                        workloads=ws, stale=stale or {})
+    return node_snapshot(ws, capacity=Resources(4000, 1 << 30), cpus=(0, 1, 2, 3), stale=stale or {})
 
 
 KUBE_PROXY = _w("k8s/kp", "besteffort/podkp", protected=True)

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from kit.poll import window
 from kit.realcg import RealRoot, need_v1
+from kit.snapshot import node_snapshot
 
 from agent.daemon.collector import Collector, TierPaths
 from agent.executors.apply import ActionExecutor
@@ -24,7 +25,7 @@ from cgroups.parsers import parse_cpuset
 from cgroups.reader import CgroupReader
 from cgroups.writer import CgroupWriter
 from qos.actions import SetBeCpuIdle, SetBeCpuQuota, SetBeCpuset
-from qos.model import NodeSnapshot, Resources, Source, Tier, Usage, Workload
+from qos.model import NodeSnapshot, Resources, Source, Tier, Workload
 
 pytestmark = pytest.mark.cgroups
 
@@ -68,9 +69,7 @@ def _w(key: str, cgroup: str, *, protected: bool = False, source: Source = Sourc
 
 
 def _snap(cpus: tuple[int, ...], *ws: Workload) -> NodeSnapshot:
-    return NodeSnapshot(taken_at=time.time(), capacity=Resources(1000 * len(cpus), 1 << 30), cpus=cpus,
-                        node_usage=Usage(), hp_usage=Usage(), be_usage=Usage(), system_usage=Usage(),
-                        workloads=ws)
+    return node_snapshot(ws, taken_at=time.time(), capacity=Resources(1000 * len(cpus), 1 << 30), cpus=cpus)
 
 
 def _node(real_root: RealRoot) -> tuple[int, ...]:

@@ -7,9 +7,10 @@ import dataclasses
 import itertools
 
 import pytest
+from kit.snapshot import node_snapshot
 
 from qos.actions import Hold, SetBeEgressCeiling, SetBeEgressSources
-from qos.model import NetworkSample, NodeSnapshot, Resources, Usage
+from qos.model import NetworkSample, NodeSnapshot, Resources
 from qos.network import NetworkPolicy, NetworkPolicyConfig, NetworkState, decide
 from qos.policies import PolicyConfig
 from qos.registry import build_pipeline
@@ -23,9 +24,8 @@ def snap(hp: float | None, be: float | None = 0.0, *, t: float = 100.0, ceil: in
          have: frozenset[str] = frozenset(), interval: float = 1.0) -> NodeSnapshot:
     net = NetworkSample(link_bps=LINK, hp_bps=hp, be_bps=be, be_ceil_bps=ceil, be_rate_bps=rate, owned=owned,
                         root="ours htb c01c:0", be_addresses=want, classified=have, age_s=age)
-    return NodeSnapshot(taken_at=t, capacity=Resources(2000, 1 << 30), cpus=(0, 1), node_usage=Usage(),
-                        hp_usage=Usage(), be_usage=Usage(), system_usage=Usage(), workloads=(),
-                        interval_s=interval, network=net)
+    return node_snapshot(taken_at=t, capacity=Resources(2000, 1 << 30), cpus=(0, 1), interval_s=interval,
+                         network=net)
 
 
 def ceilings(actions: list[object]) -> list[int]:

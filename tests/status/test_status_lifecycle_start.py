@@ -8,13 +8,14 @@ from pathlib import Path
 
 import pytest
 import yaml
+from kit.snapshot import node_snapshot
 
 from agent.config.agent import ConfigError, StateConfig, load_config
 from agent.state import lifecycle
 from agent.state.ledger import Ledger, LedgerConfig
 from agent.state.lifecycle import Trigger
 from agent.state.records import AdmitRequest, DrainStatus, Lifecycle, NodeRecord
-from qos.model import NodeSnapshot, Resources, Source, Usage
+from qos.model import Resources, Source
 
 R, S = Lifecycle.RECOVERING, Lifecycle.SCHEDULABLE
 DING, DED = Lifecycle.DECOMMISSIONING, Lifecycle.DECOMMISSIONED
@@ -31,8 +32,7 @@ def test_start_state(persisted: Lifecycle | None, await_ack: bool, want: Lifecyc
 
 
 def _budgeted(ledger: Ledger) -> Ledger:
-    snap = NodeSnapshot(taken_at=1.0, capacity=Resources(2000, 2 << 30), cpus=(0, 1), node_usage=Usage(),
-                        hp_usage=Usage(), be_usage=Usage(), system_usage=Usage(), workloads=(), stale={})
+    snap = node_snapshot(taken_at=1.0, capacity=Resources(2000, 2 << 30), cpus=(0, 1), stale={})
     ledger.sync(snap, Resources(1000, 1 << 30), 1.0)
     return ledger
 
