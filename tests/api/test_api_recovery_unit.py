@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from kit.api import app_id, cid, short_dir
+from kit.snapshot import node_snapshot
 
 from agent.api.server import start_api_server
 from agent.cli.recover import cluster_json, main, read_agents
@@ -20,7 +21,7 @@ from agent.recovery import Cluster, NodeState, ProtocolError, Recovery, Recovery
 from agent.recovery.yunikorn import si_messages
 from agent.state import Event, EventType, Ledger, LedgerConfig, LedgerView, Lifecycle
 from agent.state.records import Allocation, Application, Identity, NodeRecord, Phase
-from qos.model import NodeSnapshot, Resources, Source, Tier, Usage, Workload
+from qos.model import NodeSnapshot, Resources, Source, Tier, Workload
 
 
 def alloc(app: int, seq: int, rev: int) -> Allocation:
@@ -71,16 +72,7 @@ def test_cache_applies_in_order_and_counts_each_key_once() -> None:
 
 
 def _snap(ws: list[Workload]) -> NodeSnapshot:
-    return NodeSnapshot(
-        taken_at=time.time(),
-        capacity=Resources(4000, 8 << 30),
-        cpus=(0,),
-        node_usage=Usage(),
-        hp_usage=Usage(),
-        be_usage=Usage(),
-        system_usage=Usage(),
-        workloads=tuple(ws),
-    )
+    return node_snapshot(ws, taken_at=time.time(), capacity=Resources(4000, 8 << 30), cpus=(0,))
 
 
 def _w(app: int, seq: int) -> Workload:

@@ -26,6 +26,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from kit.api import Mirror, app_id, cid, short_dir
 from kit.poll import until
+from kit.snapshot import node_snapshot
 
 from agent.api import convert
 from agent.api.client import AgentCallError, AgentClient, Marker
@@ -36,7 +37,7 @@ from agent.config.api import ApiConfig
 from agent.published import ActionRecord, Board, Published
 from agent.state import AdmitRequest, EventType, Ledger, LedgerConfig, Lifecycle, Phase, Refusal
 from agent.state.persist import StateStore
-from qos.model import NodeSnapshot, Resources, Source, Tier, Usage, Workload
+from qos.model import NodeSnapshot, Resources, Source, Tier, Workload
 
 BATCH = Resources(2000, 4 << 30)
 
@@ -58,16 +59,7 @@ def workload(app: int, seq: int, cpu: int = 100, terminating: bool = False) -> W
 
 
 def snap(ws: list[Workload]) -> NodeSnapshot:
-    return NodeSnapshot(
-        taken_at=time.time(),
-        capacity=Resources(4000, 8 << 30),
-        cpus=(0, 1),
-        node_usage=Usage(),
-        hp_usage=Usage(),
-        be_usage=Usage(),
-        system_usage=Usage(),
-        workloads=tuple(ws),
-    )
+    return node_snapshot(ws, taken_at=time.time(), capacity=Resources(4000, 8 << 30), cpus=(0, 1))
 
 
 def admit_req(app: int, seq: int, cpu: int = 300) -> AdmitRequest:

@@ -11,11 +11,12 @@ from typing import Any
 
 import pytest
 import yaml
+from kit.snapshot import node_snapshot
 from prometheus_client import generate_latest
 
 from agent.metrics import LedgerFigures, MetricsConfig, MetricsHub
 from agent.published import Board, Published
-from qos.model import BeTierState, NodeSnapshot, Resources, Usage
+from qos.model import BeTierState, Resources, Usage
 
 PROM = Path(__file__).resolve().parents[2] / "deploy" / "prometheus"
 RULES = PROM / "rules" / "coloc-agent.rules.yml"
@@ -79,18 +80,9 @@ def test_every_alert_is_tested_firing_and_quiet() -> None:
 
 def test_every_metric_the_rules_use_is_exported_by_the_agent() -> None:
     board = Board()
-    snap = NodeSnapshot(
-        taken_at=0.0,
-        capacity=Resources(2000, 1 << 30),
-        cpus=(0, 1),
-        node_usage=Usage(1000.0, 1),
-        hp_usage=Usage(500.0, 1, 0.0),
-        be_usage=Usage(0.0, 0),
-        system_usage=Usage(0.0, 0),
-        workloads=(),
-        be_tier=BeTierState(cpuset=(1,)),
-        stale={"kubelet": "timeout"},
-    )
+    snap = node_snapshot(capacity=Resources(2000, 1 << 30), cpus=(0, 1), node=Usage(1000.0, 1),
+                         hp=Usage(500.0, 1, 0.0), be=Usage(0.0, 0), system=Usage(0.0, 0),
+                         be_tier=BeTierState(cpuset=(1,)), stale={"kubelet": "timeout"})
     board.publish(
         Published(
             tick=1,

@@ -15,13 +15,14 @@ import pytest
 from kit.clock import FakeClock
 from kit.fakes.kubelet import FakeKubelet
 from kit.fakes.tls import TlsFiles
+from kit.snapshot import node_snapshot
 
 from agent.config.sources import KubeletConfig
 from agent.sources.kubelet import KubeletSource, PodListError, parse_pod_list
 from cgroups.layout import Layout
 from qos.actions import Evict
 from qos.batch import BatchConfig, BatchState, decide_batch
-from qos.model import NodeSnapshot, Resources, Tier, Usage
+from qos.model import NodeSnapshot, Resources, Tier
 
 GIB = 1 << 30
 MIB = 1 << 20
@@ -206,17 +207,7 @@ def _stale_snapshot(stale: dict[str, str]) -> NodeSnapshot:
             "k8s/a", "a", Source.K8S, Tier.BESTEFFORT, True, 5000, "besteffort/poda", Resources(9000, 0)
         ),
     )
-    return NodeSnapshot(
-        taken_at=0.0,
-        capacity=Resources(16000, 64 * GIB),
-        cpus=(0, 1),
-        node_usage=Usage(),
-        hp_usage=Usage(),
-        be_usage=Usage(),
-        system_usage=Usage(),
-        workloads=ws,
-        stale=stale,
-    )
+    return node_snapshot(ws, cpus=(0, 1), stale=stale)
 
 
 @pytest.mark.parametrize(

@@ -18,8 +18,9 @@ from agent.config.network import NetworkConfig
 from agent.executors.htb import EgressShaper
 from agent.published import ActionRecord, Outcome
 from kit.bench import Unmeasurable
+from kit.snapshot import node_snapshot
 from qos.actions import SetBeEgressCeiling, SetBeEgressSources
-from qos.model import NodeSnapshot, Resources, Usage
+from qos.model import NodeSnapshot, Resources
 from qos.network import NetworkPolicy, NetworkPolicyConfig
 
 HP4, BE4, FAR4 = "198.18.0.1", "198.18.0.2", "198.18.0.100"
@@ -95,9 +96,8 @@ async def ping_p99(t: Topology, count: int, what: str, delay: float = 0.0) -> fl
 
 
 def snapshot(sample: Any, interval: float) -> NodeSnapshot:
-    return NodeSnapshot(taken_at=time.time(), capacity=Resources(), cpus=(), node_usage=Usage(),
-                        hp_usage=Usage(), be_usage=Usage(), system_usage=Usage(), workloads=(),
-                        interval_s=interval, network=sample)
+    return node_snapshot(taken_at=time.time(), capacity=Resources(), cpus=(), interval_s=interval,
+                         network=sample)
 
 
 class Loop:

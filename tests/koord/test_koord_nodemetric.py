@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from kit.fakes.apiserver import FakeApiServer, schema_errors
+from kit.snapshot import node_snapshot
 from kubernetes import client
 
 from agent.config.sources import KubeApiConfig, NodeMetricConfig
@@ -19,7 +20,7 @@ from agent.reporting.nodemetric import MetricOutcome, NodeMetricReporter
 from agent.reporting.nodemetric_status import collect_policy
 from agent.sources.kubeapi import make_api_client
 from agent.sources.result import PodInfo
-from qos.model import NodeSnapshot, Resources, Source, Tier, Usage, Workload
+from qos.model import Resources, Source, Tier, Usage, Workload
 
 FIX = Path(__file__).resolve().parent.parent / "fixtures"
 GIB = 1 << 30
@@ -84,17 +85,7 @@ def _pub(at: float, stale: dict[str, str] | None = None) -> Published:
         Resources(1000, GIB),
         usage=Usage(300.0, GIB // 2),
     )
-    snap = NodeSnapshot(
-        taken_at=at,
-        capacity=Resources(16000, 64 * GIB),
-        cpus=tuple(range(16)),
-        node_usage=Usage(2500.0, 6 * GIB),
-        hp_usage=Usage(),
-        be_usage=Usage(),
-        system_usage=Usage(),
-        workloads=(pod, yarn),
-        stale=stale or {},
-    )
+    snap = node_snapshot((pod, yarn), taken_at=at, node=Usage(2500.0, 6 * GIB), stale=stale or {})
     return Published(
         tick=1,
         tick_started_at=at,

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import time
 
+from kit.snapshot import node_snapshot
+
 from agent.published import ActionRecord, Counters, Published
 from qos.actions import EvictReason, SetBeCpuset
 from qos.model import BeTierState, NodeSnapshot, Resources, Source, Tier, Usage, Workload
@@ -45,19 +47,16 @@ def small_node(now: float | None = None) -> NodeSnapshot:
         workload(4, milli_cpu=200, memory=128 << 20, requests=Resources(500, GiB // 2)),
         workload(5, source=Source.YARN, milli_cpu=250, memory=512 << 20, requests=Resources(2000, 2 * GiB)),
     )
-    return NodeSnapshot(
-        taken_at=time.time() if now is None else now,
-        capacity=Resources(4000, 8 * GiB),
-        cpus=(0, 1, 2, 3),
-        node_usage=Usage(milli_cpu=3000, memory_working_set_bytes=5 * GiB),
-        hp_usage=Usage(milli_cpu=2000, memory_working_set_bytes=3 * GiB, cpu_throttled_ratio=0.02),
-        be_usage=Usage(milli_cpu=750, memory_working_set_bytes=896 << 20, cpu_throttled_ratio=0.0),
-        system_usage=Usage(milli_cpu=250, memory_working_set_bytes=1 * GiB),
-        workloads=wl,
-        be_tier=BeTierState(cpuset=(3,), quota_milli_cpu=None, cpu_idle=True, memory_high_bytes=2 * GiB),
-        hp_cpu_pressure_some_avg10=1.5,
-        stale={"yarn": "NodeManager REST timed out"},
-    )
+    return node_snapshot(wl, taken_at=time.time() if now is None else now,
+                         capacity=Resources(4000, 8 * GiB), cpus=(0, 1, 2, 3),
+                         node=Usage(milli_cpu=3000, memory_working_set_bytes=5 * GiB),
+                         hp=Usage(milli_cpu=2000, memory_working_set_bytes=3 * GiB, cpu_throttled_ratio=0.02),
+                         be=Usage(milli_cpu=750, memory_working_set_bytes=896 << 20, cpu_throttled_ratio=0.0),
+                         system=Usage(milli_cpu=250, memory_working_set_bytes=1 * GiB),
+                         be_tier=BeTierState(cpuset=(3,), quota_milli_cpu=None, cpu_idle=True,
+                                             memory_high_bytes=2 * GiB),
+                         hp_cpu_pressure_some_avg10=1.5,
+                         stale={"yarn": "NodeManager REST timed out"})
 
 
 def publication(

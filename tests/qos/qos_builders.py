@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import TypeVar
 
+from kit.snapshot import node_snapshot
+
 from qos.actions import Action, Evict, Hold, SetBeCpuIdle, SetBeCpuQuota, SetBeCpuset
 from qos.model import BeTierState, NodeSnapshot, Resources, Source, Tier, Usage, Workload
 
@@ -71,20 +73,15 @@ def snapshot(
     interval: float = 1.0,
 ) -> NodeSnapshot:
     cpu_ids = tuple(range(cpus)) if isinstance(cpus, int) else cpus
-    return NodeSnapshot(
-        taken_at=t,
-        capacity=Resources(len(cpu_ids) * 1000 if capacity_cpu is None else capacity_cpu, capacity_mem),
-        cpus=cpu_ids,
-        node_usage=Usage(milli_cpu=None, memory_working_set_bytes=node_mem),
-        hp_usage=Usage(milli_cpu=hp_cpu),
-        be_usage=Usage(milli_cpu=be_cpu),
-        system_usage=Usage(milli_cpu=system_cpu),
-        workloads=tuple(workloads),
-        be_tier=be_tier or BeTierState(),
-        hp_cpu_pressure_some_avg10=psi,
-        stale=dict(stale or {}),
-        interval_s=interval,
-    )
+    return node_snapshot(workloads, taken_at=t,
+                         capacity=Resources(len(cpu_ids) * 1000 if capacity_cpu is None else capacity_cpu,
+                                            capacity_mem),
+                         cpus=cpu_ids,
+                         node=Usage(milli_cpu=None, memory_working_set_bytes=node_mem),
+                         hp=Usage(milli_cpu=hp_cpu), be=Usage(milli_cpu=be_cpu),
+                         system=Usage(milli_cpu=system_cpu), be_tier=be_tier or BeTierState(),
+                         hp_cpu_pressure_some_avg10=psi, stale=dict(stale or {}),
+                         interval_s=interval)
 
 
 def of_type(actions: Iterable[Action], kind: type[T]) -> list[T]:

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from kit.fakes.kubelet import FakeKubelet
+from kit.snapshot import node_snapshot
 
 from agent.config.sources import KubeletConfig
 from agent.sources.kubelet import KubeletSource
@@ -60,9 +61,8 @@ def with_usage(workloads: tuple[Workload, ...], *, mem: int = GIB,
 
 def snapshot(workloads: tuple[Workload, ...], *, at: float, node_mem: int = 0, be_cpu: float = 0.0,
              be_tier: BeTierState | None = None) -> NodeSnapshot:
-    return NodeSnapshot(
-        taken_at=at, capacity=Resources(8000, 16 * GIB), cpus=tuple(range(8)),
-        node_usage=Usage(milli_cpu=4000.0, memory_working_set_bytes=node_mem),
-        hp_usage=Usage(milli_cpu=1000.0), be_usage=Usage(milli_cpu=be_cpu),
-        system_usage=Usage(milli_cpu=200.0),
-        workloads=workloads, be_tier=be_tier or BeTierState(), interval_s=1.0)
+    return node_snapshot(workloads, taken_at=at, capacity=Resources(8000, 16 * GIB), cpus=tuple(range(8)),
+                         node=Usage(milli_cpu=4000.0, memory_working_set_bytes=node_mem),
+                         hp=Usage(milli_cpu=1000.0), be=Usage(milli_cpu=be_cpu),
+                         system=Usage(milli_cpu=200.0), be_tier=be_tier or BeTierState(),
+                         interval_s=1.0)

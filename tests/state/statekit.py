@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from kit.snapshot import node_snapshot
+
 from agent.state import Event, EventType, LedgerView
 from agent.state.records import Allocation, Application, NodeRecord
-from qos.model import NodeSnapshot, Resources, Source, Tier, Usage, Workload
+from qos.model import NodeSnapshot, Resources, Source, Tier, Workload
 
 CAP = Resources(4000, 8 << 30)
 APP_TS = "1700000000000"
@@ -71,17 +73,8 @@ def hp(name: str) -> Workload:
 def snapshot(
     workloads: Iterable[Workload], stale: dict[str, str] | None = None, capacity: Resources = CAP
 ) -> NodeSnapshot:
-    return NodeSnapshot(
-        taken_at=1000.0,
-        capacity=capacity,
-        cpus=(0, 1, 2, 3),
-        node_usage=Usage(),
-        hp_usage=Usage(),
-        be_usage=Usage(),
-        system_usage=Usage(),
-        workloads=tuple(workloads),
-        stale=stale or {},
-    )
+    return node_snapshot(workloads, taken_at=1000.0, capacity=capacity, cpus=(0, 1, 2, 3),
+                         stale=stale or {})
 
 
 class Replica:

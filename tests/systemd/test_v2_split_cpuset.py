@@ -14,12 +14,13 @@ import time
 
 import pytest
 from kit.realcg import RealRoot
+from kit.snapshot import node_snapshot
 
 from agent.executors.apply import ActionExecutor
 from cgroups.parsers import parse_cpuset
 from cgroups.writer import CgroupWriter
 from qos.actions import SetBeCpuset
-from qos.model import NodeSnapshot, Resources, Source, Tier, Usage, Workload
+from qos.model import NodeSnapshot, Resources, Source, Tier, Workload
 
 pytestmark = [pytest.mark.guest, pytest.mark.cgroups]
 
@@ -32,9 +33,7 @@ def _w(key: str, cgroup: str, protected: bool = False) -> Workload:
 
 
 def _snap(cpus: tuple[int, ...], *ws: Workload) -> NodeSnapshot:
-    return NodeSnapshot(taken_at=time.time(), capacity=Resources(1000 * len(cpus), 1 << 30), cpus=cpus,
-                        node_usage=Usage(), hp_usage=Usage(), be_usage=Usage(), system_usage=Usage(),
-                        workloads=ws)
+    return node_snapshot(ws, taken_at=time.time(), capacity=Resources(1000 * len(cpus), 1 << 30), cpus=cpus)
 
 
 def test_v2_cuts_only_the_tier_or_the_members_and_gives_cut_children_their_cpus_back(

@@ -17,6 +17,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kit.snapshot import node_snapshot
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -33,7 +34,7 @@ from cgroups.discovery import Hierarchy
 from cgroups.writer import CgroupWriter
 from qos.actions import Action, Evict, EvictReason
 from qos.admission import BatchBudget
-from qos.model import NodeSnapshot, Resources, Source, Tier, Usage, Workload
+from qos.model import NodeSnapshot, Resources, Source, Tier, Workload
 from qos.pipeline import Pipeline, Policy
 from qos.registry import BeCpuGrant, NodeOutputs
 
@@ -63,9 +64,7 @@ class Collected:
     def collect(self, workloads: Iterable[Workload], terminating: frozenset[str], stale: dict[str, str],
                 now: float) -> NodeSnapshot:
         ws = tuple(dataclasses.replace(w, terminating=w.key in terminating) for w in workloads)
-        return NodeSnapshot(taken_at=now, capacity=Resources(4000, 8 << 30), cpus=(0, 1), node_usage=Usage(),
-                            hp_usage=Usage(), be_usage=Usage(), system_usage=Usage(), workloads=ws,
-                            stale=stale)
+        return node_snapshot(ws, taken_at=now, capacity=Resources(4000, 8 << 30), cpus=(0, 1), stale=stale)
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ import pytest
 from kit.clock import FakeClock
 from kit.fakes.nodemanager import FakeNodeManager
 from kit.realcg import RealRoot
+from kit.snapshot import node_snapshot
 
 from agent.config.sources import NodeManagerConfig
 from agent.sources.result import SourceResult
@@ -26,7 +27,7 @@ from cgroups.layout import Layout
 from cgroups.reader import CgroupReader
 from qos.actions import Evict
 from qos.batch import BatchConfig, BatchState, decide_batch, ledger_view, yarn_requested
-from qos.model import NodeSnapshot, Resources, Usage, Workload
+from qos.model import NodeSnapshot, Resources, Workload
 
 MIB = 1 << 20
 GIB = 1 << 30
@@ -57,9 +58,7 @@ def _no_cgroups(rel: str) -> list[str]:
 
 
 def _snapshot(workloads: tuple[Workload, ...], at: float = 100.0) -> NodeSnapshot:
-    return NodeSnapshot(taken_at=at, capacity=Resources(16000, 64 * GIB), cpus=(0, 1), node_usage=Usage(),
-                        hp_usage=Usage(), be_usage=Usage(), system_usage=Usage(), workloads=workloads,
-                        stale={})
+    return node_snapshot(workloads, taken_at=at, cpus=(0, 1), stale={})
 
 
 async def _read(fixture_dir: Path, children: Callable[[str], list[str]] = _no_cgroups,
