@@ -15,7 +15,7 @@ import pytest_asyncio
 from hypothesis import given
 from hypothesis import strategies as st
 from kit.api import short_dir
-from test_api_server import BATCH, Served, admit_req, serve, snap, workload
+from servekit import BATCH, Served, admit_req, serve, snap, workload
 
 from agent.api import convert
 from agent.api.client import AgentClient

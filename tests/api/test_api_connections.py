@@ -27,7 +27,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from h2.settings import SettingCodes
 from kit.api import short_dir
 from kit.poll import until
-from test_api_server import admit_req, expect_error, serve
+from servekit import admit_req, expect_error, serve
 
 from agent.api.client import AgentCallError, AgentClient
 from agent.api.coloc.v1 import agent_pb2 as pb

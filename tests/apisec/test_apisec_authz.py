@@ -9,8 +9,6 @@ certificates made here with the openssl CLI.
 
 from __future__ import annotations
 
-import asyncio
-import json
 import logging
 import os
 import stat
@@ -20,8 +18,7 @@ from pathlib import Path
 
 import grpc
 import pytest
-from apiseckit import serving
-from kit.fakes.tls import openssl
+from apiseckit import MUTATIONS, NOBODY, as_user, make_pki, serving
 
 from agent.api.coloc.v1 import agent_pb2 as pb
 from agent.api.coloc.v1 import agent_pb2_grpc as pb_grpc
@@ -29,23 +26,10 @@ from agent.config.api import ApiConfig
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
-NOBODY = 65534
-MUTATIONS = ("Admit", "Drain", "AckRecovery", "Recommission")
 READ_ONLY = {"GetStatus": "OK", "Drain": "PERMISSION_DENIED"}
 
 pytestmark = pytest.mark.skipif(not hasattr(__import__("os"), "getuid") or __import__("os").getuid() != 0,
                                 reason="needs root to run callers as other users")
-
-
-async def as_user(socket_path: str, uid: int, gid: int) -> dict[str, str]:
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, str(HERE / "peer_client.py"), socket_path, str(uid), str(gid), cwd=REPO,
-        env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"},
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
-    out, err = await asyncio.wait_for(proc.communicate(), 60)
-    assert proc.returncode == 0, err.decode()[-2000:]
-    result: dict[str, str] = json.loads(out.decode().strip().splitlines()[-1])
-    return result
 
 
 async def test_a_read_group_member_may_read_but_mutate_on_no_socket_it_can_open(
@@ -119,26 +103,6 @@ def test_tcp_without_tls_and_client_certificates_is_refused_at_start_up(tmp_path
 
 
 
-def make_pki(d: Path) -> None:
-    """A CA, a server certificate for 127.0.0.1, client certificates `scheduler-1` and `intruder`, and a
-    client certificate from another CA."""
-    for ca in ("ca", "other-ca"):
-        openssl("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
-                 "-days", "2", "-subj", f"/CN={ca}", "-keyout", str(d / f"{ca}.key"),
-                 "-out", str(d / f"{ca}.pem"))
-    for name, ca, ext in (("server", "ca", "subjectAltName=IP:127.0.0.1,DNS:localhost"),
-                          ("scheduler-1", "ca", None), ("intruder", "ca", None),
-                          ("stranger", "other-ca", None)):
-        openssl("req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
-                 "-subj", f"/CN={name}",
-                 "-keyout", str(d / f"{name}.key"), "-out", str(d / f"{name}.csr"))
-        extra = []
-        if ext:
-            (d / f"{name}.ext").write_text(ext + "\n")
-            extra = ["-extfile", str(d / f"{name}.ext")]
-        openssl("x509", "-req", "-in", str(d / f"{name}.csr"), "-CA", str(d / f"{ca}.pem"), "-CAkey",
-                 str(d / f"{ca}.key"), "-CAcreateserial", "-days", "2", "-out", str(d / f"{name}.pem"),
-                 *extra)
 
 
 async def _call(address: str, d: Path, client: str | None) -> dict[str, str]:

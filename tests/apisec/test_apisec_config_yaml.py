@@ -17,11 +17,10 @@ from pathlib import Path
 import grpc
 import pytest
 import yaml
-from apiseckit import short_dir
+from apiseckit import MUTATIONS, as_user, make_pki, short_dir
 from kit.agentproc import agent_config, running_agent
 from kit.ports import free_port
 from kit.realcg import RealRoot
-from test_apisec_authz import MUTATIONS, as_user, make_pki
 
 from agent.api.coloc.v1 import agent_pb2 as pb
 from agent.api.coloc.v1 import agent_pb2_grpc as pb_grpc

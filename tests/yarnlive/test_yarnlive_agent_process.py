@@ -18,7 +18,7 @@ from kit.fakes.nodemanager import FakeNodeManager
 from kit.poll import wait
 from kit.ports import free_port
 from kit.realcg import RealRoot
-from test_yarnlive_source import DYING_WITH_STATE, LIVE, LIVE_TOTAL, MIXED, cid
+from yarnkit import DYING_WITH_STATE, LIVE, LIVE_TOTAL, MIXED, cid
 
 from agent.api.client import AgentClient
 from agent.state.records import LedgerView
