@@ -6,7 +6,9 @@ import dataclasses
 import json
 
 import pytest
+from kit.snapshot import k8s_workload as pod
 from kit.snapshot import node_snapshot
+from kit.snapshot import yarn_workload as yarn
 
 from qos.actions import Evict, EvictReason, Hold
 from qos.admission import AdmissionFacts, BatchBudget, Refusal, admit
@@ -23,7 +25,7 @@ from qos.batch import (
     third_party_allocations_json,
     yarn_requested,
 )
-from qos.model import NodeSnapshot, Resources, Source, Tier, Usage, Workload
+from qos.model import NodeSnapshot, Resources, Usage, Workload
 from qos.victims import pick_allocations
 
 GIB = 1 << 30
@@ -31,39 +33,6 @@ TS = 1700000000000
 ORIGIN_8 = json.dumps(
     {"resources": {"kubernetes.io/batch-cpu": "8000", "kubernetes.io/batch-memory": "64Gi"}}
 )
-
-
-def pod(name: str, prio: int, cores: float, started: float, be: bool = True, **kw: object) -> Workload:
-    return Workload(
-        f"k8s/{name}",
-        name,
-        Source.K8S,
-        Tier.BESTEFFORT if be else Tier.BURSTABLE,
-        be,
-        prio,
-        f"besteffort/pod{name}",
-        Resources(int(cores * 1000), GIB),
-        started_at=started,
-        **kw,
-    )  # type: ignore[arg-type]
-
-
-def yarn(seq: int, cores: int, started: float, app: int = 1, prio: int = 5000, **kw: object) -> Workload:
-    cid = f"container_e17_{TS}_{app:04d}_01_{seq:06d}"
-    return Workload(
-        f"yarn/{cid}",
-        cid,
-        Source.YARN,
-        Tier.BESTEFFORT,
-        True,
-        prio,
-        f"besteffort/hadoop-yarn/{cid}",
-        Resources(cores * 1000, GIB),
-        started_at=started,
-        app_id=f"application_{TS}_{app:04d}",
-        container_seq=seq,
-        **kw,
-    )  # type: ignore[arg-type]
 
 
 SYSTEM = Usage(1000.0, 2 * GIB)

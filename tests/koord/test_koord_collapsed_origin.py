@@ -8,11 +8,11 @@ import dataclasses
 import json
 
 import pytest
-from kit.snapshot import node_snapshot
+from kit.snapshot import k8s_workload, node_snapshot, yarn_workload
 
 from qos.actions import Evict, Hold
 from qos.batch import BatchConfig, BatchPolicy, BatchState, decide_batch
-from qos.model import NodeSnapshot, Resources, Source, Tier, Usage, Workload
+from qos.model import NodeSnapshot, Resources, Usage, Workload
 
 GIB = 1 << 30
 TS = 1700000000000
@@ -27,35 +27,7 @@ CFG = BatchConfig(origin="annotation", evict=True)
 
 
 def _pod(name: str, prio: int, cores: int, started: float) -> Workload:
-    return Workload(
-        f"k8s/{name}",
-        name,
-        Source.K8S,
-        Tier.BESTEFFORT,
-        True,
-        prio,
-        f"besteffort/pod{name}",
-        Resources(cores * 1000, GIB),
-        started_at=started,
-        namespace="batch",
-    )
-
-
-def _yarn(seq: int, cores: int, started: float) -> Workload:
-    cid = f"container_e17_{TS}_0001_01_{seq:06d}"
-    return Workload(
-        f"yarn/{cid}",
-        cid,
-        Source.YARN,
-        Tier.BESTEFFORT,
-        True,
-        5000,
-        f"besteffort/hadoop-yarn/{cid}",
-        Resources(cores * 1000, GIB),
-        started_at=started,
-        app_id=f"application_{TS}_0001",
-        container_seq=seq,
-    )
+    return k8s_workload(name, prio, cores, started, namespace="batch")
 
 
 # 6 cores of batch pods and 5 of YARN: under an origin of 8 cores 3 are over; under 0, everything is.
@@ -63,9 +35,9 @@ WORKLOADS = (
     _pod("free-pod", 3500, 1, 100),
     _pod("batch-a", 5500, 2, 110),
     _pod("batch-b", 5500, 3, 120),
-    _yarn(1, 1, 200),
-    _yarn(2, 2, 210),
-    _yarn(3, 2, 220),
+    yarn_workload(1, 1, 200),
+    yarn_workload(2, 2, 210),
+    yarn_workload(3, 2, 220),
 )
 
 

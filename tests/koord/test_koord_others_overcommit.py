@@ -9,29 +9,19 @@ from __future__ import annotations
 import dataclasses
 import json
 
+from kit.snapshot import k8s_workload as pod
 from kit.snapshot import node_snapshot
+from kit.snapshot import yarn_workload as yarn
 
 from qos.actions import Evict, Hold
 from qos.admission import AdmissionFacts, Refusal, admit
 from qos.batch import BatchConfig, BatchState, decide_batch, ledger_view
-from qos.model import NodeSnapshot, Resources, Source, Tier, Usage, Workload
+from qos.model import NodeSnapshot, Resources, Usage, Workload
 
 GIB = 1 << 30
 TS = 1700000000000
 ORIGIN_8 = json.dumps(
     {"resources": {"kubernetes.io/batch-cpu": "8000", "kubernetes.io/batch-memory": "64Gi"}})
-
-
-def pod(name: str, prio: int, cores: int, started: float) -> Workload:
-    return Workload(f"k8s/{name}", name, Source.K8S, Tier.BESTEFFORT, True, prio, f"besteffort/pod{name}",
-                    Resources(cores * 1000, GIB), started_at=started)
-
-
-def yarn(seq: int, cores: int, started: float) -> Workload:
-    cid = f"container_e17_{TS}_0001_01_{seq:06d}"
-    return Workload(f"yarn/{cid}", cid, Source.YARN, Tier.BESTEFFORT, True, 5000,
-                    f"besteffort/hadoop-yarn/{cid}", Resources(cores * 1000, GIB), started_at=started,
-                    app_id=f"application_{TS}_0001", container_seq=seq)
 
 
 def snap(workloads: list[Workload], stale: dict[str, str] | None = None,
