@@ -21,10 +21,14 @@ pytestmark = [pytest.mark.cgroups, pytest.mark.slow, pytest.mark.xdist_group("be
 
 def test_batch_limits_bench_quick_mode_prints_its_figures(real_root: RealRoot) -> None:
     # real_root only gates the run: it skips (or fails under COLOC_REQUIRE_CGROUPS=1) without writable cgroups
-    run = subprocess.run([sys.executable, str(REPO / "bench" / "batch_limits.py"), "--quick"], cwd=REPO,
-                         capture_output=True, text=True, timeout=240, check=False)
-    assert run.returncode == 0, f"--quick failed:\n{run.stdout[-2000:]}\n{run.stderr[-3000:]}"
-    figures = json.loads(run.stdout.strip().splitlines()[-1])
+    proc = subprocess.Popen([sys.executable, str(REPO / "bench" / "batch_limits.py"), "--quick"], cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    out, err = proc.communicate(timeout=240)
+    assert proc.returncode == 0, f"--quick failed:\n{out[-2000:]}\n{err[-3000:]}"
+    # its private root (coloc-bench-<its pid>-…) is gone from every cgroup mount, the cgroup2 one included
+    left = [str(d) for d in Path("/sys/fs/cgroup").glob(f"*/coloc-bench-{proc.pid}-*")]
+    assert not left, left
+    figures = json.loads(out.strip().splitlines()[-1])
     for key in KEYS:
         assert key in figures and math.isfinite(figures[key]), f"{key} missing or not finite in {figures}"
     assert figures["creation_pod_n"] == 12 and figures["periodic_pod_n"] == 3
