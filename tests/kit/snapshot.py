@@ -1,5 +1,7 @@
-"""A hand-built `NodeSnapshot` and the batch workloads in it, as policy and source tests need them: a 16-core,
-64 GiB node by default."""
+"""A hand-built `NodeSnapshot` and the workloads in it, as policy, source, ledger and API tests need them: a
+16-core, 64 GiB node by default. `workload` builds any workload by its key; `yarn_container` a YARN container
+by application and sequence number; `k8s_workload` and `yarn_workload` are the batch pod and YARN container of
+the k8s batch and koord origin tests."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ from typing import Any
 from qos.model import NodeSnapshot, Resources, Source, Tier, Usage, Workload
 
 GIB = 1 << 30
+MIB = 1 << 20
 TS = 1700000000000  # the YARN cluster timestamp in container and application ids
 NODE = Resources(16000, 64 * GIB)
 NONE = Usage()
@@ -23,17 +26,66 @@ def node_snapshot(workloads: Iterable[Workload] = (), *, taken_at: float = 0.0, 
                         be_usage=be, system_usage=system, workloads=tuple(workloads), **more)
 
 
+def application_id(app: int) -> str:
+    """YARN application `app`'s id."""
+    return f"application_{TS}_{app:04d}"
+
+
+def container_id(app: int, seq: int, *, attempt: int = 1, epoch: int | None = 1) -> str:
+    """YARN container `seq` of application `app`'s attempt `attempt`; `epoch` None: the id without the RM
+    epoch (`container_<ts>_…`, as before Hadoop 2.6)."""
+    era = "" if epoch is None else f"e{epoch:02d}_"
+    return f"container_{era}{TS}_{app:04d}_{attempt:02d}_{seq:06d}"
+
+
+def workload(key: str, *, be: bool = True, priority: int = 5000, cpu: float | None = 0.0, mem: int | None = 0,
+             request_cpu: int = 0, request_mem: int = 0, source: Source | None = None, tier: Tier | None = None,
+             name: str | None = None, cgroup: str | None = None, app_id: str | None = None,
+             seq: int | None = None, started_at: float = 0.0, terminating: bool = False, age: float = 0.0,
+             **more: Any) -> Workload:
+    """The workload `key` (`k8s/…`, `yarn/…` or `local/…`: its source unless `source` says otherwise),
+    measured at `cpu` milli-CPU and `mem` bytes (None: not measured), asking for `request_cpu` and
+    `request_mem`. BestEffort unless `be` is False (Burstable), or `tier`; named by the key's last part and in
+    `<tier>/<key with - for />` unless `name` or `cgroup` say otherwise. `seq` is a YARN container's sequence
+    number, `age` how old its usage figures are; any other `Workload` field by its name in `more`."""
+    tier = tier or (Tier.BESTEFFORT if be else Tier.BURSTABLE)
+    return Workload(
+        key=key,
+        name=key.rsplit("/", maxsplit=1)[-1] if name is None else name,
+        source=source or Source(key.split("/", 1)[0]),
+        tier=tier,
+        be=be,
+        priority=priority,
+        cgroup=f"{'besteffort' if be else 'burstable'}/{key.replace('/', '-')}" if cgroup is None else cgroup,
+        requests=Resources(request_cpu, request_mem),
+        usage=Usage(milli_cpu=cpu, memory_working_set_bytes=mem),
+        sample_age_s=age,
+        started_at=started_at,
+        app_id=app_id,
+        container_seq=seq,
+        terminating=terminating,
+        **more,
+    )
+
+
+def yarn_container(app: int, seq: int, *, epoch: int | None = 1, cgroup: str | None = None,
+                   **kw: Any) -> Workload:
+    """YARN container `seq` of application `app` (seq 1 is its ApplicationMaster), in the NodeManager's
+    cgroup unless `cgroup` says otherwise; the rest as `workload` takes it."""
+    cid = container_id(app, seq, epoch=epoch)
+    return workload(f"yarn/{cid}", app_id=application_id(app), seq=seq,
+                    cgroup=f"besteffort/hadoop-yarn/{cid}" if cgroup is None else cgroup, **kw)
+
+
 def k8s_workload(name: str, prio: int, cores: float, started: float, be: bool = True, **kw: Any) -> Workload:
     """A pod `name` asking for `cores` and 1 GiB: BestEffort (batch) unless `be` is False (Burstable)."""
-    return Workload(f"k8s/{name}", name, Source.K8S, Tier.BESTEFFORT if be else Tier.BURSTABLE, be, prio,
-                    f"besteffort/pod{name}", Resources(int(cores * 1000), GIB), started_at=started, **kw)
+    return workload(f"k8s/{name}", be=be, priority=prio, cpu=None, mem=None, request_cpu=int(cores * 1000),
+                    request_mem=GIB, cgroup=f"besteffort/pod{name}", started_at=started, **kw)
 
 
 def yarn_workload(seq: int, cores: int, started: float, app: int = 1, prio: int = 5000,
                   **kw: Any) -> Workload:
     """YARN container `seq` of application `app`, asking for `cores` and 1 GiB, in the NodeManager's
     cgroup."""
-    cid = f"container_e17_{TS}_{app:04d}_01_{seq:06d}"
-    return Workload(f"yarn/{cid}", cid, Source.YARN, Tier.BESTEFFORT, True, prio,
-                    f"besteffort/hadoop-yarn/{cid}", Resources(cores * 1000, GIB), started_at=started,
-                    app_id=f"application_{TS}_{app:04d}", container_seq=seq, **kw)
+    return yarn_container(app, seq, epoch=17, priority=prio, cpu=None, mem=None, request_cpu=cores * 1000,
+                          request_mem=GIB, started_at=started, **kw)

@@ -1,59 +1,17 @@
-"""Hand-made snapshots and workloads for the policy tests: every figure is spelled out by the test."""
+"""Hand-made snapshots for the policy tests (their workloads are `kit.snapshot.workload`): every figure is
+spelled out by the test."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from typing import TypeVar
 
-from kit.snapshot import node_snapshot
+from kit.snapshot import GIB, node_snapshot
 
 from qos.actions import Action, Evict, Hold, SetBeCpuIdle, SetBeCpuQuota, SetBeCpuset
-from qos.model import BeTierState, NodeSnapshot, Resources, Source, Tier, Usage, Workload
+from qos.model import BeTierState, NodeSnapshot, Resources, Usage, Workload
 
-GIB = 1 << 30
-MIB = 1 << 20
 T = TypeVar("T")
-
-
-def workload(
-    key: str,
-    *,
-    be: bool = True,
-    priority: int = 5000,
-    cpu: float | None = 0.0,
-    mem: int | None = 0,
-    request_cpu: int = 0,
-    request_mem: int = 0,
-    source: Source = Source.K8S,
-    app_id: str | None = None,
-    seq: int | None = None,
-    started_at: float = 0.0,
-    terminating: bool = False,
-    age: float = 0.0,
-) -> Workload:
-    return Workload(
-        key=key,
-        name=key.rsplit("/", maxsplit=1)[-1],
-        source=source,
-        tier=Tier.BESTEFFORT if be else Tier.BURSTABLE,
-        be=be,
-        priority=priority,
-        cgroup=f"{'besteffort' if be else 'burstable'}/{key.replace('/', '-')}",
-        requests=Resources(request_cpu, request_mem),
-        usage=Usage(milli_cpu=cpu, memory_working_set_bytes=mem),
-        sample_age_s=age,
-        started_at=started_at,
-        app_id=app_id,
-        container_seq=seq,
-        terminating=terminating,
-    )
-
-
-def yarn(app: int, seq: int, **kw: object) -> Workload:
-    """A YARN container of application `app`; seq 1 is its ApplicationMaster."""
-    app_id = f"application_1700000000000_{app:04d}"
-    cid = f"container_1700000000000_{app:04d}_01_{seq:06d}"
-    return workload(f"yarn/{cid}", source=Source.YARN, app_id=app_id, seq=seq, **kw)  # type: ignore[arg-type]
 
 
 def snapshot(

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from qos_builders import evicted, holds, snapshot, workload
+from kit.snapshot import workload
+from qos_builders import evicted, holds, snapshot
 
 from qos.actions import Action, Evict, EvictReason
 from qos.cpu_eviction import CpuEvictionConfig, CpuEvictionState, be_real_limit, decide

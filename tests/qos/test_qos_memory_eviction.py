@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from qos_builders import GIB, MIB, evicted, holds, snapshot, workload
+from kit.snapshot import GIB, MIB, workload
+from qos_builders import evicted, holds, snapshot
 
 from qos.actions import Evict, EvictReason
 from qos.failsafe import FailsafeConfig

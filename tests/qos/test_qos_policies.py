@@ -4,7 +4,8 @@ config checks."""
 from __future__ import annotations
 
 import pytest
-from qos_builders import MIB, evicted, holds, snapshot, workload
+from kit.snapshot import MIB, workload
+from qos_builders import evicted, holds, snapshot
 
 from qos.actions import Action, Evict, EvictReason, SetBeCpuIdle, SetBeCpuset
 from qos.cpu_eviction import CpuEvictionConfig

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from qos_builders import cpusets, holds, idles, quotas, snapshot, workload
+from kit.snapshot import workload
+from qos_builders import cpusets, holds, idles, quotas, snapshot
 
 from qos.model import BeTierState
 from qos.suppression import (

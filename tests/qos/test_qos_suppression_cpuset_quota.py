@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from qos_builders import cpusets, quotas, snapshot, workload
+from kit.snapshot import workload
+from qos_builders import cpusets, quotas, snapshot
 
 from qos.model import BeTierState
 from qos.registry import be_cpu_grant

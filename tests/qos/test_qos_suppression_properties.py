@@ -7,7 +7,8 @@ import math
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from qos_builders import snapshot, workload
+from kit.snapshot import workload
+from qos_builders import snapshot
 
 from qos.model import BeTierState
 from qos.suppression import SuppressionConfig, SuppressionState, bounds, decide, granted_milli

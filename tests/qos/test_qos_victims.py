@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from qos_builders import MIB, snapshot, workload, yarn
+from kit.snapshot import MIB, workload
+from kit.snapshot import yarn_container as yarn
+from qos_builders import snapshot
 
 from qos.model import Resources, Workload
 from qos.victims import order_victims, pending, pick_victims, prune_evicted, remember

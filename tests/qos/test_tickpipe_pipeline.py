@@ -9,7 +9,8 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 
 import pytest
-from qos_builders import GIB, MIB, evicted, holds, snapshot, workload
+from kit.snapshot import GIB, MIB, workload
+from qos_builders import evicted, holds, snapshot
 
 from qos.actions import Action, Evict, EvictReason, Hold
 from qos.batch import BatchConfig, BatchPolicy, BatchState
