@@ -182,3 +182,43 @@ class _State(Knob[str]):
 QUOTA, SHARES, CPUSET, IDLE, FREEZE = _Quota(), _Shares(), _Cpuset(), _Idle(), _State()
 MEM_LIMIT = _Memory("memory_limit", "memory.limit_in_bytes", "memory.max")
 MEM_HIGH = _Memory("memory_high", "memory.soft_limit_in_bytes", "memory.high")
+
+
+class _Protection(_Memory):
+    """v2 `memory.min` / `memory.low` (bytes, 0 = none). v1 has neither (an upstream v1 kernel has no
+    memory protection): a read there fails like a missing file."""
+
+    def __init__(self, name: str, v2_file: str) -> None:
+        super().__init__(name, "", v2_file)
+
+    def read(self, w: KnobIO, rel: str) -> int | None:
+        if w.hierarchy.is_v1("memory"):
+            raise InvalidValue(f"{self.v2_file} does not exist on cgroup v1")
+        return super().read(w, rel)
+
+    def write(self, w: KnobIO, rel: str, current: int | None, value: int | None) -> None:
+        w.write(self.ctrl, rel, self.v2_file, str(value or 0))
+
+    def loosest(self, current: int | None, wanted: int | None) -> int | None:
+        return None  # no parent/child write constraint: the kernel bounds the effective value instead
+
+
+class _Burst(Knob[int]):
+    """CFS burst in µs: v1 `cpu.cfs_burst_us` (upstream kernel ≥ 5.14), v2 `cpu.max.burst`."""
+
+    name, ctrl = "cpu_burst", "cpu"
+
+    def _file(self, w: KnobIO) -> str:
+        return "cpu.cfs_burst_us" if w.hierarchy.is_v1("cpu") else "cpu.max.burst"
+
+    def read(self, w: KnobIO, rel: str) -> int:
+        f = self._file(w)
+        return parse_int(w.read(self.ctrl, rel, f), f)
+
+    def write(self, w: KnobIO, rel: str, current: int, value: int) -> None:
+        w.write(self.ctrl, rel, self._file(w), str(value))
+
+
+MEM_MIN = _Protection("memory_min", "memory.min")
+MEM_LOW = _Protection("memory_low", "memory.low")
+BURST = _Burst()

@@ -22,7 +22,19 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from cgroups.discovery import Hierarchy
 from cgroups.errors import CgroupError, CgroupGone, InvalidValue, from_oserror
-from cgroups.knobs import CPUSET, FREEZE, IDLE, MEM_HIGH, MEM_LIMIT, QUOTA, SHARES, Knob
+from cgroups.knobs import (
+    BURST,
+    CPUSET,
+    FREEZE,
+    IDLE,
+    MEM_HIGH,
+    MEM_LIMIT,
+    MEM_LOW,
+    MEM_MIN,
+    QUOTA,
+    SHARES,
+    Knob,
+)
 from cgroups.parsers import CpuMax, parse_procs
 from cgroups.paths import check_rel, depth, ensure_inside, join
 from cgroups.settings import (
@@ -226,7 +238,7 @@ class CgroupWriter:
         quota or memory set through systemd (seen in the v2 guest: a BE pod slice back at 100)."""
         if knob is CPUSET:
             return not self.hierarchy.is_v1("cpuset")
-        return knob in (QUOTA, MEM_LIMIT, MEM_HIGH, SHARES)
+        return knob in (QUOTA, MEM_LIMIT, MEM_HIGH, MEM_MIN, MEM_LOW, SHARES)
 
     def _by_systemd(self, knob: Knob[Any], rel: str) -> bool:
         """Whether `rel` is a systemd unit and systemd has a property for `knob` there."""
@@ -264,8 +276,9 @@ class CgroupWriter:
             assert isinstance(wanted, int)
             props = [("CPUShares" if self.hierarchy.is_v1("cpu") else "CPUWeight", ("t", wanted))]
         else:
-            props = memory_property("MemoryMax" if knob is MEM_LIMIT else "MemoryHigh",
-                                    wanted)  # type: ignore[arg-type]
+            names: dict[Knob[Any], str] = {MEM_LIMIT: "MemoryMax", MEM_MIN: "MemoryMin", MEM_LOW: "MemoryLow"}
+            prop = names.get(knob, "MemoryHigh")
+            props = memory_property(prop, wanted)  # type: ignore[arg-type]
         try:
             self.units.set_properties(rel, props)
             self._systemd_sets += 1
@@ -324,6 +337,23 @@ class CgroupWriter:
     def set_memory_high(self, rel: str, high_bytes: int | None) -> bool:
         s = MemoryHigh(rel, high_bytes)
         return self._set(MEM_HIGH, s.rel, s.bytes)
+
+    def set_memory_protection(self, rel: str, min_bytes: int, low_bytes: int) -> bool:
+        """v2 `memory.min` and `memory.low` (MemoryMin / MemoryLow through systemd on a unit)."""
+        if min_bytes < 0 or low_bytes < 0:
+            raise InvalidValue(f"memory protection must be >= 0, got min {min_bytes}, low {low_bytes}")
+        wrote = self._set(MEM_MIN, rel, min_bytes)
+        return self._set(MEM_LOW, rel, low_bytes) or wrote
+
+    def set_cpu_burst(self, rel: str, burst_us: int) -> bool:
+        """`cpu.cfs_burst_us` (v1) / `cpu.max.burst` (v2); a file write (systemd has no property for it)."""
+        if burst_us < 0:
+            raise InvalidValue(f"cpu burst must be >= 0 µs, got {burst_us}")
+        return self._set(BURST, rel, burst_us)
+
+    def has_file(self, ctrl: str, rel: str, name: str) -> bool:
+        """Whether the kernel offers this knob file on `rel` (a feature probe, confined like every path)."""
+        return os.path.exists(self.path(ctrl, rel, name))
 
     def freeze(self, rel: str) -> bool:
         return self._set(FREEZE, rel, "FROZEN")

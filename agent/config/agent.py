@@ -13,6 +13,7 @@ from agent.config.batch_limits import BatchLimitsConfig
 from agent.config.load import MAX_CONFIG_BYTES, ConfigError, from_mapping, parse_bytes, parse_yaml
 from agent.config.metrics import MetricsConfig
 from agent.config.network import NetworkConfig
+from agent.config.resource_qos import ResourceQosConfig
 from agent.config.sources import (
     KubeApiConfig,
     KubeletConfig,
@@ -213,6 +214,7 @@ class AgentConfig:
     protection: ProtectionConfig = field(default_factory=ProtectionConfig)
     network: NetworkConfig = field(default_factory=NetworkConfig)
     batch_limits: BatchLimitsConfig = field(default_factory=BatchLimitsConfig)
+    resource_qos: ResourceQosConfig = field(default_factory=ResourceQosConfig)
     sources: SourcesConfig = field(default_factory=lambda: SourcesConfig(
         kubelet=KubeletConfig(enabled=False), yarn=NodeManagerConfig(enabled=False),
         kube_api=KubeApiConfig(enabled=False), reporting=ReportingConfig(mode="off")))

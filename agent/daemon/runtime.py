@@ -38,7 +38,8 @@ from agent.executors.process_kill import LocalEvictor
 from agent.executors.yarn_kill import YarnKiller
 from agent.metrics import MetricsHub
 from agent.published import Board
-from agent.sources.kubelet import KubeletSource
+from agent.sources.nodeslo_map import ResourceQos
+from agent.sources.qos_pods import QosKubeletSource
 from agent.sources.standalone import StandaloneScanner
 from agent.sources.yarn import NodeManagerSource
 from agent.state import Ledger, LedgerConfig
@@ -165,7 +166,7 @@ def make_sources(cfg: AgentConfig, layout: Layout, reader: CgroupReader,
                  hierarchy: Hierarchy) -> WorkloadSources:
     """The workload sources: the kubelet (or the standalone scan) and the NodeManager."""
     root = cfg.cgroups.root.strip("/")
-    kubelet = (KubeletSource(cfg.sources.kubelet, layout, protection=cfg.protection)
+    kubelet = (QosKubeletSource(cfg.sources.kubelet, layout, protection=cfg.protection)
                if cfg.sources.kubelet.enabled else None)
     scanner = None
     if kubelet is None and cfg.standalone.enabled:
@@ -204,9 +205,29 @@ def make_reports(cfg: AgentConfig, sources: WorkloadSources, api_client: object 
     if cfg.sources.nodeslo.enabled:
         from agent.sources.nodeslo import NodeSloSource
         nodeslo = NodeSloSource(cfg.sources.nodeslo, api_client, cfg.node.node_name,  # type: ignore[arg-type]
-                                cfg.policies, capacity, settings.use, max_body_bytes=max_body)
+                                cfg.policies, capacity, settings.use, max_body_bytes=max_body,
+                                resource_qos=yaml_resource_qos(cfg))
     return NodeReports(annotations, cfg.sources.reporting.resync_s, yarn=sources.yarn, nodemetric=nodemetric,
                        nodeslo=nodeslo)
+
+
+def yaml_resource_qos(cfg: AgentConfig) -> ResourceQos:
+    """Memory QoS and CPU burst from the YAML (the fallback where the NodeSLO gives none)."""
+    return ResourceQos(cfg.resource_qos.memory_qos, cfg.resource_qos.cpu_burst)
+
+
+def wire_resource_qos(cfg: AgentConfig, sources: WorkloadSources, reports: NodeReports) -> None:
+    """Hand the kubelet source the memory QoS and CPU burst settings in force (the batch limits' pass runs
+    them: agent/daemon/batch_limits.py)."""
+    if not isinstance(sources.kubelet, QosKubeletSource):
+        return
+    yaml = yaml_resource_qos(cfg)
+    slo = reports.nodeslo
+
+    def current() -> ResourceQos:
+        held = slo.resource_qos if slo is not None else None
+        return held if held is not None else yaml
+    sources.kubelet.resource_qos = current
 
 
 def make_evictors(cfg: AgentConfig, layout: Layout, reader: CgroupReader, writer: CgroupWriter,
@@ -285,6 +306,7 @@ def _assemble(cfg: AgentConfig, board: Board | None, hierarchy: Hierarchy, reade
     settings = PolicySettings(cfg.policies, _pipeline_builder(cfg))
     sources = make_sources(cfg, layout, reader, hierarchy)
     reports = make_reports(cfg, sources, api_client, settings, capacity)
+    wire_resource_qos(cfg, sources, reports)
     if cfg.network.enabled:  # pyroute2 and its ~190 modules (~9 MB) only when shaping egress
         from agent.executors.htb import EgressShaper
     shaper = (EgressShaper(cfg.network, cfg.loop.interval_s, hierarchy.unified)

@@ -10,6 +10,9 @@ GET, mapped onto the policy settings; the YAML config is the fallback for every 
 cpu_eviction.be_usage_threshold_percent; `cpuEvictTimeWindowSeconds` → cpu_eviction.window_s.
 `enable: false` (koord-manager's default) means Koordinator's BE QoS is off: the YAML stays in force.
 A NodeSLO the settings refuse is logged and changes nothing.
+
+`spec.resourceQOSStrategy` (each class's `memoryQOS`) → memory QoS, `spec.cpuBurstStrategy` → CPU burst
+(`nodeslo_map.apply_resource_qos`), each where the NodeSLO gives it, else the YAML's `resource_qos:`.
 """
 
 from __future__ import annotations
@@ -26,7 +29,14 @@ from urllib3.exceptions import HTTPError
 
 from agent.config.sources import NodeSloConfig
 from agent.sources.kubeapi import ApiBodyError, get_cluster_object
-from agent.sources.nodeslo_map import NODESLO, NodeSloError, apply_nodeslo, settings_sources
+from agent.sources.nodeslo_map import (
+    NODESLO,
+    NodeSloError,
+    ResourceQos,
+    apply_nodeslo,
+    apply_resource_qos,
+    settings_sources,
+)
 from qos.model import Resources
 from qos.policies import PolicyConfig
 
@@ -49,6 +59,7 @@ class NodeSloSource:
         on_change: Callable[[PolicyConfig], None],
         *,
         max_body_bytes: int = 1 << 20,
+        resource_qos: ResourceQos | None = None,
     ) -> None:
         from kubernetes import client  # lazy: docs/dependencies.md
         self.cfg = cfg
@@ -60,6 +71,8 @@ class NodeSloSource:
         self._max_body = max_body_bytes
         self.current = base
         self.sources = settings_sources(base)
+        self._qos_base = resource_qos
+        self.resource_qos = resource_qos  # memory QoS and CPU burst in force (None: not asked for)
 
     def fetch(self) -> object | None:
         """Blocking GET; None when there is no NodeSLO (404), FETCH_FAILED when it cannot be read (logged:
@@ -80,6 +93,7 @@ class NodeSloSource:
 
     def update(self, doc: object | None) -> bool:
         """Apply a NodeSLO (None: none there, the YAML is in force); whether the settings changed."""
+        qos_changed = self._update_resource_qos(doc)
         try:
             new, sources = (
                 apply_nodeslo(self._base, doc, self._capacity)
@@ -88,9 +102,9 @@ class NodeSloSource:
             )
         except NodeSloError as err:
             log.error("%s; the settings in force are kept", err)
-            return False
+            return qos_changed
         if new == self.current and sources == self.sources:
-            return False
+            return qos_changed
         self.current, self.sources = new, sources
         log.info(
             "policy settings from %s",
@@ -98,6 +112,22 @@ class NodeSloSource:
             or "the YAML config only",
         )
         self._on_change(new)
+        return True
+
+    def _update_resource_qos(self, doc: object | None) -> bool:
+        """Memory QoS and CPU burst from this NodeSLO (the YAML's where it gives none); a refused part keeps
+        what is in force."""
+        if self._qos_base is None:
+            return False
+        try:
+            new = apply_resource_qos(self._qos_base, doc)
+        except NodeSloError as err:
+            log.error("%s; memory QoS and CPU burst in force are kept", err)
+            return False
+        if new == self.resource_qos:
+            return False
+        self.resource_qos = new
+        log.info("memory QoS from %s, CPU burst from %s", new.memory_source, new.burst_source)
         return True
 
     async def run(self, stop: asyncio.Event) -> None:

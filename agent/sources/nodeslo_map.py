@@ -8,9 +8,13 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from agent.config.load import ConfigError, check_bound
+from qos.cpu_burst import POLICIES as BURST_POLICIES
+from qos.cpu_burst import CpuBurstSettings
+from qos.memory_qos import MemoryQosClass, MemoryQosSettings
 from qos.model import Resources
 from qos.policies import PolicyConfig
 
@@ -92,3 +96,102 @@ def apply_nodeslo(
         return dataclasses.replace(base, **sections), sources
     except (ValueError, TypeError) as err:
         raise NodeSloError(f"NodeSLO refused: {err}") from err
+
+
+# -- memory QoS and CPU burst (koordlet's CgroupReconcile and CPUBurst strategies) ---------------------------
+
+_MEMORY_FIELDS = (("minLimitPercent", "min_limit_percent"), ("lowLimitPercent", "low_limit_percent"),
+                  ("throttlingPercent", "throttling_percent"))
+_CLASSES = (("lsrClass", "lsr"), ("lsClass", "ls"), ("beClass", "be"), ("systemClass", "system"))
+
+
+@dataclass(frozen=True, slots=True)
+class ResourceQos:
+    """Memory QoS and CPU burst settings in force, and where each came from (NodeSLO | yaml)."""
+
+    memory: MemoryQosSettings
+    burst: CpuBurstSettings
+    memory_source: str = YAML
+    burst_source: str = YAML
+
+
+def _int_field(obj: Mapping[str, object], key: str, where: str) -> int | None:
+    value = obj.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise NodeSloError(f"{where}.{key}: expected an integer, got {value!r}")
+    return value
+
+
+def _object(value: object, where: str) -> Mapping[str, object] | None:
+    if value is None:
+        return None
+    if not isinstance(value, Mapping):
+        raise NodeSloError(f"{where}: expected an object, got {type(value).__name__}")
+    return value
+
+
+def _memory_class(raw: object, where: str) -> MemoryQosClass:
+    """One class's `memoryQOS` merged over koordlet's default (`DefaultMemoryQOS`: all percents 0, off)."""
+    cfg = _object(raw, where)
+    if cfg is None:
+        return MemoryQosClass()
+    enable = cfg.get("enable")
+    if enable is not None and not isinstance(enable, bool):
+        raise NodeSloError(f"{where}.enable: expected true or false, got {enable!r}")
+    kw: dict[str, Any] = {"enable": enable is True}
+    for key, name in _MEMORY_FIELDS:
+        value = _int_field(cfg, key, where)
+        if value is not None:
+            kw[name] = value
+    try:
+        return MemoryQosClass(**kw)
+    except ValueError as err:
+        raise NodeSloError(f"{where}: {err}") from None
+
+
+def _memory_settings(raw: object) -> MemoryQosSettings:
+    where = "NodeSLO spec.resourceQOSStrategy"
+    strategy = _object(raw, where)
+    assert strategy is not None
+    classes = {}
+    for key, name in _CLASSES:
+        cls = _object(strategy.get(key), f"{where}.{key}")
+        classes[name] = _memory_class(cls.get("memoryQOS") if cls else None, f"{where}.{key}.memoryQOS")
+    return MemoryQosSettings(**classes)
+
+
+def _burst_settings(raw: object) -> CpuBurstSettings:
+    """`cpuBurstStrategy` merged over koordlet's default (`DefaultCPUBurstConfig`: none, 1000 %)."""
+    where = "NodeSLO spec.cpuBurstStrategy"
+    cfg = _object(raw, where)
+    assert cfg is not None
+    kw: dict[str, Any] = {}
+    policy = cfg.get("policy")
+    if policy is not None and policy != "":
+        if policy not in BURST_POLICIES:
+            raise NodeSloError(f"{where}.policy: must be one of {', '.join(BURST_POLICIES)}, got {policy!r}")
+        kw["policy"] = policy
+    percent = _int_field(cfg, "cpuBurstPercent", where)
+    if percent is not None:
+        kw["cpu_burst_percent"] = percent
+    try:
+        return CpuBurstSettings(**kw)
+    except ValueError as err:
+        raise NodeSloError(f"{where}.cpuBurstPercent: {err}") from None
+
+
+def apply_resource_qos(base: ResourceQos, doc: object | None) -> ResourceQos:
+    """The NodeSLO's `resourceQOSStrategy` (memory QoS) and `cpuBurstStrategy` where it gives them, else the
+    YAML's (`base`). Raises NodeSloError naming the field."""
+    spec = doc.get("spec") if isinstance(doc, Mapping) else None
+    if not isinstance(spec, Mapping):
+        return base
+    out = base
+    if spec.get("resourceQOSStrategy") is not None:
+        out = dataclasses.replace(out, memory=_memory_settings(spec["resourceQOSStrategy"]),
+                                  memory_source=NODESLO)
+    if spec.get("cpuBurstStrategy") is not None:
+        out = dataclasses.replace(out, burst=_burst_settings(spec["cpuBurstStrategy"]), burst_source=NODESLO)
+    return out

@@ -1,0 +1,102 @@
+"""The kubelet's pods as memory QoS and CPU burst read them: each container's memory request and limit and
+CPU limit (a pod labelled `koordinator.sh/qosClass: BE`: its batch-memory and batch-cpu), beside the one
+pod list the kubelet source keeps (`KubeletSource`, same fetch, same validation)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from agent.sources.kubelet import (
+    KOORD_QOS_LABEL,
+    KubeletSource,
+    ParsedPod,
+    PodError,
+    _amounts,
+    _list,
+    _obj,
+    _status_ids,
+)
+from cgroups.layout import Layout
+from qos.batch import BATCH_CPU, BATCH_MEMORY
+from qos.memory_qos import QosContainer, QosPod
+from qos.model import Tier
+
+Containers = dict[str, tuple[QosContainer, ...]]  # pod uid -> its (non-init) containers
+
+
+def _container(entry: Mapping[str, object], at: str, be: bool, cgroup: str | None) -> QosContainer:
+    res = _obj(entry.get("resources"), f"{at}.resources")
+    req = _amounts(_obj(res.get("requests"), f"{at}.resources.requests"), f"{at}.resources.requests")
+    lim = _amounts(_obj(res.get("limits"), f"{at}.resources.limits"), f"{at}.resources.limits")
+    mem, cpu = (BATCH_MEMORY, BATCH_CPU) if be else ("memory", "cpu")
+    name = entry.get("name")
+    name = name if isinstance(name, str) else ""
+    return QosContainer(name, cgroup, req.get(mem), lim.get(mem), lim.get(cpu))
+
+
+def containers_of(pods: list[ParsedPod], doc: object, layout: Layout) -> Containers:
+    """Each parsed pod's containers, read from the same PodList (a pod that does not read is left out)."""
+    tiers = {p.info.uid: p.workload.tier for p in pods}
+    out: Containers = {}
+    items = doc.get("items") if isinstance(doc, Mapping) else None
+    for item in items if isinstance(items, list) else ():
+        try:
+            meta = _obj(_obj(item, "pod").get("metadata"), "pod.metadata")
+            uid = meta.get("uid")
+            if not isinstance(uid, str) or uid not in tiers:
+                continue
+            out[uid] = _containers(item, uid, tiers[uid], layout)
+        except (PodError, ValueError):
+            continue
+    return out
+
+
+def _containers(item: Any, uid: str, tier: Tier, layout: Layout) -> tuple[QosContainer, ...]:
+    where = f"pod {uid}"
+    labels = _obj(_obj(item.get("metadata"), where).get("labels"), f"{where}.labels")
+    be = labels.get(KOORD_QOS_LABEL) == "BE"
+    spec, status = _obj(item.get("spec"), f"{where}.spec"), _obj(item.get("status"), f"{where}.status")
+    ids = _status_ids(status, where)
+    out = []
+    for i, c in enumerate(_list(spec.get("containers"), f"{where}.spec.containers")):
+        entry = _obj(c, f"{where}.spec.containers[{i}]")
+        name = entry.get("name")
+        cgroup = None
+        if isinstance(name, str) and name in ids:
+            try:
+                cgroup = layout.container(uid, tier, ids[name])
+            except ValueError:
+                cgroup = None
+        out.append(_container(entry, f"{where}.spec.containers[{i}]", be, cgroup))
+    return tuple(out)
+
+
+class QosKubeletSource(KubeletSource):
+    """The kubelet source, also keeping each pod's containers for memory QoS and CPU burst. `resource_qos`
+    is set by the runtime: the settings in force (the NodeSLO's, else the YAML's)."""
+
+    resource_qos: Callable[[], object] | None = None
+
+    def __init__(self, *args: Any, **kw: Any) -> None:
+        super().__init__(*args, **kw)
+        self._containers: Containers = {}
+        self._parsed: Containers = {}
+
+    def _parse(self, doc: object) -> tuple[list[ParsedPod], list[str]]:
+        pods, rejected = super()._parse(doc)
+        self._parsed = containers_of(pods, doc, self._layout)
+        return pods, rejected
+
+    async def refresh(self) -> None:
+        before = self._pods
+        await super().refresh()
+        if self._pods is not before:  # taken: the containers of that very list
+            self._containers = self._parsed
+
+    def qos_pods(self) -> tuple[QosPod, ...]:
+        """Every pod of the last good list, protected ones marked (the policies leave them alone)."""
+        return tuple(
+            QosPod(p.workload.key, f"{p.info.namespace}/{p.info.name}", p.workload.cgroup, p.info.qos_class,
+                   p.info.koord_qos, self._containers.get(p.info.uid, ()), p.workload.protected)
+            for p in self._pods)
