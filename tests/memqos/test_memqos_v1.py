@@ -1,0 +1,61 @@
+"""On a cgroup v1 host (real cgroups under a private root): memory QoS is skipped with one line at start-up
+and no error at any pass; CPU burst is written to `cpu.cfs_burst_us` where the kernel has it, and given
+back (0) when turned off."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+from kit.realcg import RealRoot
+
+from agent.daemon.resource_qos import ResourceQosRunner
+from agent.sources.nodeslo_map import ResourceQos
+from cgroups.layout import Layout
+from cgroups.writer import CgroupWriter
+from qos.cpu_burst import CpuBurstSettings
+from qos.memory_qos import MemoryQosClass, MemoryQosSettings, QosContainer, QosPod
+
+pytestmark = [pytest.mark.cgroups]
+POD, CTR = "burstable/pod1111", "burstable/pod1111/ctr"
+
+
+class _Pods:
+    def __init__(self, pods: tuple[QosPod, ...]) -> None:
+        self.pods = pods
+
+    def qos_pods(self) -> tuple[QosPod, ...]:
+        return self.pods
+
+
+def test_v1_memory_qos_one_startup_line_and_burst_written(real_root: RealRoot,
+                                                          caplog: pytest.LogCaptureFixture) -> None:
+    if real_root.hierarchy.mode == "v2" or not real_root.hierarchy.is_v1("memory"):
+        pytest.skip("a cgroup v1 host")
+    real_root.mkcg(CTR)
+    for rel, quota in ((POD, 150_000), (CTR, 100_000)):  # the kubelet's and runtime's quotas of the limits
+        (real_root.path("cpu", rel) / "cpu.cfs_quota_us").write_text(str(quota))
+    pod = QosPod("k8s/1111", "default/web", POD, "Burstable", None,
+                 (QosContainer("c", CTR, 1 << 30, 2 << 30, 1000),))
+    settings = ResourceQos(MemoryQosSettings(ls=MemoryQosClass(True, 50, 50, 80)),
+                           CpuBurstSettings("cpuBurstOnly", 50))
+    current = [settings]
+    writer = CgroupWriter(real_root.hierarchy, real_root.name)
+    caplog.set_level(logging.INFO, logger="coloc")
+    runner = ResourceQosRunner(_Pods((pod,)), lambda: current[0], writer,  # type: ignore[arg-type]
+                               Layout("cgroupfs"), 8 << 30)
+    for _ in range(3):
+        runner.pass_once()
+    skipped = [r for r in caplog.records if "memory QoS skipped" in r.getMessage()]
+    assert len(skipped) == 1
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+    burst_file = real_root.path("cpu", CTR) / "cpu.cfs_burst_us"
+    if not burst_file.exists():
+        assert any("CPU burst skipped" in r.getMessage() for r in caplog.records)
+        return
+    assert runner.burst_supported
+    assert burst_file.read_text().strip() == "50000"  # 1 core × 50 % × 100 ms
+    assert (real_root.path("cpu", POD) / "cpu.cfs_burst_us").read_text().strip() == "50000"
+    current[0] = ResourceQos(settings.memory, CpuBurstSettings("none"))
+    runner.pass_once()
+    assert burst_file.read_text().strip() == "0" and runner.executor.burst == {}
