@@ -38,6 +38,9 @@ _GONE = (errno.ENOENT, errno.ENODEV)
 _SIZES = {"memory.stat": 8192, "cpu.stat": 512, "cpu.pressure": 256, "memory.pressure": 256}
 _RETRY_MISSING_S = 10.0  # how long before we look again for a file that was absent (e.g. PSI dir)
 _O_FLAGS = os.O_RDONLY | os.O_CLOEXEC
+# A memory usage that moved this much since memory.stat was read gets memory.stat read again at once.
+MEMORY_STAT_MOVE_BYTES = 1 << 20
+_MOVE = MEMORY_STAT_MOVE_BYTES
 
 _pread = os.pread
 _monotonic = time.monotonic
@@ -145,12 +148,16 @@ def _cpu_v1(raw_usage: bytes, raw_cpustat: bytes) -> _CpuCounters:
 class _Cgroup:
     """Descriptors of one cgroup's files; -1 marks a file that is absent."""
 
-    __slots__ = ("fds", "missing", "retry_at")
+    __slots__ = ("fds", "missing", "retry_at", "stat_due", "stat_inactive", "stat_usage")
 
     def __init__(self) -> None:
         self.fds = [-1] * 8
         self.missing = False
         self.retry_at = 0.0
+        # memory.stat's inactive file pages, the memory usage they were read beside and when to read again
+        self.stat_due = 0.0
+        self.stat_usage = -1
+        self.stat_inactive = 0
 
     def close(self) -> None:
         for fd in self.fds:
@@ -167,7 +174,14 @@ class CgroupReader:
     at pressure); `memory_psi=False` skips only `memory.pressure`, `memory_limit=False` the memory
     limit file (their sample fields are then b"" and None: one read per cgroup less each, for a
     sampler that does not use them); `count_pids` adds `pids.current` to every sample (one more
-    read per cgroup).
+    read per cgroup). `throttling=False` skips v1's `cpu.stat` (the throttling counters are then 0;
+    on v2 they come with the usage, in the same file).
+
+    `memory_stat_every_s` > 0 reads `memory.stat` (the costliest file: 8 µs against 1.3 µs for the
+    usage, here) at most that often while the memory usage stays within `MEMORY_STAT_MOVE_BYTES` of the
+    usage it was read beside: the working set is then the usage now less the inactive file pages read
+    then. A usage that moves gets a fresh read at once, so the figure can be off only by pages moving
+    between the active and inactive lists while the usage holds still, for at most that long.
     """
 
     def __init__(
@@ -179,9 +193,13 @@ class CgroupReader:
         memory_psi: bool = True,
         memory_limit: bool = True,
         count_pids: bool = False,
+        throttling: bool = True,
+        memory_stat_every_s: float = 0.0,
     ) -> None:
         self.hierarchy = hierarchy
         self.root = check_rel(root, "cgroup root")
+        self.throttling = throttling
+        self.memory_stat_every_s = memory_stat_every_s
         self.psi = psi
         self.memory_psi = memory_psi
         self.memory_limit = memory_limit
@@ -231,7 +249,7 @@ class CgroupReader:
         psi_dir = join(self._unified, rel) if self._unified and self.psi else ""
         return [
             f"{join(self._anchor, rel)}/{n[_USAGE]}",
-            f"{cpu_dir}/{n[_CPUSTAT]}" if n[_CPUSTAT] else "",
+            f"{cpu_dir}/{n[_CPUSTAT]}" if n[_CPUSTAT] and self.throttling else "",
             f"{mem_dir}/{n[_MEM]}",
             f"{mem_dir}/{n[_MEMSTAT]}",
             f"{mem_dir}/{n[_LIMIT]}" if self.memory_limit else "",
@@ -357,21 +375,25 @@ class CgroupReader:
         raw_usage = _pread(fds[0], 512, 0)
         raw_cpustat = _pread(fds[1], 512, 0) if fds[1] >= 0 else b""
         raw_mem = _pread(fds[2], 64, 0) if fds[2] >= 0 else b""
-        raw_memstat = _pread(fds[3], 8192, 0) if fds[3] >= 0 else b""
         raw_limit = _pread(fds[4], 64, 0) if fds[4] >= 0 else b""
         psi_cpu = _pread(fds[5], 256, 0) if fds[5] >= 0 else b""
         psi_mem = _pread(fds[6], 256, 0) if fds[6] >= 0 else b""
         raw_pids = _pread(fds[7], 64, 0) if fds[7] >= 0 else b""
+        raw_memstat = b""
         try:
             usage_ns, periods, throttled, throttled_ns = self._parse_cpu(raw_usage, raw_cpustat)
             usage: int | None = None
             ws: int | None = None
             if raw_mem:
                 usage = ws = int(raw_mem)
-                if raw_memstat:
-                    key = self._inactive_key
-                    i = raw_memstat.index(key) + len(key)
-                    inactive = int(raw_memstat[i : raw_memstat.index(b"\n", i)])
+                if fds[3] >= 0:
+                    if at >= cg.stat_due or not -_MOVE < usage - cg.stat_usage < _MOVE:
+                        raw_memstat = _pread(fds[3], 8192, 0)
+                        key = self._inactive_key
+                        i = raw_memstat.index(key) + len(key)
+                        cg.stat_inactive = int(raw_memstat[i : raw_memstat.index(b"\n", i)])
+                        cg.stat_usage, cg.stat_due = usage, at + self.memory_stat_every_s
+                    inactive = cg.stat_inactive
                     ws = usage - inactive if usage > inactive else 0
             limit: int | None = None
             if raw_limit and raw_limit[0] != 109:  # 109 is "m" of "max"

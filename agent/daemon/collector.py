@@ -15,6 +15,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from cgroups.errors import CgroupError, CgroupGone
 from cgroups.node import NodeCpuMeter, read_meminfo
@@ -26,6 +27,12 @@ log = logging.getLogger("coloc.collect")
 
 
 _Prev = tuple[float, int, int, int]  # monotonic time, cpu ns, throttled periods, periods
+
+# The workload readers' options (CgroupReader's keywords): per workload nothing reads the throttling
+# counters (they are kept for the tiers), the memory limit or memory pressure, and memory.stat is read
+# again within 5 s only when the usage moved (see CgroupReader). At 200 workloads that is 300 reads a tick
+# fewer, about a third of the tick's cost (bench/footprint.py).
+WORKLOAD_READER: dict[str, Any] = {"memory_limit": False, "throttling": False, "memory_stat_every_s": 5.0}
 
 _FIELDS = tuple(f.name for f in dataclasses.fields(Workload))
 _fields_of = operator.attrgetter(*_FIELDS)
@@ -60,13 +67,14 @@ class Collector:
 
     def __init__(self, reader: CgroupReader, tiers: TierPaths, capacity: Resources, cpus: tuple[int, ...],
                  scope: str, interval_s: float, proc_root: str = "/proc",
-                 be_reader: CgroupReader | None = None,
+                 be_reader: CgroupReader | None = None, hp_reader: CgroupReader | None = None,
                  network: Callable[[tuple[Workload, ...]], NetworkSample] | None = None) -> None:
-        self._reader = reader
+        self._reader = reader  # the root and the tiers
         self._network = network  # the egress shaper's last reading, given this tick's workloads
         # BE cgroups are the many (hundreds of YARN containers); nobody reads their PSI, so a reader that
         # skips the pressure files saves two reads per cgroup (bench/collect.py: psi vs no_psi).
         self._be_reader = be_reader or reader
+        self._hp_reader = hp_reader or reader
         self._tiers = tiers
         self._capacity = capacity
         self._cpus = cpus
@@ -85,8 +93,8 @@ class Collector:
         self.errors: list[str] = []
 
     def close(self) -> None:
-        if self._be_reader is not self._reader:
-            self._be_reader.close()
+        for r in {id(r): r for r in (self._be_reader, self._hp_reader) if r is not self._reader}.values():
+            r.close()
 
     def _rate(self, rel: str, s: CgroupSample, now: float) -> Usage:
         prev = self._prev.get(rel)
@@ -165,7 +173,7 @@ class Collector:
         """Each workload with its usage; the worst HP stall; the usage of protected pods below the BE tier."""
         out = _Sampled()
         listed, seen = out.workloads, out.seen
-        hp_reader, be_reader = self._reader, self._be_reader
+        hp_reader, be_reader = self._hp_reader, self._be_reader
         below_be = self._tiers.besteffort + "/"
         for w in workloads:
             rel = w.cgroup
@@ -219,6 +227,7 @@ class Collector:
                 del self._prev[rel]
                 self._stall_prev.pop(rel, None)
                 self._reader.forget(rel)
+                self._hp_reader.forget(rel)
                 self._be_reader.forget(rel)
 
     def _stall_percent(self, rel: str, cpu_psi_raw: bytes, now: float) -> float | None:
@@ -239,7 +248,7 @@ class Collector:
         worst: float | None = None
         for rel in rels:
             try:
-                raw = self._reader.cpu_psi_raw(rel)
+                raw = self._hp_reader.cpu_psi_raw(rel)
                 if not raw:
                     continue
                 total = psi_some_total(raw, "cpu.pressure")
@@ -259,7 +268,7 @@ class Collector:
         """The cgroup2 `cpu.pressure` the reader samples for `rel` (on hybrid hosts, where the same root/rel
         exists in the unified tree), for a PSI trigger; None where the kernel has none for it."""
         try:
-            files = self._reader.files(rel)
+            files = self._hp_reader.files(rel)
         except CgroupError:
             return None
         return next((f for f in files if f.endswith("/cpu.pressure")), None)

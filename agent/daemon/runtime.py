@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 from agent.config.agent import AgentConfig
 from agent.daemon.audit import AuditLog
 from agent.daemon.cgroup_tree import BE_TIER, remove_tree, setup_tiers
-from agent.daemon.collector import Collector, TierPaths
+from agent.daemon.collector import WORKLOAD_READER, Collector, TierPaths
 from agent.daemon.ledger_feed import LedgerFeed
 from agent.daemon.loop import LoopTiming, TickHook, TickInputs, TickLoop, TickOutputs
 from agent.daemon.node_reports import NodeReports
@@ -313,7 +313,8 @@ def _assemble(cfg: AgentConfig, board: Board | None, hierarchy: Hierarchy, reade
               if cfg.network.enabled else None)
     collector = Collector(reader, TierPaths(root="", besteffort=be_tier), capacity, cpus,
                           cfg.node.scope, cfg.loop.interval_s,
-                          be_reader=CgroupReader(hierarchy, root, psi=False, memory_limit=False),
+                          be_reader=CgroupReader(hierarchy, root, psi=False, **WORKLOAD_READER),
+                          hp_reader=CgroupReader(hierarchy, root, memory_psi=False, **WORKLOAD_READER),
                           network=_egress_reader(shaper, sources))
     audit = AuditLog(cfg.audit.path)
     evictors = make_evictors(cfg, layout, reader, writer, api_client)
