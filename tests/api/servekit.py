@@ -5,50 +5,32 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import grpc
 import pytest
-from kit.api import app_id, cid
-from kit.snapshot import node_snapshot
+from kit.api import admit_request
+from kit.snapshot import node_snapshot, yarn_container
 
 from agent.api.client import AgentCallError
 from agent.api.server import ApiServer, start_api_server
 from agent.config.api import ApiConfig
-from agent.state import AdmitRequest, Ledger, LedgerConfig
-from qos.model import NodeSnapshot, Resources, Source, Tier, Workload
+from agent.state import Ledger, LedgerConfig
+from qos.model import NodeSnapshot, Resources, Workload
 
 BATCH = Resources(2000, 4 << 30)
 
 
-def workload(app: int, seq: int, cpu: int = 100, terminating: bool = False) -> Workload:
-    c = cid(app, seq)
-    return Workload(
-        key=f"yarn/{c}",
-        name=c,
-        source=Source.YARN,
-        tier=Tier.BESTEFFORT,
-        be=True,
-        priority=5000,
-        cgroup=f"besteffort/hadoop-yarn/{c}",
-        requests=Resources(cpu, 64 << 20),
-        app_id=app_id(app),
-        terminating=terminating,
-    )
+# YARN container `seq` of application `app` as the API tests place it: asking for 100 milli-CPU and 64 MiB
+# unless `request_cpu` and `request_mem` say otherwise.
+workload = partial(yarn_container, request_cpu=100, request_mem=64 << 20, cpu=None, mem=None)
+# The scheduler's request for YARN container `seq` of application `app`: 300 milli-CPU unless `cpu` says.
+admit_req = partial(admit_request, cpu=300)
 
 
 def snap(ws: list[Workload]) -> NodeSnapshot:
     return node_snapshot(ws, taken_at=time.time(), capacity=Resources(4000, 8 << 30), cpus=(0, 1))
-
-
-def admit_req(app: int, seq: int, cpu: int = 300) -> AdmitRequest:
-    return AdmitRequest(
-        key=f"yarn/{cid(app, seq)}",
-        application_id=app_id(app),
-        source=Source.YARN,
-        resources=Resources(cpu, 64 << 20),
-        request_id=f"r-{app}-{seq}",
-    )
 
 
 @dataclass

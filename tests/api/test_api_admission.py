@@ -65,7 +65,7 @@ HELD = "origin dropped to 500m / 0 B by more than 50%; confirming for 3s of 120s
 async def test_each_refusal_says_why_and_changes_nothing(acked: Served, stale: dict[str, str],
                                                          budget: BatchBudget, refusal: Refusal,
                                                          message: str) -> None:
-    ws = [workload(1, 1, cpu=700), workload(1, 2, cpu=700)]
+    ws = [workload(1, 1, request_cpu=700), workload(1, 2, request_cpu=700)]
     acked.ledger.sync(dataclasses.replace(snap(ws), stale=stale), budget, time.time())
     before = acked.ledger.view()
     request = admit_req(2, 1, cpu=300)

@@ -12,15 +12,15 @@ from collections.abc import Callable, Iterator
 
 import grpc
 import pytest
-from kit.api import Mirror, app_id, cid, short_dir
+from kit.api import Mirror, cid, short_dir
+from kit.api import admit_request as req
 from kit.fleet import Agent, stop_all
 from kit.poll import until
 from kit.realcg import RealRoot
 
 from agent.api.client import AgentCallError, AgentClient, Marker
 from agent.recovery import NodeState, Recovery, RecoveryConfig, SchedulerState
-from agent.state import AdmitRequest, LedgerView, Lifecycle, Phase, Refusal
-from qos.model import Resources, Source
+from agent.state import LedgerView, Lifecycle, Phase, Refusal
 
 pytestmark = [pytest.mark.cgroups]
 
@@ -43,16 +43,6 @@ def make_agent(real_root: RealRoot) -> Iterator[Factory]:
             yield factory
         finally:
             stop_all(made)
-
-
-def req(app: int, seq: int, cpu: int = 100, mem: int = 64 << 20) -> AdmitRequest:
-    return AdmitRequest(
-        key=f"yarn/{cid(app, seq)}",
-        application_id=app_id(app),
-        source=Source.YARN,
-        resources=Resources(cpu, mem),
-        request_id=f"req-{app}-{seq}",
-    )
 
 
 async def ack(c: AgentClient, epoch: int = 1) -> LedgerView:

@@ -15,15 +15,14 @@ import sys
 from pathlib import Path
 
 import pytest
-from kit.api import app_id, cid, short_dir
+from kit.api import admit_request, short_dir
 from kit.fleet import Agent, start_all, stop_all
 from kit.poll import until
 from kit.realcg import RealRoot
 
 from agent.api.client import AgentCallError, AgentClient
 from agent.recovery import NodeState, Recovery, RecoveryConfig, SchedulerState
-from agent.state import AdmitRequest, Phase
-from qos.model import Resources, Source
+from agent.state import Phase
 
 pytestmark = [pytest.mark.cgroups, pytest.mark.xdist_group("cpu")]
 
@@ -31,17 +30,7 @@ REPO = Path(__file__).resolve().parents[2]
 N = 24
 DEAD_NEVER, DEAD_KILLED, LATE = 23, 22, 21
 SLOW = (3, 9, 15)
-
-
-def admit_req(node: int, seq: int) -> AdmitRequest:
-    app = 100 + node
-    return AdmitRequest(
-        key=f"yarn/{cid(app, seq)}",
-        application_id=app_id(app),
-        source=Source.YARN,
-        resources=Resources(100, 64 << 20),
-        request_id=f"n{node}-{seq}",
-    )
+APP = 100  # node i runs application APP + i
 
 
 async def test_recovery_of_24_agents(real_root: RealRoot) -> None:
@@ -67,10 +56,10 @@ async def test_recovery_of_24_agents(real_root: RealRoot) -> None:
                     continue
                 async with AgentClient(a.address) as c:
                     for s in range(1, 4):
-                        assert (await c.admit(admit_req(i, s), 1)).accepted
-                        pending[i].add(admit_req(i, s).key)
-                a.add_container(100 + i, 1)
-                pending[i].discard(admit_req(i, 1).key)
+                        assert (await c.admit(admit_request(APP + i, s), 1)).accepted
+                        pending[i].add(admit_request(APP + i, s).key)
+                a.add_container(APP + i, 1)
+                pending[i].discard(admit_request(APP + i, 1).key)
             agents[DEAD_KILLED].kill()  # its socket file stays: connections are refused
             pending[DEAD_KILLED].clear()
             for i in SLOW:
@@ -104,18 +93,18 @@ async def test_recovery_of_24_agents(real_root: RealRoot) -> None:
                         agents[i].add_container(1 + i, seq)
                         churn_counts["created"] += 1
                     elif roll < 0.7:
-                        gone = sorted(agents[i].containers() - {admit_req(i, 1).key})
+                        gone = sorted(agents[i].containers() - {admit_request(APP + i, 1).key})
                         if gone:
                             agents[i].remove_container(rng.choice(gone))
                             churn_counts["removed"] += 1
                     elif i not in SLOW or resumed.is_set():
                         try:
                             async with AgentClient(agents[i].address) as c:
-                                r = await c.admit(admit_req(i, seq), 2, timeout=1.0)
+                                r = await c.admit(admit_request(APP + i, seq), 2, timeout=1.0)
                         except AgentCallError:
                             r = None
                         if r is not None and r.accepted:
-                            pending[i].add(admit_req(i, seq).key)
+                            pending[i].add(admit_request(APP + i, seq).key)
                             churn_counts["admitted"] += 1
                         else:
                             churn_counts["refused"] += 1  # not yet acknowledged by the new scheduler

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from kit.api import app_id, cid, short_dir
-from kit.snapshot import node_snapshot
+from servekit import snap, workload
 
 from agent.api.server import start_api_server
 from agent.cli.recover import cluster_json, main, read_agents
@@ -21,7 +21,7 @@ from agent.recovery import Cluster, NodeState, ProtocolError, Recovery, Recovery
 from agent.recovery.yunikorn import si_messages
 from agent.state import Event, EventType, Ledger, LedgerConfig, LedgerView, Lifecycle
 from agent.state.records import Allocation, Application, Identity, NodeRecord, Phase
-from qos.model import NodeSnapshot, Resources, Source, Tier, Workload
+from qos.model import Resources, Source
 
 
 def alloc(app: int, seq: int, rev: int) -> Allocation:
@@ -71,28 +71,9 @@ def test_cache_applies_in_order_and_counts_each_key_once() -> None:
     assert cl.totals()["allocations"] == 1
 
 
-def _snap(ws: list[Workload]) -> NodeSnapshot:
-    return node_snapshot(ws, taken_at=time.time(), capacity=Resources(4000, 8 << 30), cpus=(0,))
-
-
-def _w(app: int, seq: int) -> Workload:
-    c = cid(app, seq)
-    return Workload(
-        key=f"yarn/{c}",
-        name=c,
-        source=Source.YARN,
-        tier=Tier.BESTEFFORT,
-        be=True,
-        priority=1,
-        cgroup=c,
-        requests=Resources(100, 1 << 20),
-        app_id=app_id(app),
-    )
-
-
 async def _agent(d: Path, name: str, n: int, base: int = 0) -> tuple[Ledger, object]:
     led = Ledger.open(LedgerConfig(node_id=name, state_path=str(d / f"{name}.json")))
-    led.sync(_snap([_w(base + 1 + i % 3, i) for i in range(n)]), Resources(2000, 4 << 30), time.time())
+    led.sync(snap([workload(base + 1 + i % 3, i) for i in range(n)]), Resources(2000, 4 << 30), time.time())
     server = await start_api_server(led, ApiConfig(socket_path=str(d / f"{name}.sock")))
     return led, server
 
@@ -121,7 +102,7 @@ async def test_recovery_state_machine_lost_and_late_node() -> None:
             assert await rec.wait_for(lambda c: c.nodes[late].state is NodeState.RECOVERED, 5.0)
             assert ("late", "recovered") in progress
             # Allocations keep changing; the scheduler's view follows.
-            led4.sync(_snap([_w(9, 1)]), Resources(2000, 4 << 30), time.time())
+            led4.sync(snap([workload(9, 1)]), Resources(2000, 4 << 30), time.time())
             assert await rec.wait_for(
                 lambda c: sorted(c.nodes[late].allocations) == [f"yarn/{cid(9, 1)}"], 5.0
             )

@@ -162,7 +162,7 @@ async def test_watch_resume_after_a_dropped_stream_loses_nothing(served: Served)
         for item in await collect(stream, served.ledger.revision):
             mirror.apply(item)
         await stream.aclose()  # the stream drops; changes continue meanwhile
-        served.sync([workload(1, 2, cpu=700), workload(3, 1)])
+        served.sync([workload(1, 2, request_cpu=700), workload(3, 1)])
         served.ledger.notice("eviction", "evicted x", {"key": "x"})
         served.sync([workload(3, 1)])
         stream = c.watch(incarnation=mirror.incarnation, from_revision=mirror.revision)
@@ -529,7 +529,7 @@ async def test_concurrent_admissions_never_overcommit(served: Served) -> None:
 async def test_status_cli(served: Served, capsys: pytest.CaptureFixture[str]) -> None:
     from agent.cli.status import main
 
-    served.sync([workload(1, 1, cpu=250)])
+    served.sync([workload(1, 1, request_cpu=250)])
     served.ledger.notice("suppression", "BE cpuset shrunk to 1 CPU", {"cpus": "1"})
     assert await asyncio.to_thread(main, ["--socket", served.address]) == 0
     text = capsys.readouterr().out

@@ -10,13 +10,14 @@ import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 from kit.agentproc import kubeconfig, running_agent
-from kit.api import cid, short_dir
+from kit.api import admit_request, short_dir
 from kit.fakes.apiserver import FakeApiServer
 from kit.fakes.kubelet import FakeKubelet
 from kit.payload import FIX
@@ -25,7 +26,7 @@ from kit.realcg import RealRoot
 from overcommitkit import pods
 
 from agent.api.client import AgentClient
-from agent.state import AdmitRequest, AdmitResult, Refusal
+from agent.state import AdmitResult, Refusal
 from qos.batch import ORIGIN_ANNOTATION, THIRD_PARTY_ANNOTATION
 from qos.model import Resources, Source
 
@@ -41,11 +42,7 @@ OTHERS = json.dumps({"allocations": [
     {"name": "spark-free", "priority": "koord-free", "resources": {"kubernetes.io/batch-cpu": "1000"}},
 ]})
 PODS = ["batch-a", "batch-b"]  # BE pods asking 2000 + 3000 batch-cpu, 1 GiB each
-APP = "application_1700000000000_0001"
-
-
-
-
+req = partial(admit_request, 1)  # container `seq` of application 1, asking for `cpu` (and `mem`)
 
 
 @dataclass
@@ -92,13 +89,6 @@ def koord_node(real_root: RealRoot, tmp_path: Path, annotations: dict[str, str])
         (tmp_path / "agent.yaml").write_text(yaml.safe_dump(cfg))
         with running_agent(tmp_path / "agent.yaml", tmp_path / "agent.log"):
             yield Node(kubelet, api, str(d / "admin.sock"), tmp_path / "agent.log")  # admits: admin socket
-
-
-def req(seq: int, cpu: int, mem: int = 64 << 20) -> AdmitRequest:
-    return AdmitRequest(key=f"yarn/{cid(1, seq)}", application_id=APP, source=Source.YARN,
-                        resources=Resources(cpu, mem), request_id=f"r-{seq}")
-
-
 
 
 async def ready(c: AgentClient, node: Node) -> None:

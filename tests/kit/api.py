@@ -1,4 +1,5 @@
-"""Helpers for the API tests: short socket directories, ids, and the replica a watcher keeps."""
+"""Helpers for the API tests: short socket directories, ids, a scheduler's Admit request, and the replica a
+watcher keeps."""
 
 from __future__ import annotations
 
@@ -7,12 +8,16 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from agent.api.client import Marker
-from agent.state import Event, EventType, LedgerView
+from agent.state import AdmitRequest, Event, EventType, LedgerView
 from agent.state.records import Allocation, Application, NodeRecord
+from kit.snapshot import application_id, container_id
+from qos.model import Resources, Source
 
-TS = "1700000000000"
+cid = container_id  # container `seq` of application `app`: container_e01_<ts>_<app>_01_<seq>
+app_id = application_id
 
 
 @contextmanager
@@ -25,18 +30,20 @@ def short_dir() -> Iterator[Path]:
         shutil.rmtree(d, ignore_errors=True)
 
 
-def cid(app: int, seq: int) -> str:
-    return f"container_e01_{TS}_{app:04d}_01_{seq:06d}"
-
-
-def app_id(app: int) -> str:
-    return f"application_{TS}_{app:04d}"
+def admit_request(app: int, seq: int, cpu: int = 100, mem: int = 64 << 20, **more: Any) -> AdmitRequest:
+    """A scheduler's request to place YARN container `seq` of application `app`, asking for `cpu` milli-CPU
+    and `mem` bytes, with request id `req-<app>-<seq>` unless `request_id` says otherwise; any other
+    `AdmitRequest` field by its name in `more`."""
+    more.setdefault("request_id", f"req-{app}-{seq}")
+    return AdmitRequest(key=f"yarn/{cid(app, seq)}", application_id=app_id(app), source=Source.YARN,
+                        resources=Resources(cpu, mem), **more)
 
 
 class Mirror:
     """Applies a snapshot and then watch events, as a scheduler would; `matches` compares with a snapshot.
 
-    Notices and markers advance the revision only. Revisions must be contiguous."""
+    Notices and markers advance the revision only. Revisions must be contiguous, an allocation comes after
+    its application, and an application is not deleted while an allocation still refers to it."""
 
     def __init__(self, view: LedgerView) -> None:
         self.incarnation = view.identity.incarnation
@@ -67,6 +74,9 @@ class Mirror:
             self.node = obj
         elif isinstance(obj, Application):
             if item.type is EventType.DELETED:
+                assert not any(a.application_id == obj.application_id for a in self.allocs.values()), (
+                    f"application {obj.application_id} deleted while allocations still refer to it"
+                )
                 del self.apps[obj.application_id]
             else:
                 self.apps[obj.application_id] = obj
@@ -78,6 +88,10 @@ class Mirror:
                 self.allocs[obj.key] = obj
         self.revision = item.revision
         self._remember()
+
+    def matches(self, view: LedgerView) -> bool:
+        """Whether the replica is `view`: at its revision, with its node, applications and allocations."""
+        return self.revision == view.revision and self.state_at(self.revision) == self.of(view)
 
     def state_at(self, revision: int) -> tuple[NodeRecord, tuple[Application, ...], tuple[Allocation, ...]]:
         return self.history[revision]

@@ -38,11 +38,11 @@ def container_id(app: int, seq: int, *, attempt: int = 1, epoch: int | None = 1)
     return f"container_{era}{TS}_{app:04d}_{attempt:02d}_{seq:06d}"
 
 
-def workload(key: str, *, be: bool = True, priority: int = 5000, cpu: float | None = 0.0, mem: int | None = 0,
-             request_cpu: int = 0, request_mem: int = 0, source: Source | None = None, tier: Tier | None = None,
-             name: str | None = None, cgroup: str | None = None, app_id: str | None = None,
-             seq: int | None = None, started_at: float = 0.0, terminating: bool = False, age: float = 0.0,
-             **more: Any) -> Workload:
+def workload(key: str, *, be: bool = True, priority: int = 5000, cpu: float | None = 0.0,
+             mem: int | None = 0, request_cpu: int = 0, request_mem: int = 0, source: Source | None = None,
+             tier: Tier | None = None, name: str | None = None, cgroup: str | None = None,
+             app_id: str | None = None, seq: int | None = None, started_at: float = 0.0,
+             terminating: bool = False, age: float = 0.0, **more: Any) -> Workload:
     """The workload `key` (`k8s/…`, `yarn/…` or `local/…`: its source unless `source` says otherwise),
     measured at `cpu` milli-CPU and `mem` bytes (None: not measured), asking for `request_cpu` and
     `request_mem`. BestEffort unless `be` is False (Burstable), or `tier`; named by the key's last part and in
@@ -89,3 +89,10 @@ def yarn_workload(seq: int, cores: int, started: float, app: int = 1, prio: int 
     cgroup."""
     return yarn_container(app, seq, epoch=17, priority=prio, cpu=None, mem=None, request_cpu=cores * 1000,
                           request_mem=GIB, started_at=started, **kw)
+
+
+def hp_workload(name: str, **kw: Any) -> Workload:
+    """A Guaranteed local workload in cgroup `name` (the node's own service: never batch); the rest as
+    `workload` takes it."""
+    return workload(f"local/{name}", be=False, tier=Tier.GUARANTEED, priority=9000, cgroup=name, cpu=None,
+                    mem=None, **kw)

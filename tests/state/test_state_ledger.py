@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+from functools import partial
+
 import pytest
+from kit.api import Mirror, admit_request
 from kit.clock import FakeClock
-from statekit import CAP, Replica, container, hp, k8s, snapshot, yarn, yarn_app
+from kit.snapshot import application_id as yarn_app
+from kit.snapshot import container_id as container
+from kit.snapshot import hp_workload as hp
+from kit.snapshot import workload
+from statekit import CAP, snapshot, yarn
 
 from agent.state import (
     AdmitRequest,
@@ -24,6 +32,10 @@ from qos.model import Resources, Source
 
 BATCH = Resources(2000, 4 << 30)
 UID = "0b6e1c9a-6f9d-4a55-9a3c-2f1e8c7d6b5a"
+POD = workload(f"k8s/{UID}", name=f"pod-{UID[:8]}", priority=3000, cgroup=f"besteffort/pod{UID}", cpu=None,
+               mem=None, request_cpu=200, request_mem=128 << 20, namespace="batch")  # a BE pod of its own app
+# The scheduler's request for YARN container `seq` of application `app`: 500 milli-CPU and 1 GiB unless said.
+request = partial(admit_request, cpu=500, mem=1 << 30, priority=5000)
 
 
 def make(ring: int = 4096, ttl: float = 60.0, clock: FakeClock | None = None) -> Ledger:
@@ -42,20 +54,10 @@ def schedulable(ledger: Ledger, epoch: int = 1) -> None:
     assert ledger.node.lifecycle is Lifecycle.SCHEDULABLE
 
 
-def request(app: int, seq: int, cpu: int = 500, mem: int = 1 << 30) -> AdmitRequest:
-    return AdmitRequest(
-        key=f"yarn/{container(app, seq)}",
-        application_id=yarn_app(app),
-        source=Source.YARN,
-        resources=Resources(cpu, mem),
-        priority=5000,
-        request_id=f"req-{app}-{seq}",
-    )
-
-
 def test_sync_derives_applications_before_allocations_and_removes_both() -> None:
     led = make()
-    events = led.sync(snapshot([yarn(1, 1), yarn(1, 2), k8s(UID), hp("web")]), BATCH, 1000.0)
+    web = hp("web", request_cpu=1000, request_mem=1 << 30)
+    events = led.sync(snapshot([yarn(1, 1), yarn(1, 2), POD, web]), BATCH, 1000.0)
     kinds = [(e.type, type(e.obj).__name__) for e in events]
     assert kinds == [
         (EventType.MODIFIED, "NodeRecord"),
@@ -93,24 +95,24 @@ def test_sync_derives_applications_before_allocations_and_removes_both() -> None
 def test_terminating_and_changed_requests_are_modifications() -> None:
     led = make()
     led.sync(snapshot([yarn(1, 1)]), BATCH, 1000.0)
-    ev = led.sync(snapshot([yarn(1, 1, cpu=300)]), BATCH, 1001.0)
+    ev = led.sync(snapshot([yarn(1, 1, request_cpu=300)]), BATCH, 1001.0)
     assert len(ev) == 1 and ev[0].type is EventType.MODIFIED and ev[0].obj.resources.milli_cpu == 300
-    ev = led.sync(snapshot([yarn(1, 1, cpu=300, terminating=True)]), BATCH, 1002.0)
+    ev = led.sync(snapshot([yarn(1, 1, request_cpu=300, terminating=True)]), BATCH, 1002.0)
     assert ev[0].obj.phase is Phase.TERMINATING
-    ev = led.sync(snapshot([yarn(1, 1, cpu=300, terminating=False)]), BATCH, 1003.0)
+    ev = led.sync(snapshot([yarn(1, 1, request_cpu=300, terminating=False)]), BATCH, 1003.0)
     assert ev == []  # terminating is one-way
     assert led.batch_allocated == Resources(300, 64 << 20)
 
 
 def test_stale_source_keeps_its_allocations() -> None:
     led = make()
-    led.sync(snapshot([yarn(1, 1), k8s(UID)]), BATCH, 1000.0)
+    led.sync(snapshot([yarn(1, 1), POD]), BATCH, 1000.0)
     # The YARN source is stale: its container is not listed, but missing data is not an empty node.
-    ev = led.sync(snapshot([k8s(UID)], stale={"yarn": "NodeManager unreachable"}), BATCH, 1001.0)
+    ev = led.sync(snapshot([POD], stale={"yarn": "NodeManager unreachable"}), BATCH, 1001.0)
     assert ev == []
     # An unnamed source (the cgroup listing itself) holds every removal.
     assert led.sync(snapshot([], stale={"cgroups": "root unreadable"}), BATCH, 1002.0) == []
-    ev = led.sync(snapshot([k8s(UID)]), BATCH, 1003.0)
+    ev = led.sync(snapshot([POD]), BATCH, 1003.0)
     assert [e.obj.key for e in ev if e.type is EventType.DELETED and hasattr(e.obj, "key")] == [
         f"yarn/{container(1, 1)}"
     ]
@@ -124,7 +126,7 @@ def test_admit_pending_launch_becomes_running_when_the_source_sees_it() -> None:
     assert res.allocation.phase is Phase.PENDING_LAUNCH and res.allocation.scheduler_epoch == 3
     assert res.batch_free == Resources(1500, 3 << 30)
     # The container starts; the cgroup reader knows no requests: the admitted ones are kept.
-    w = yarn(7, 1, cpu=0, mem=0)
+    w = yarn(7, 1, request_cpu=0, request_mem=0)
     ev = led.sync(snapshot([w]), BATCH, 1001.0)
     assert [(e.type, e.reason) for e in ev] == [(EventType.MODIFIED, "started")]
     a = led.allocation(w.key)
@@ -256,12 +258,11 @@ def test_pending_launch_expires_after_ttl() -> None:
 def test_events_replay_to_the_view_at_every_revision() -> None:
     led = make()
     schedulable(led)
-    replica = Replica()
-    replica.load(led.view())
+    replica = Mirror(led.view())
     steps = [
-        [yarn(1, 1), yarn(1, 2), k8s(UID)],
-        [yarn(1, 2, cpu=50), k8s(UID, app_id="spark-1")],
-        [yarn(1, 2, cpu=50, terminating=True), yarn(2, 1)],
+        [yarn(1, 1), yarn(1, 2), POD],
+        [yarn(1, 2, request_cpu=50), replace(POD, app_id="spark-1")],
+        [yarn(1, 2, request_cpu=50, terminating=True), yarn(2, 1)],
         [],
     ]
     for n, ws in enumerate(steps):

@@ -4,16 +4,17 @@ from __future__ import annotations
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from statekit import Replica, container, snapshot, yarn, yarn_app
+from kit.api import Mirror, admit_request
+from statekit import snapshot, yarn
 
-from agent.state import AdmitRequest, EventType, Ledger, LedgerConfig, Phase
+from agent.state import EventType, Ledger, LedgerConfig, Phase
 from agent.state.records import Allocation, Application
-from qos.model import Resources, Source
+from qos.model import Resources
 
 BATCH = Resources(3000, 6 << 30)
 
 workload = st.builds(
-    lambda app, seq, cpu, term: yarn(app, seq, cpu=cpu, terminating=term),
+    lambda app, seq, cpu, term: yarn(app, seq, request_cpu=cpu, terminating=term),
     st.integers(1, 3),
     st.integers(1, 6),
     st.sampled_from([0, 100, 400]),
@@ -39,17 +40,14 @@ def test_ledger_invariants(ops: list[tuple]) -> None:  # type: ignore[type-arg]
     led = Ledger(
         LedgerConfig(node_id="p", state_path=None, pending_launch_ttl_s=30.0), boot_id="b", clock=lambda: t[0]
     )
-    replica = Replica()
-    replica.load(led.view())
+    replica = Mirror(led.view())
     epoch = 1
     for o in ops:
         if o[0] == "tick":
             t[0] += o[3]
             led.sync(snapshot(o[1], stale=o[2]), BATCH, t[0])
         elif o[0] == "admit":
-            req = AdmitRequest(
-                f"yarn/{container(o[1], o[2])}", yarn_app(o[1]), Source.YARN, Resources(o[3], 1)
-            )
+            req = admit_request(o[1], o[2], cpu=o[3], mem=1, request_id="")
             before = led.batch_allocated
             res = led.admit(req, epoch)
             if res.accepted and not res.already_admitted:
