@@ -101,7 +101,7 @@ class QosPod:
 
 @dataclass(frozen=True, slots=True)
 class MemoryValues:
-    """What one cgroup gets; `high` None is "max"; None for min/low/high_set: not written at this level."""
+    """What one cgroup gets; `high_bytes` None is "max", written only where `sets_high` (containers)."""
 
     rel: str
     min_bytes: int
