@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from kit.snapshot import node_snapshot
+from kit.snapshot import node_snapshot, workload
 
 from agent.executors.apply import ActionExecutor, EvictOutcome
 from agent.published import ActionRecord
@@ -26,11 +26,6 @@ class Recorder:
         await asyncio.sleep(self.delay)
         self.evicted.append(workload.key)
         return EvictOutcome(True, "recorded")
-
-
-def _w(key: str, be: bool = True) -> Workload:
-    return Workload(key=key, name=key, source=Source.LOCAL, tier=Tier.BESTEFFORT if be else Tier.GUARANTEED,
-                    be=be, priority=3000, cgroup=key.split("/", 1)[1])
 
 
 def _snap(*ws: Workload, stale: dict[str, str] | None = None) -> NodeSnapshot:
@@ -54,7 +49,7 @@ async def test_guards(tmp_path: Path) -> None:
     rec = Recorder(delay=0.05)
     audit: list[ActionRecord] = []
     ex = _executor(tmp_path, rec, audit=audit)
-    be, hp = _w("local/besteffort/a"), _w("local/hp", be=False)
+    be, hp = workload("local/besteffort/a"), workload("local/hp", be=False, tier=Tier.GUARANTEED)
 
     ex.execute([_evict(hp.key)], _snap(be, hp))
     assert audit[-1].outcome == "skipped" and "not_best_effort" in audit[-1].reason
@@ -82,7 +77,7 @@ async def test_guards(tmp_path: Path) -> None:
 async def test_rate_limit_and_hold_counting(tmp_path: Path) -> None:
     rec = Recorder()
     ex = _executor(tmp_path, rec, burst=2)
-    ws = [_w(f"local/besteffort/w{i}") for i in range(4)]
+    ws = [workload(f"local/besteffort/w{i}") for i in range(4)]
     records = ex.execute([_evict(w.key) for w in ws] + [Hold("p", "why")], _snap(*ws))
     await ex.drain(2)
     assert [r.outcome for r in records] == ["started", "started", "skipped", "skipped"]
@@ -94,7 +89,7 @@ async def test_rate_limit_and_hold_counting(tmp_path: Path) -> None:
 async def test_dry_run_evicts_nothing(tmp_path: Path) -> None:
     rec = Recorder()
     ex = _executor(tmp_path, rec, dry_run=True)
-    w = _w("local/besteffort/a")
+    w = workload("local/besteffort/a")
     records = ex.execute([_evict(w.key)], _snap(w))
     await ex.drain(1)
     assert records[0].outcome == "dry_run"
@@ -111,7 +106,7 @@ class Refusing(Recorder):
 async def test_refusal_is_reported_so_the_next_victim_is_taken(tmp_path: Path) -> None:
     rec = Refusing()
     ex = _executor(tmp_path, rec)
-    w = _w("local/besteffort/a")
+    w = workload("local/besteffort/a")
     ex.execute([_evict(w.key)], _snap(w))
     await ex.drain(1)
     refused = sorted(ex.ended().try_next)

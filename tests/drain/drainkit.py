@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import dataclasses
 
-from kit.snapshot import node_snapshot
+from kit.snapshot import node_snapshot, workload
 
 from agent.decommission.controller import DrainController
 from qos.actions import Action
 from qos.admission import BatchBudget
 from qos.drain import DrainPolicy, drain_decision
-from qos.model import NodeSnapshot, Resources, Source, Tier, Usage, Workload
+from qos.model import NodeSnapshot, Resources, Source, Workload
 from qos.registry import BeCpuGrant, NodeOutputs
 
 CAPACITY = Resources(4000, 8 << 30)
@@ -18,15 +18,10 @@ CAPACITY = Resources(4000, 8 << 30)
 
 def be(name: str, *, priority: int = 3000, started_at: float = 0.0, mem: int = 0, cpu: int = 100,
        source: Source = Source.LOCAL, app: str | None = None, terminating: bool = False) -> Workload:
-    return Workload(key=f"{source.value}/besteffort/{name}", name=name, source=source, tier=Tier.BESTEFFORT,
-                    be=True, priority=priority, cgroup=f"besteffort/{name}", requests=Resources(cpu, 0),
-                    usage=Usage(memory_working_set_bytes=mem), started_at=started_at, app_id=app,
-                    terminating=terminating)
-
-
-def hp(name: str) -> Workload:
-    return Workload(key=f"local/{name}", name=name, source=Source.LOCAL, tier=Tier.GUARANTEED, be=False,
-                    priority=9000, cgroup=name)
+    """BE workload `name` of `source` in `besteffort/<name>`, asking for `cpu` and using `mem`."""
+    return workload(f"{source.value}/besteffort/{name}", name=name, source=source, priority=priority,
+                    cgroup=f"besteffort/{name}", request_cpu=cpu, cpu=None, mem=mem, started_at=started_at,
+                    app_id=app, terminating=terminating)
 
 
 def snapshot(*workloads: Workload, at: float = 1000.0, stale: dict[str, str] | None = None) -> NodeSnapshot:

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from drainkit import be, hp
+from drainkit import be
+from kit.snapshot import hp_workload as hp
 
 from qos.actions import EvictReason
 from qos.drain import DrainTerms, Verdict, deadline_for, decide_drain

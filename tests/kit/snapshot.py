@@ -38,25 +38,31 @@ def container_id(app: int, seq: int, *, attempt: int = 1, epoch: int | None = 1)
     return f"container_{era}{TS}_{app:04d}_{attempt:02d}_{seq:06d}"
 
 
-def workload(key: str, *, be: bool = True, priority: int = 5000, cpu: float | None = 0.0,
-             mem: int | None = 0, request_cpu: int = 0, request_mem: int = 0, source: Source | None = None,
-             tier: Tier | None = None, name: str | None = None, cgroup: str | None = None,
-             app_id: str | None = None, seq: int | None = None, started_at: float = 0.0,
-             terminating: bool = False, age: float = 0.0, **more: Any) -> Workload:
-    """The workload `key` (`k8s/…`, `yarn/…` or `local/…`: its source unless `source` says otherwise),
+def workload(key: str, *, be: bool | None = None, protected: bool = False, priority: int = 5000,
+             cpu: float | None = 0.0, mem: int | None = 0, request_cpu: int = 0, request_mem: int = 0,
+             source: Source | None = None, tier: Tier | None = None, name: str | None = None,
+             cgroup: str | None = None, app_id: str | None = None, seq: int | None = None,
+             started_at: float = 0.0, terminating: bool = False, age: float = 0.0, **more: Any) -> Workload:
+    """The workload `key` (`k8s/…`, `yarn/…` or `local/<cgroup>`: its source unless `source` says otherwise),
     measured at `cpu` milli-CPU and `mem` bytes (None: not measured), asking for `request_cpu` and
-    `request_mem`. BestEffort unless `be` is False (Burstable), or `tier`; named by the key's last part and in
-    `<tier>/<key with - for />` unless `name` or `cgroup` say otherwise. `seq` is a YARN container's sequence
+    `request_mem`. BestEffort unless `be` is False (Burstable) or `tier` says otherwise; a `protected` one is
+    not BE unless `be` says so. Named by the key's last part and in `<tier>/<key with - for />` (a local one:
+    the cgroup its key names) unless `name` or `cgroup` say otherwise. `seq` is a YARN container's sequence
     number, `age` how old its usage figures are; any other `Workload` field by its name in `more`."""
-    tier = tier or (Tier.BESTEFFORT if be else Tier.BURSTABLE)
+    be = not protected if be is None else be
+    source = source or Source(key.split("/", 1)[0])
+    if cgroup is None and source is Source.LOCAL and "/" in key:
+        cgroup = key.split("/", 1)[1]
+    elif cgroup is None:
+        cgroup = f"{'besteffort' if be else 'burstable'}/{key.replace('/', '-')}"
     return Workload(
         key=key,
         name=key.rsplit("/", maxsplit=1)[-1] if name is None else name,
-        source=source or Source(key.split("/", 1)[0]),
-        tier=tier,
+        source=source,
+        tier=tier or (Tier.BESTEFFORT if be else Tier.BURSTABLE),
         be=be,
         priority=priority,
-        cgroup=f"{'besteffort' if be else 'burstable'}/{key.replace('/', '-')}" if cgroup is None else cgroup,
+        cgroup=cgroup,
         requests=Resources(request_cpu, request_mem),
         usage=Usage(milli_cpu=cpu, memory_working_set_bytes=mem),
         sample_age_s=age,
@@ -64,6 +70,7 @@ def workload(key: str, *, be: bool = True, priority: int = 5000, cpu: float | No
         app_id=app_id,
         container_seq=seq,
         terminating=terminating,
+        protected=protected,
         **more,
     )
 

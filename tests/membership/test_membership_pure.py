@@ -3,34 +3,29 @@
 from __future__ import annotations
 
 import pytest
-from kit.snapshot import node_snapshot
+from kit.snapshot import node_snapshot, workload
 
 from qos.membership import Membership, decide_membership, protected_children, split_quota, tier_level
-from qos.model import NodeSnapshot, Resources, Source, Tier, Workload
+from qos.model import NodeSnapshot, Resources, Workload
 
 TIER = "besteffort"
-
-
-def _w(key: str, cgroup: str, *, be: bool = True, protected: bool = False,
-       source: Source = Source.K8S) -> Workload:
-    return Workload(key=key, name=key, source=source, tier=Tier.BESTEFFORT, be=be and not protected,
-                    priority=0, cgroup=cgroup, protected=protected)
 
 
 def _snap(*ws: Workload, stale: dict[str, str] | None = None) -> NodeSnapshot:
     return node_snapshot(ws, capacity=Resources(4000, 1 << 30), cpus=(0, 1, 2, 3), stale=stale or {})
 
 
-KUBE_PROXY = _w("k8s/kp", "besteffort/podkp", protected=True)
-POD_A = _w("k8s/a", "besteffort/poda")
-POD_B = _w("k8s/b", "besteffort/podb")
-YARN_1 = _w("yarn/c1", "besteffort/hadoop-yarn/container_1700000000000_0001_01_000001", source=Source.YARN)
-YARN_2 = _w("yarn/c2", "besteffort/hadoop-yarn/container_1700000000000_0001_01_000002", source=Source.YARN)
+KUBE_PROXY = workload("k8s/kp", cgroup="besteffort/podkp", protected=True)
+POD_A = workload("k8s/a", cgroup="besteffort/poda")
+POD_B = workload("k8s/b", cgroup="besteffort/podb")
+YARN_1 = workload("yarn/c1", cgroup="besteffort/hadoop-yarn/container_1700000000000_0001_01_000001")
+YARN_2 = workload("yarn/c2", cgroup="besteffort/hadoop-yarn/container_1700000000000_0001_01_000002")
 LISTED = ["besteffort/hadoop-yarn", "besteffort/poda", "besteffort/podb", "besteffort/podkp"]
 
 
 def test_no_protected_pod_below_the_tier_keeps_tier_level_knobs() -> None:
-    guard = _w("k8s/guard", "burstable/podg", protected=True)  # protected, but not below the BE tier
+    # Protected, but not below the BE tier:
+    guard = workload("k8s/guard", cgroup="burstable/podg", protected=True)
     m = decide_membership(_snap(POD_A, POD_B, YARN_1, guard), TIER, LISTED)
     assert m == tier_level(TIER)
     assert not m.split and m.members == (TIER,)
@@ -52,14 +47,15 @@ def test_listed_names_and_paths_are_the_same_children() -> None:
 
 
 def test_a_protected_container_cgroup_spares_its_whole_pod() -> None:
-    kp = _w("k8s/kp", "besteffort/podkp/0123456789ab", protected=True)
+    kp = workload("k8s/kp", cgroup="besteffort/podkp/0123456789ab", protected=True)
     assert protected_children(_snap(kp, POD_A), TIER) == {"besteffort/podkp"}
 
 
 def test_systemd_layout() -> None:
     tier = "kubepods-besteffort.slice"
-    kp = _w("k8s/kp", f"{tier}/kubepods-besteffort-podkp.slice/cri-containerd-abc.scope", protected=True)
-    pod = _w("k8s/a", f"{tier}/kubepods-besteffort-poda.slice")
+    kp = workload("k8s/kp", cgroup=f"{tier}/kubepods-besteffort-podkp.slice/cri-containerd-abc.scope",
+                  protected=True)
+    pod = workload("k8s/a", cgroup=f"{tier}/kubepods-besteffort-poda.slice")
     listed = [f"{tier}/kubepods-besteffort-podkp.slice", f"{tier}/kubepods-besteffort-poda.slice"]
     m = decide_membership(_snap(kp, pod), tier, listed)
     assert m.spared == (f"{tier}/kubepods-besteffort-podkp.slice",)

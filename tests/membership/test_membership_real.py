@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from kit.poll import wait, window
 from kit.realcg import RealRoot, need_v1
-from kit.snapshot import node_snapshot
+from kit.snapshot import node_snapshot, workload
 
 from agent.daemon.collector import Collector, TierPaths
 from agent.executors.apply import ActionExecutor
@@ -25,7 +25,7 @@ from cgroups.parsers import parse_cpuset
 from cgroups.reader import CgroupReader
 from cgroups.writer import CgroupWriter
 from qos.actions import SetBeCpuIdle, SetBeCpuQuota, SetBeCpuset
-from qos.model import NodeSnapshot, Resources, Source, Tier, Workload
+from qos.model import NodeSnapshot, Resources, Workload
 
 pytestmark = pytest.mark.cgroups
 
@@ -75,11 +75,6 @@ def _idle(real_root: RealRoot, rel: str) -> str:
     return _read(real_root, "cpu", rel, "cpu.idle")
 
 
-def _w(key: str, cgroup: str, *, protected: bool = False, source: Source = Source.K8S) -> Workload:
-    return Workload(key=key, name=key, source=source, tier=Tier.BESTEFFORT, be=not protected, priority=0,
-                    cgroup=cgroup, protected=protected)
-
-
 def _snap(cpus: tuple[int, ...], *ws: Workload) -> NodeSnapshot:
     return node_snapshot(ws, taken_at=time.time(), capacity=Resources(1000 * len(cpus), 1 << 30), cpus=cpus)
 
@@ -108,8 +103,9 @@ def _tree(real_root: RealRoot) -> dict[str, int]:
     return pids
 
 
-WORKLOADS = (_w("k8s/a", POD_A), _w("k8s/b", POD_B), _w("yarn/c", YARN_C, source=Source.YARN))
-PROTECTED = _w("k8s/kp", KP, protected=True)
+WORKLOADS = (workload("k8s/a", cgroup=POD_A), workload("k8s/b", cgroup=POD_B),
+             workload("yarn/c", cgroup=YARN_C))
+PROTECTED = workload("k8s/kp", cgroup=KP, protected=True)
 
 
 async def test_protected_pod_keeps_every_cpu_while_be_pods_are_cut_then_tier_level_again(
@@ -204,7 +200,7 @@ async def test_cfs_quota_is_split_across_the_be_children_and_the_protected_pod_i
     need_v1(real_root, "cpu")
     cpus = _node(real_root)
     _tree(real_root)
-    yarn2 = _w("yarn/c2", f"{YARN_DIR}/container_1700000000000_0001_01_000003", source=Source.YARN)
+    yarn2 = workload("yarn/c2", cgroup=f"{YARN_DIR}/container_1700000000000_0001_01_000003")
     audit: list[ActionRecord] = []
     ex = _executor(real_root, audit)
     ex.execute([SetBeCpuQuota(400, "t")], _snap(cpus, *WORKLOADS))
@@ -239,7 +235,7 @@ def test_protected_pod_usage_is_not_be_usage(real_root: RealRoot) -> None:
     reader = CgroupReader(real_root.hierarchy, real_root.name)
     collector = Collector(reader, TierPaths(root="", besteffort=TIER), Resources(2000, 1 << 30), (0, 1),
                           "cgroup-root", 0.5)
-    ws = [PROTECTED, _w("k8s/a", POD_A)]
+    ws = [PROTECTED, workload("k8s/a", cgroup=POD_A)]
     try:
         _, snap = window(lambda: collector.collect(ws, frozenset(), {}), 0.6)
     finally:

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from kit.poll import until
 from kit.realcg import RealRoot
+from kit.snapshot import workload
 from net14kit import BE4, BE6, FAR4, FAR6, HP4, HP6, Topo, topology
 
 from agent.config.network import NetworkConfig
@@ -21,7 +22,7 @@ from agent.executors.htb import EgressShaper, be_addresses
 from agent.published import ActionRecord, Outcome
 from agent.sources.result import PodInfo
 from qos.actions import SetBeEgressCeiling, SetBeEgressSources
-from qos.model import Resources, Source, Tier, Workload
+from qos.model import Resources
 
 pytestmark = [pytest.mark.xdist_group("net")]
 MBIT = 1_000_000
@@ -199,13 +200,9 @@ def test_be_addresses_skip_host_network_and_hp_pods() -> None:
                        koord_qos=None, priority_class="", host_network=host, pod_ips=ips, container_ids=(),
                        labels={}, batch_requests=Resources(), limits=Resources())
 
-    def wl(key: str, be: bool) -> Workload:
-        return Workload(key=key, name=key, source=Source.K8S, tier=Tier.BESTEFFORT, be=be, priority=0,
-                        cgroup=key)
-
     pods = {"k8s/a": pod("a", ("10.0.0.2", "fd00::2")), "k8s/b": pod("b", ("192.168.1.5",), host=True),
             "k8s/c": pod("c", ("10.0.0.3",))}
-    got = be_addresses((wl("k8s/a", True), wl("k8s/b", True), wl("k8s/c", False)), pods)
+    got = be_addresses((workload("k8s/a"), workload("k8s/b"), workload("k8s/c", be=False)), pods)
     assert got == {"10.0.0.2", "fd00::2"}
 
 

@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
-from qos.model import Resources, Source, Tier, Workload
-from qos.yarn_limits import YarnLimits, yarn_plan
+from kit.snapshot import MIB as MI
+from kit.snapshot import yarn_container
 
-MI = 1 << 20
+from qos.model import Source, Workload
+from qos.yarn_limits import YarnLimits, yarn_plan
 
 
 def _c(seq: int, vcores: int, mb: int, *, terminating: bool = False,
        source: Source = Source.YARN) -> Workload:
-    cid = f"container_e01_1700000000000_0001_01_{seq:06d}"
-    return Workload(key=f"yarn/{cid}", name=cid, source=source, tier=Tier.BESTEFFORT, be=True, priority=5500,
-                    cgroup=f"besteffort/hadoop-yarn/{cid}", requests=Resources(vcores * 1000, mb * MI),
-                    terminating=terminating)
+    return yarn_container(1, seq, source=source, priority=5500, request_cpu=vcores * 1000,
+                          request_mem=mb * MI, terminating=terminating, cpu=None, mem=None)
 
 
 def test_memory_limit_is_the_allocation_and_root_shares_sum_the_vcores() -> None:

@@ -14,22 +14,17 @@ import time
 
 import pytest
 from kit.realcg import RealRoot
-from kit.snapshot import node_snapshot
+from kit.snapshot import node_snapshot, workload
 
 from agent.executors.apply import ActionExecutor
 from cgroups.parsers import parse_cpuset
 from cgroups.writer import CgroupWriter
 from qos.actions import SetBeCpuset
-from qos.model import NodeSnapshot, Resources, Source, Tier, Workload
+from qos.model import NodeSnapshot, Resources, Workload
 
 pytestmark = [pytest.mark.guest, pytest.mark.cgroups]
 
 TIER, KP, POD_A, POD_B = "besteffort", "besteffort/podkp", "besteffort/poda", "besteffort/podb"
-
-
-def _w(key: str, cgroup: str, protected: bool = False) -> Workload:
-    return Workload(key=key, name=key, source=Source.K8S, tier=Tier.BESTEFFORT, be=not protected, priority=0,
-                    cgroup=cgroup, protected=protected)
 
 
 def _snap(cpus: tuple[int, ...], *ws: Workload) -> NodeSnapshot:
@@ -54,14 +49,14 @@ def test_v2_cuts_only_the_tier_or_the_members_and_gives_cut_children_their_cpus_
     ex = ActionExecutor(CgroupWriter(real_root.hierarchy, real_root.name), TIER, {}, dry_run=False,
                         rate_per_s=1.0, burst=1, recheck_cooldown_s=1.0, audit=lambda _r: None,
                         now=time.monotonic(), tier_owned=False)
-    be = (_w("k8s/a", POD_A), _w("k8s/b", POD_B))
+    be = (workload("k8s/a", cgroup=POD_A), workload("k8s/b", cgroup=POD_B))
 
     ex.execute([SetBeCpuset(cut, "t")], _snap(every, *be))
     assert cpus(TIER) == set(cut)
     assert all(cpus(p) == set() for p in (KP, POD_A, POD_B)), "v2: nothing below the tier is written"
     assert cpus(POD_A, "cpuset.cpus.effective") == set(cut)
 
-    ex.execute([], _snap(every, _w("k8s/kp", KP, protected=True), *be))
+    ex.execute([], _snap(every, workload("k8s/kp", cgroup=KP, protected=True), *be))
     assert cpus(TIER) == set(every) and cpus(KP) == set(), "the protected pod's cgroup is never written"
     assert cpus(KP, "cpuset.cpus.effective") == set(every)
     assert cpus(POD_A) == set(cut) and cpus(POD_B) == set(cut)

@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kit.snapshot import node_snapshot
+from kit.snapshot import node_snapshot, workload
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -34,7 +34,7 @@ from cgroups.discovery import Hierarchy
 from cgroups.writer import CgroupWriter
 from qos.actions import Action, Evict, EvictReason
 from qos.admission import BatchBudget
-from qos.model import NodeSnapshot, Resources, Source, Tier, Workload
+from qos.model import NodeSnapshot, Resources, Source, Workload
 from qos.pipeline import Pipeline, Policy
 from qos.registry import BeCpuGrant, NodeOutputs
 
@@ -42,8 +42,7 @@ QUIET = NodeOutputs(BeCpuGrant(None, None, ""), BatchBudget(), None)  # no suppr
 
 
 def best_effort(name: str) -> Workload:
-    return Workload(key=f"local/besteffort/{name}", name=name, source=Source.LOCAL, tier=Tier.BESTEFFORT,
-                    be=True, priority=3000, cgroup=f"besteffort/{name}")
+    return workload(f"local/besteffort/{name}", priority=3000, cpu=None, mem=None)
 
 
 @dataclass
