@@ -27,61 +27,35 @@ import time
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from kit.api import changes_socket
+from kit.api import admit_request, changes_socket
 from kit.bench import finish, pct
+from kit.snapshot import node_snapshot, yarn_container
 
 from agent.api.client import AgentClient
 from agent.api.coloc.v1 import agent_pb2 as pb
 from agent.api.server import start_api_server
 from agent.config.api import ApiConfig
-from agent.state import AdmitRequest, Ledger, LedgerConfig
-from qos.model import NodeSnapshot, Resources, Source, Tier, Usage, Workload
+from agent.state import Ledger, LedgerConfig
+from qos.model import NodeSnapshot, Resources, Workload
 
-TS = "1700000000000"
 BIG = Resources(1 << 40, 1 << 60)
 
 
-def key(n: int) -> str:
-    return f"yarn/container_e01_{TS}_{1 + n // 100:04d}_01_{n + 1:06d}"
-
-
-def app(n: int) -> str:
-    return f"application_{TS}_{1 + n // 100:04d}"
+def container_of(n: int) -> tuple[int, int]:
+    """Allocation `n`'s application and container sequence number: 100 containers an application."""
+    return 1 + n // 100, n + 1
 
 
 def workloads(n: int, generation: int, touched: range) -> tuple[Workload, ...]:
     """The running containers as a source reports them; those in `touched` changed their requests."""
-    out = []
-    for i in range(n):
-        cpu = 100 + (generation % 7 if i in touched else 0)
-        c = key(i).split("/", 1)[1]
-        out.append(
-            Workload(
-                key=key(i),
-                name=c,
-                source=Source.YARN,
-                tier=Tier.BESTEFFORT,
-                be=True,
-                priority=5000,
-                cgroup=f"besteffort/hadoop-yarn/{c}",
-                requests=Resources(cpu, 256 << 20),
-                app_id=app(i),
-            )
-        )
-    return tuple(out)
+    return tuple(yarn_container(*container_of(i), cpu=None, mem=None,
+                                request_cpu=100 + (generation % 7 if i in touched else 0),
+                                request_mem=256 << 20)
+                 for i in range(n))
 
 
 def snapshot(ws: tuple[Workload, ...]) -> NodeSnapshot:
-    return NodeSnapshot(
-        taken_at=time.time(),
-        capacity=BIG,
-        cpus=(0, 1),
-        node_usage=Usage(),
-        hp_usage=Usage(),
-        be_usage=Usage(),
-        system_usage=Usage(),
-        workloads=ws,
-    )
+    return node_snapshot(ws, taken_at=time.time(), capacity=BIG, cpus=(0, 1))
 
 
 # ---- the agent side ----------------------------------------------------------------------------------------
@@ -250,7 +224,7 @@ async def client_main(args: argparse.Namespace, sock: str, agent: subprocess.Pop
 
         async def place(i: int) -> None:  # through the API, as a scheduler would place them
             r = await c.admit(
-                AdmitRequest(key(i), app(i), Source.YARN, Resources(100, 256 << 20), request_id=f"r{i}"), 1
+                admit_request(*container_of(i), cpu=100, mem=256 << 20, request_id=f"r{i}"), 1
             )
             assert r.accepted, r
 
