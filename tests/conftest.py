@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from kit.fakes.apiserver import FakeApiServer
-from kit.realcg import CgroupsUnavailable, RealRoot, leftover_dirs, required
+from kit.realcg import RealRoot, leftover_dirs, real_root_or_skip
 from kit.systemd import SystemdPods
 
 
@@ -30,12 +30,7 @@ def real_root() -> Iterator[RealRoot]:
 
     Skips when cgroups cannot be created here, fails instead when COLOC_REQUIRE_CGROUPS=1.
     """
-    try:
-        root = RealRoot()
-    except CgroupsUnavailable as e:
-        if required():
-            pytest.fail(f"COLOC_REQUIRE_CGROUPS=1 but real cgroups are unavailable: {e}")
-        pytest.skip(f"real cgroups unavailable: {e}")
+    root = real_root_or_skip()
     try:
         yield root
     finally:

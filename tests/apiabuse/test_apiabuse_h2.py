@@ -17,7 +17,7 @@ import pytest
 from abusekit import API, RawH2, Watched, open_fds, watched_agent
 from h2.errors import ErrorCodes
 from kit.agentproc import proc_kib
-from kit.realcg import CgroupsUnavailable, RealRoot, required
+from kit.realcg import real_root_or_skip
 
 pytestmark = [pytest.mark.cgroups, pytest.mark.slow, pytest.mark.timing]
 CONTROL_S = 2.5  # a window without abuse just before each abused one
@@ -26,12 +26,7 @@ CONTROL_S = 2.5  # a window without abuse just before each abused one
 @pytest.fixture(scope="module")
 def agent(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Watched]:
     """One agent for the module (each abuse ends with its connections closed): starts cost seconds here."""
-    try:
-        root = RealRoot()
-    except CgroupsUnavailable as e:
-        if required():
-            pytest.fail(f"COLOC_REQUIRE_CGROUPS=1 but real cgroups are unavailable: {e}")
-        pytest.skip(f"real cgroups unavailable: {e}")
+    root = real_root_or_skip()
     try:
         with watched_agent(root, tmp_path_factory.mktemp("abuse")) as a:
             yield a

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 from kit.poll import until
-from kit.realcg import CgroupsUnavailable, RealRoot, required
+from kit.realcg import RealRoot, real_root_or_skip
 from kit.runtime import reported_modes, running
 
 from agent.config.agent import AgentConfig, CgroupConfig, EvictionConfig, LoopConfig, NodeConfig, StateConfig
@@ -48,12 +48,7 @@ def _config(root: str, trigger: str) -> AgentConfig:
 
 def _unified_only_v1() -> RealRoot:
     """A root made in the v1 hierarchies only: the cgroup2 tree has no such directory, so no PSI for it."""
-    try:
-        return RealRoot(dataclasses.replace(discover(), unified=None))
-    except CgroupsUnavailable as e:
-        if required():
-            pytest.fail(f"COLOC_REQUIRE_CGROUPS=1 but real cgroups are unavailable: {e}")
-        pytest.skip(f"real cgroups unavailable: {e}")
+    return real_root_or_skip(dataclasses.replace(discover(), unified=None))
 
 
 async def test_a_cpu_hog_stalling_hp_wakes_the_loop_through_a_psi_trigger(real_root: RealRoot) -> None:

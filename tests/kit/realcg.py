@@ -54,6 +54,19 @@ def required() -> bool:
     return os.environ.get("COLOC_REQUIRE_CGROUPS") == "1"
 
 
+def real_root_or_skip(hierarchy: Hierarchy | None = None) -> RealRoot:
+    """A `RealRoot` (in `hierarchy`, or in every hierarchy of this machine) for a test or fixture, or the test
+    skipped where cgroups cannot be created here: failed instead when COLOC_REQUIRE_CGROUPS=1."""
+    import pytest  # only a test skips; the benches import this module too
+
+    try:
+        return RealRoot(hierarchy)
+    except CgroupsUnavailable as e:
+        if required():
+            pytest.fail(f"COLOC_REQUIRE_CGROUPS=1 but real cgroups are unavailable: {e}")
+        pytest.skip(f"real cgroups unavailable: {e}")
+
+
 def write_file(path: Path, value: str) -> None:
     """One write(2) of `value`, as the kernel's cgroup files want it (and as other writers make it)."""
     fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)

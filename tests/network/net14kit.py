@@ -34,6 +34,16 @@ from kit.egress import BE4, FAR4, HP4, sh
 
 HP6, BE6, FAR6 = "2001:db8:14::1", "2001:db8:14::2", "2001:db8:14::100"  # IPv4: kit.egress's
 _seq = itertools.count()
+# A burst of 200 UDP datagrams of 1,000 bytes to port 9 (no listener) of argv[1], from argv[2]:
+# `python -c SENDER <dst> <src>` in the node namespace.
+SENDER = r"""
+import socket, sys
+fam = socket.AF_INET6 if ":" in sys.argv[1] else socket.AF_INET
+s = socket.socket(fam, socket.SOCK_DGRAM)
+s.bind((sys.argv[2], 0))
+for _ in range(200):
+    s.sendto(b"x" * 1000, (sys.argv[1], 9))
+"""
 
 
 @dataclass(frozen=True)

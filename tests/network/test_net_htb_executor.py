@@ -15,7 +15,7 @@ import pytest
 from kit.poll import until
 from kit.realcg import RealRoot
 from kit.snapshot import workload
-from net14kit import BE4, BE6, FAR4, FAR6, HP4, HP6, Topo, topology
+from net14kit import BE4, BE6, FAR4, FAR6, HP4, HP6, SENDER, Topo, topology
 
 from agent.config.network import NetworkConfig
 from agent.executors.htb import EgressShaper, be_addresses
@@ -204,16 +204,6 @@ def test_be_addresses_skip_host_network_and_hp_pods() -> None:
             "k8s/c": pod("c", ("10.0.0.3",))}
     got = be_addresses((workload("k8s/a"), workload("k8s/b"), workload("k8s/c", be=False)), pods)
     assert got == {"10.0.0.2", "fd00::2"}
-
-
-SENDER = r"""
-import socket, sys
-fam = socket.AF_INET6 if ":" in sys.argv[1] else socket.AF_INET
-s = socket.socket(fam, socket.SOCK_DGRAM)
-s.bind((sys.argv[2], 0))
-for _ in range(200):
-    s.sendto(b"x" * 1000, (sys.argv[1], 9))
-"""
 
 
 async def sent(t: Topo, cls: str, base: dict[str, int], want: int, within_s: float = 10.0) -> dict[str, int]:

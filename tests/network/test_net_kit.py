@@ -11,19 +11,9 @@ import time
 
 import pytest
 from kit.egress import sh
-from net14kit import BE4, BE6, FAR4, FAR6, HP4, HP6, Topo, topology
+from net14kit import BE4, BE6, FAR4, FAR6, HP4, HP6, SENDER, Topo, topology
 
 pytestmark = [pytest.mark.xdist_group("net")]
-
-SENDER = r"""
-import socket, sys
-fam = socket.AF_INET6 if ":" in sys.argv[1] else socket.AF_INET
-s = socket.socket(fam, socket.SOCK_DGRAM)
-s.bind((sys.argv[2], 0))
-for _ in range(200):
-    s.sendto(b"x" * 1000, (sys.argv[1], 9))
-"""
-
 
 def no_port_datagrams(t: Topo, v6: bool) -> int:
     """Datagrams the peer received for a closed UDP port (port 9 has no listener there)."""
