@@ -60,21 +60,24 @@ def test_a_ping_flood_is_sent_goaway_and_closed(agent: Watched) -> None:
     figures.check(control)
 
 
+def frames_flood(abuser: RawH2, burst: bytes, frames: int, sent: list[int], end: float) -> None:
+    """`burst` (`frames` frames, counted in sent[0]) again and again until `end` or until the agent closes the
+    connection, never more than 64 KiB unsent; what the agent sends back is read meanwhile."""
+    while time.monotonic() < end and not abuser.closed_by_peer:
+        if abuser.backlog < 1 << 16:
+            abuser.send(burst)
+            sent[0] += frames
+        abuser.send()
+        abuser.read(0.001)
+
+
 def test_a_settings_flood_is_closed(agent: Watched) -> None:
     control = agent.window(CONTROL_S)  # before any abuser connects
     abuser = RawH2(agent.socket)
     sent = [0]
     frame = b"\x00\x00\x06\x04\x00\x00\x00\x00\x00" + b"\x00\x03\x00\x00\x00\x64"  # MAX_CONCURRENT 100
 
-    def flood(end: float) -> None:
-        while time.monotonic() < end and not abuser.closed_by_peer:
-            if abuser.backlog < 1 << 16:
-                abuser.send(frame * 200)
-                sent[0] += 200
-            abuser.send()
-            abuser.read(0.001)
-
-    figures = agent.window(4.0, flood)
+    figures = agent.window(4.0, lambda end: frames_flood(abuser, frame * 200, 200, sent, end))
     closed = abuser.wait_closed(5)
     abuser.close()
     print(f"SETTINGS flood: {sent[0]} SETTINGS sent; {abuser.how_closed()}; {figures.line()}")
@@ -91,15 +94,7 @@ def test_empty_data_frames_in_a_loop_are_closed(agent: Watched) -> None:
     frame = b"\x00\x00\x00\x00\x00" + sid.to_bytes(4, "big")  # DATA, length 0, no END_STREAM
     sent = [0]
 
-    def flood(end: float) -> None:
-        while time.monotonic() < end and not abuser.closed_by_peer:
-            if abuser.backlog < 1 << 16:
-                abuser.send(frame * 500)
-                sent[0] += 500
-            abuser.send()
-            abuser.read(0.001)
-
-    figures = agent.window(4.0, flood)
+    figures = agent.window(4.0, lambda end: frames_flood(abuser, frame * 500, 500, sent, end))
     closed = abuser.wait_closed(5)
     abuser.close()
     print(f"empty DATA flood: {sent[0]} frames; {abuser.how_closed()}; {figures.line()}")
