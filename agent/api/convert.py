@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from agent.api.coloc.v1 import agent_pb2 as pb
+from agent.executors.resource_qos import HeldLimits
 from agent.state.errors import InvalidRequest
 from agent.state.records import (
     AdmitRequest,
@@ -197,3 +198,42 @@ def settings_pb(policies: PolicyConfig, sources: Mapping[str, str]) -> list[pb.S
         out.append(pb.SettingSource(name=name, source=sources[name],
                                     value="" if value is None else setting_value(value)))
     return out
+
+
+def limits_pb(held: HeldLimits) -> list[pb.WorkloadLimits]:
+    """Each pod's limits in place (batch limits, memory QoS, CPU burst) and their sources, by pod name; the
+    pod's cgroup first, then its containers' in the order the executors hold them."""
+    rows: dict[str, pb.WorkloadLimits] = {}
+    cgroups: dict[str, dict[str, pb.CgroupLimits]] = {}
+
+    def cgroup(pod: str, rel: str, level: str) -> pb.CgroupLimits:
+        mine = cgroups.setdefault(pod, {})
+        if rel not in mine:
+            mine[rel] = pb.CgroupLimits(level=level, cgroup=rel, memory_high_bytes=-1)
+        return mine[rel]
+
+    def row(pod: str) -> pb.WorkloadLimits:
+        return rows.setdefault(pod, pb.WorkloadLimits(pod=pod))
+
+    for key, e in held.batch.items():
+        r = row(e.name)
+        r.key, r.batch_source = key, e.source
+        for level, lim in (("pod", e.pod), *(("container", c) for c in e.containers)):
+            c = cgroup(e.name, lim.rel, level)
+            c.has_batch, c.cpu_shares = True, lim.cpu_shares
+            c.cfs_quota_us = -1 if lim.cfs_quota_us is None else lim.cfs_quota_us
+            c.memory_limit_bytes = -1 if lim.memory_limit_bytes is None else lim.memory_limit_bytes
+    for name, values in held.memory.items():
+        row(name).memory_qos_source = held.memory_source
+        for v in values:
+            c = cgroup(name, v.rel, "container" if v.sets_high else "pod")
+            c.has_memory_qos, c.memory_min_bytes, c.memory_low_bytes = True, v.min_bytes, v.low_bytes
+            c.memory_high_bytes = -1 if v.high_bytes is None else v.high_bytes
+    for name, bursts in held.burst.items():
+        row(name).cpu_burst_source = held.burst_source
+        for level, rel, burst in bursts:
+            c = cgroup(name, rel, level)
+            c.has_cpu_burst, c.cpu_burst_us = True, burst
+    for name, r in rows.items():
+        r.cgroups.extend(sorted(cgroups.get(name, {}).values(), key=lambda c: (c.level != "pod", c.cgroup)))
+    return [rows[name] for name in sorted(rows)]

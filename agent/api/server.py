@@ -26,6 +26,7 @@ import shutil
 import socket
 import stat
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +41,7 @@ from agent.api.authz import MUTATIONS, AccessPolicy, Listener
 from agent.api.rpc import Cardinality, Method, handler_of
 from agent.api.service import SERVICE, NodeAgentService, PolicySettings
 from agent.config.api import ApiConfig
+from agent.executors.resource_qos import HeldLimits
 from agent.published import Board
 from agent.state.ledger import Ledger
 
@@ -219,12 +221,14 @@ def _bind_unix(server: grpc.aio.Server, setting: str, path: Path, mode: int, gid
 
 
 async def start_api_server(ledger: Ledger, cfg: ApiConfig, *, board: Board | None = None,
-                           settings: PolicySettings | None = None) -> ApiServer:
+                           settings: PolicySettings | None = None,
+                           limits: Callable[[], HeldLimits] | None = None) -> ApiServer:
     """Serve the ledger. Raises ApiStartError naming the setting that prevents it."""
     service = NodeAgentService(ledger, max_streams=cfg.max_streams,
                                bookmark_interval_s=cfg.bookmark_interval_s,
                                max_events_per_message=cfg.max_events_per_message,
-                               max_message_bytes=cfg.max_message_bytes, board=board, settings=settings)
+                               max_message_bytes=cfg.max_message_bytes, board=board, settings=settings,
+                               limits=limits)
     health = health_aio.HealthServicer()
     api = ApiServer(service, health, AccessPolicy(cfg), cfg)
     try:

@@ -17,6 +17,7 @@ from agent.api.coloc.v1 import agent_pb2 as pb
 from agent.api.rpc import REASON_KEY, Call, Cardinality, Method, Status
 from agent.api.wire import Encoder
 from agent.decommission.controller import DrainReply, request_drain, request_recommission
+from agent.executors.resource_qos import HeldLimits
 from agent.published import Board, Published, source_states
 from agent.state import lifecycle
 from agent.state.errors import (
@@ -78,7 +79,8 @@ async def _abort(context: Call, err: LedgerError) -> NoReturn:
 class NodeAgentService:
     def __init__(self, ledger: Ledger, *, max_streams: int, bookmark_interval_s: float,
                  max_events_per_message: int, max_message_bytes: int, board: Board | None = None,
-                 settings: PolicySettings | None = None) -> None:
+                 settings: PolicySettings | None = None,
+                 limits: Callable[[], HeldLimits] | None = None) -> None:
         self._ledger = ledger
         self._max_streams = max_streams
         self._bookmark_s = bookmark_interval_s
@@ -86,6 +88,7 @@ class NodeAgentService:
         self._max_chunk_bytes = max(64 << 10, max_message_bytes // 2)
         self._board = board
         self._settings = settings
+        self._limits = limits  # what the limit executors hold now (read-only)
         self._enc = Encoder(event_cache=max(8192, 2 * ledger.cfg.ring_size))
         self._watchers: set[Subscription] = set()
 
@@ -257,6 +260,8 @@ class NodeAgentService:
                     at_unix_ms=convert.ms(o.at), knob=o.knob, cgroup=o.cgroup, writer=o.writer, found=o.found,
                     wanted=o.wanted, has_off_for=o.off_for_s is not None, off_for_s=o.off_for_s or 0.0))
         out.settings.extend(self._setting_rows(pub))
+        if self._limits is not None:
+            out.enforced_limits.extend(convert.limits_pb(self._limits()))
         return out
 
     def _setting_rows(self, pub: Published | None) -> list[pb.SettingSource]:

@@ -71,6 +71,39 @@ def _settings_lines(st: pb.Status) -> list[str]:
     return ["settings", *(f"  {s.name:40} {s.value or '-':10} {s.source}" for s in st.settings)]
 
 
+def _mib(n: int) -> str:
+    return "max" if n < 0 else f"{n / (1 << 20):.1f}Mi"
+
+
+def _cgroup_parts(c: pb.CgroupLimits, w: pb.WorkloadLimits) -> list[str]:
+    """One cgroup's limits, each group with its source: "(NodeSLO)", "(yaml)", "(spec)", "(annotation)"."""
+    parts = []
+    if c.has_batch:
+        cpu = "unlimited" if c.cfs_quota_us < 0 else f"{c.cfs_quota_us / 100_000:.2f} cores"
+        parts.append(f"cpu {cpu}, shares {c.cpu_shares}, memory "
+                     f"{'unlimited' if c.memory_limit_bytes < 0 else _mib(c.memory_limit_bytes)}"
+                     f" ({w.batch_source})")
+    if c.has_memory_qos:
+        high = f" high {_mib(c.memory_high_bytes)}" if c.level == "container" else ""
+        parts.append(f"memory min {_mib(c.memory_min_bytes)} low {_mib(c.memory_low_bytes)}{high}"
+                     f" ({w.memory_qos_source})")
+    if c.has_cpu_burst:
+        parts.append(f"burst {c.cpu_burst_us / 1000:g}ms ({w.cpu_burst_source})")
+    return parts
+
+
+def _limits_lines(st: pb.Status) -> list[str]:
+    """Each pod's limits held on its cgroups (batch limits, memory QoS, CPU burst) and each one's source."""
+    if not st.enforced_limits:
+        return []
+    lines = ["limits      (held on each pod's and container's cgroup; each value's source in parentheses)"]
+    for w in st.enforced_limits:
+        lines.append(f"  {w.pod}" + (f"  {w.key}" if w.key else ""))
+        for c in w.cgroups:
+            lines += [f"    {c.level:9} {c.cgroup}", "      " + "; ".join(_cgroup_parts(c, w))]
+    return lines
+
+
 def render(st: pb.Status) -> str:
     node, ident = st.node, st.identity
     lifecycle = pb.Lifecycle.Name(node.lifecycle).removeprefix("LIFECYCLE_")
@@ -104,6 +137,7 @@ def render(st: pb.Status) -> str:
         lines.append(f"NOT READY   {st.not_ready_reason}")
     lines += _source_lines(st)
     lines += _settings_lines(st)
+    lines += _limits_lines(st)
     lines += _override_lines(st)
     egress = [a for a in st.recent_actions if a.kind == "set_be_egress_ceiling"]
     if egress:  # BE egress control is on: its last ceiling (bits/s) and why

@@ -11,13 +11,20 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Mapping
+from dataclasses import dataclass
 
+from agent.executors.batch_limits import Enforced
 from cgroups.errors import CgroupError, CgroupGone
 from cgroups.writer import CgroupWriter
 from qos.cpu_burst import CpuBurstPlan
 from qos.memory_qos import MemoryQosPlan, MemoryValues
 
 log = logging.getLogger("coloc.resource_qos")
+
+
+def _default(v: MemoryValues) -> bool:
+    return v.min_bytes == 0 and v.low_bytes == 0 and v.high_bytes is None
 
 
 class ResourceQosExecutor:
@@ -32,6 +39,26 @@ class ResourceQosExecutor:
         self.errors: dict[str, str] = {}  # cgroup -> why its values are not in place (latest pass)
         self.writes = 0
         self.restores = 0
+
+    def held_memory(self) -> dict[str, tuple[MemoryValues, ...]]:
+        """Per pod name, its pod's and containers' values in place now, those that are not the kernel's
+        defaults (a class turned off holds 0 / "max")."""
+        out = {}
+        for name, values in self.memory_pods.items():
+            held = tuple(v for v in values if v.rel in self.memory and not _default(v))
+            if held:
+                out[name] = held
+        return out
+
+    def held_burst(self) -> dict[str, tuple[tuple[str, str, int], ...]]:
+        """Per pod name, its pod's and containers' bursts in place now, those above 0: (level, cgroup, µs)."""
+        out = {}
+        for name, values in self.burst_pods.items():
+            held = tuple(("container" if i else "pod", rel, b) for i, (rel, b) in enumerate(values)
+                         if b > 0 and self.burst.get(rel) == b)
+            if held:
+                out[name] = held
+        return out
 
     def _exists(self, ctrl: str, rel: str) -> bool:
         return os.path.isdir(self._writer.path(ctrl, rel))
@@ -105,3 +132,15 @@ class ResourceQosExecutor:
         if self.errors.get(rel) != why:  # said once per cause, not at every pass
             log.warning("resource QoS not in place", extra={"fields": {"cgroup": rel, "error": why}})
         self.errors[rel] = why
+
+
+@dataclass(frozen=True, slots=True)
+class HeldLimits:
+    """What the executors hold now, as `status` reads it (their own maps and views, no copy kept): batch
+    limits by workload key, memory QoS and CPU burst by pod name, with the settings' sources."""
+
+    batch: Mapping[str, Enforced]
+    memory: Mapping[str, tuple[MemoryValues, ...]]
+    burst: Mapping[str, tuple[tuple[str, str, int], ...]]
+    memory_source: str = ""
+    burst_source: str = ""

@@ -41,3 +41,34 @@ def test_no_waiting_line_and_a_scheduler_line_without_a_scheduler() -> None:
     st.node.lifecycle = pb.LIFECYCLE_SCHEDULABLE
     text = render(st)
     assert "waiting" not in text and re.search(r"^scheduler\s+none configured", text, re.M)
+
+
+def test_limits_show_each_pods_cgroups_with_each_values_source() -> None:
+    mi = 1 << 20
+    st = _status(enforced_limits=[
+        pb.WorkloadLimits(pod="batch/spark-1", key="k8s/u1", batch_source="spec", memory_qos_source="NodeSLO",
+                          cgroups=[pb.CgroupLimits(level="pod", cgroup="besteffort/podu1", has_batch=True,
+                                                   cpu_shares=512, cfs_quota_us=100_000,
+                                                   memory_limit_bytes=512 * mi, has_memory_qos=True,
+                                                   memory_min_bytes=25 * mi, memory_low_bytes=51 * mi,
+                                                   memory_high_bytes=-1)]),
+        pb.WorkloadLimits(pod="shop/web", memory_qos_source="yaml", cpu_burst_source="NodeSLO",
+                          cgroups=[pb.CgroupLimits(level="container", cgroup="burstable/podu2/c2",
+                                                   has_memory_qos=True, memory_min_bytes=128 * mi,
+                                                   memory_low_bytes=204 * mi, memory_high_bytes=-1,
+                                                   has_cpu_burst=True, cpu_burst_us=50_000)]),
+    ])
+    lines = render(st).splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("limits      (held on each pod's"))
+    assert lines[at + 1:at + 7] == [
+        "  batch/spark-1  k8s/u1",
+        "    pod       besteffort/podu1",
+        "      cpu 1.00 cores, shares 512, memory 512.0Mi (spec); memory min 25.0Mi low 51.0Mi (NodeSLO)",
+        "  shop/web",
+        "    container burstable/podu2/c2",
+        "      memory min 128.0Mi low 204.0Mi high max (yaml); burst 50ms (NodeSLO)",
+    ]
+
+
+def test_no_limits_block_when_none_are_held() -> None:
+    assert "limits " not in render(_status())

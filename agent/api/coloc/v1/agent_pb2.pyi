@@ -979,6 +979,7 @@ class Status(_message.Message):
     SETTINGS_FIELD_NUMBER: _builtins.int
     NOT_READY_REASON_FIELD_NUMBER: _builtins.int
     KNOB_OVERRIDES_FIELD_NUMBER: _builtins.int
+    ENFORCED_LIMITS_FIELD_NUMBER: _builtins.int
     revision: _builtins.int
     applications: _builtins.int
     watchers: _builtins.int
@@ -1025,6 +1026,10 @@ class Status(_message.Message):
     def knob_overrides(self) -> _containers.RepeatedCompositeFieldContainer[Global___KnobOverride]:
         """The latest knobs another writer (systemd, the kubelet, a person) changed and the agent re-asserted."""
 
+    @_builtins.property
+    def enforced_limits(self) -> _containers.RepeatedCompositeFieldContainer[Global___WorkloadLimits]:
+        """Each pod's limits the agent holds on its cgroups now (batch limits, memory QoS, CPU burst), by pod name."""
+
     def __init__(
         self,
         *,
@@ -1052,14 +1057,119 @@ class Status(_message.Message):
         settings: _abc.Iterable[Global___SettingSource] | None = ...,
         not_ready_reason: _builtins.str = ...,
         knob_overrides: _abc.Iterable[Global___KnobOverride] | None = ...,
+        enforced_limits: _abc.Iterable[Global___WorkloadLimits] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["batch_allocated", b"batch_allocated", "identity", b"identity", "node", b"node"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["allocations", b"allocations", "applications", b"applications", "awaits_scheduler_ack", b"awaits_scheduler_ack", "batch_allocated", b"batch_allocated", "dropped_watchers", b"dropped_watchers", "fast_path_mode", b"fast_path_mode", "fast_path_reason", b"fast_path_reason", "identity", b"identity", "knob_overrides", b"knob_overrides", "node", b"node", "not_ready_reason", b"not_ready_reason", "recent_actions", b"recent_actions", "recent_notices", b"recent_notices", "revision", b"revision", "settings", b"settings", "sources", b"sources", "startup_problem", b"startup_problem", "state_unsaved", b"state_unsaved", "tick", b"tick", "tick_age_s", b"tick_age_s", "waiting_for", b"waiting_for", "waiting_s", b"waiting_s", "waiting_since_unix_ms", b"waiting_since_unix_ms", "watchers", b"watchers"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["allocations", b"allocations", "applications", b"applications", "awaits_scheduler_ack", b"awaits_scheduler_ack", "batch_allocated", b"batch_allocated", "dropped_watchers", b"dropped_watchers", "enforced_limits", b"enforced_limits", "fast_path_mode", b"fast_path_mode", "fast_path_reason", b"fast_path_reason", "identity", b"identity", "knob_overrides", b"knob_overrides", "node", b"node", "not_ready_reason", b"not_ready_reason", "recent_actions", b"recent_actions", "recent_notices", b"recent_notices", "revision", b"revision", "settings", b"settings", "sources", b"sources", "startup_problem", b"startup_problem", "state_unsaved", b"state_unsaved", "tick", b"tick", "tick_age_s", b"tick_age_s", "waiting_for", b"waiting_for", "waiting_s", b"waiting_s", "waiting_since_unix_ms", b"waiting_since_unix_ms", "watchers", b"watchers"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___Status: _TypeAlias = Status  # noqa: Y015
+
+@_typing.final
+class WorkloadLimits(_message.Message):
+    """One pod's limits in place, each part with where its values came from ("" when the agent holds none)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    POD_FIELD_NUMBER: _builtins.int
+    KEY_FIELD_NUMBER: _builtins.int
+    BATCH_SOURCE_FIELD_NUMBER: _builtins.int
+    MEMORY_QOS_SOURCE_FIELD_NUMBER: _builtins.int
+    CPU_BURST_SOURCE_FIELD_NUMBER: _builtins.int
+    CGROUPS_FIELD_NUMBER: _builtins.int
+    pod: _builtins.str
+    """namespace/name"""
+    key: _builtins.str
+    """the workload's key ("k8s/<uid>"); "" when only memory QoS or burst name it"""
+    batch_source: _builtins.str
+    """batch limits from the pod's "spec" or "annotation" """
+    memory_qos_source: _builtins.str
+    """"NodeSLO" or "yaml" (the agent's config, the fallback)"""
+    cpu_burst_source: _builtins.str
+    """"NodeSLO" or "yaml" """
+    @_builtins.property
+    def cgroups(self) -> _containers.RepeatedCompositeFieldContainer[Global___CgroupLimits]:
+        """the pod's cgroup first, then its containers'"""
+
+    def __init__(
+        self,
+        *,
+        pod: _builtins.str = ...,
+        key: _builtins.str = ...,
+        batch_source: _builtins.str = ...,
+        memory_qos_source: _builtins.str = ...,
+        cpu_burst_source: _builtins.str = ...,
+        cgroups: _abc.Iterable[Global___CgroupLimits] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["batch_source", b"batch_source", "cgroups", b"cgroups", "cpu_burst_source", b"cpu_burst_source", "key", b"key", "memory_qos_source", b"memory_qos_source", "pod", b"pod"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___WorkloadLimits: _TypeAlias = WorkloadLimits  # noqa: Y015
+
+@_typing.final
+class CgroupLimits(_message.Message):
+    """What the agent holds on one cgroup of a pod; each group of fields only where its has_ flag is set."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    LEVEL_FIELD_NUMBER: _builtins.int
+    CGROUP_FIELD_NUMBER: _builtins.int
+    HAS_BATCH_FIELD_NUMBER: _builtins.int
+    CPU_SHARES_FIELD_NUMBER: _builtins.int
+    CFS_QUOTA_US_FIELD_NUMBER: _builtins.int
+    MEMORY_LIMIT_BYTES_FIELD_NUMBER: _builtins.int
+    HAS_MEMORY_QOS_FIELD_NUMBER: _builtins.int
+    MEMORY_MIN_BYTES_FIELD_NUMBER: _builtins.int
+    MEMORY_LOW_BYTES_FIELD_NUMBER: _builtins.int
+    MEMORY_HIGH_BYTES_FIELD_NUMBER: _builtins.int
+    HAS_CPU_BURST_FIELD_NUMBER: _builtins.int
+    CPU_BURST_US_FIELD_NUMBER: _builtins.int
+    level: _builtins.str
+    """"pod" or "container" """
+    cgroup: _builtins.str
+    """relative to the agent's cgroup root"""
+    has_batch: _builtins.bool
+    cpu_shares: _builtins.int
+    """cpu.shares (v2: written as cpu.weight)"""
+    cfs_quota_us: _builtins.int
+    """per 100 ms; -1: unlimited"""
+    memory_limit_bytes: _builtins.int
+    """-1: unlimited"""
+    has_memory_qos: _builtins.bool
+    memory_min_bytes: _builtins.int
+    memory_low_bytes: _builtins.int
+    memory_high_bytes: _builtins.int
+    """-1: "max", or not written (a pod's cgroup)"""
+    has_cpu_burst: _builtins.bool
+    cpu_burst_us: _builtins.int
+    def __init__(
+        self,
+        *,
+        level: _builtins.str = ...,
+        cgroup: _builtins.str = ...,
+        has_batch: _builtins.bool = ...,
+        cpu_shares: _builtins.int = ...,
+        cfs_quota_us: _builtins.int = ...,
+        memory_limit_bytes: _builtins.int = ...,
+        has_memory_qos: _builtins.bool = ...,
+        memory_min_bytes: _builtins.int = ...,
+        memory_low_bytes: _builtins.int = ...,
+        memory_high_bytes: _builtins.int = ...,
+        has_cpu_burst: _builtins.bool = ...,
+        cpu_burst_us: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cfs_quota_us", b"cfs_quota_us", "cgroup", b"cgroup", "cpu_burst_us", b"cpu_burst_us", "cpu_shares", b"cpu_shares", "has_batch", b"has_batch", "has_cpu_burst", b"has_cpu_burst", "has_memory_qos", b"has_memory_qos", "level", b"level", "memory_high_bytes", b"memory_high_bytes", "memory_limit_bytes", b"memory_limit_bytes", "memory_low_bytes", b"memory_low_bytes", "memory_min_bytes", b"memory_min_bytes"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CgroupLimits: _TypeAlias = CgroupLimits  # noqa: Y015
 
 @_typing.final
 class KnobOverride(_message.Message):
