@@ -236,11 +236,13 @@ class SystemdUnits:
         return f"{base}/{rel}" if rel else (base or "/")
 
     def owns(self, rel: str) -> bool:
-        """Whether `rel` is a unit systemd manages (its ControlGroup is this cgroup); remembered per path."""
+        """Whether `rel` is a unit systemd manages (its ControlGroup is this cgroup); remembered per path.
+        The root itself ("") is its mount root's unit (`kubepods.slice`): its knobs are held through systemd
+        too, or a daemon-reload puts systemd's values back (seen in the v2 guest: memory QoS's sums)."""
         known = self._units.get(rel)
         if known is not None:
             return known
-        name = unit_name(rel)
+        name = unit_name(self.cgroup_path(rel))
         owned = False
         if name is not None:
             try:
@@ -281,7 +283,7 @@ class SystemdUnits:
 
     def set_properties(self, rel: str, properties: Sequence[tuple[str, tuple[str, Any]]]) -> None:
         """`SetUnitProperties(unit, runtime=true, ...)` on the unit of `rel` (`owns` must accept it)."""
-        name = unit_name(rel)
+        name = unit_name(self.cgroup_path(rel))
         if name is None:
             raise SystemdError(f"{rel!r} names no systemd unit")
         self._call(new_method_call(_MANAGER, "SetUnitProperties", "sba(sv)", (name, True, list(properties))))
@@ -290,7 +292,7 @@ class SystemdUnits:
 
     def unit_properties(self, rel: str, names: Sequence[str]) -> dict[str, Any]:
         """Read some of a unit's properties (tests and diagnostics)."""
-        name = unit_name(rel)
+        name = unit_name(self.cgroup_path(rel))
         if name is None:
             raise SystemdError(f"{rel!r} names no systemd unit")
         (path,) = self._call(new_method_call(_MANAGER, "GetUnit", "s", (name,)))
