@@ -67,7 +67,7 @@ def _nodeslo(rv: str, *, memory: bool | None, burst: str | None) -> dict[str, An
         }
     if burst is not None:
         spec["cpuBurstStrategy"] = {"policy": burst, "cpuBurstPercent": BURST_PERCENT}
-    # the fields as tests/memqos/test_memqos_nodeslo.py checks them against the CRD (the guest has no jsonschema)
+    # fields as tests/memqos/test_memqos_nodeslo.py checks them against the CRD (no jsonschema in the guest)
     return {"apiVersion": "slo.koordinator.sh/v1alpha1", "kind": "NodeSLO",
             "metadata": {"name": NODE[1], "resourceVersion": rv}, "spec": spec}
 
