@@ -14,7 +14,7 @@ from collections.abc import Mapping
 
 from agent.api.server import ApiStartError, start_api_server
 from agent.config.agent import ConfigError, load_config
-from agent.daemon import batch_limits
+from agent.daemon import batch_limits, resource_qos
 from agent.daemon.logs import setup_logging
 from agent.daemon.runtime import Runtime, build, make_layout
 from agent.state import StateFileError
@@ -60,25 +60,40 @@ def batch_memory(rt: Runtime) -> int | None:
     return node.batch_allocatable.memory_bytes if reports_batch(node.lifecycle) else None
 
 
-async def _settle(task: asyncio.Future[None], what: str) -> None:
-    """Wait for a task at shutdown; a failure is logged once, naming the task, and the shutdown goes on."""
-    try:
-        await task
-    except Exception:
-        log.warning("%s task ended with an error", what, exc_info=True)
+async def _settle(*tasks: tuple[asyncio.Future[None], str]) -> None:
+    """Wait for tasks at shutdown; a failure is logged once, naming the task, and the shutdown goes on."""
+    for task, what in tasks:
+        try:
+            await task
+        except Exception:
+            log.warning("%s task ended with an error", what, exc_info=True)
 
 
-def start_batch_limits(rt: Runtime, stop: asyncio.Event) -> asyncio.Future[None]:
-    """BE pods' batch limits (agent/daemon/batch_limits.py) as a task; a finished future when it is off."""
-    limits = batch_limits.build(rt.cfg.batch_limits, rt.sources.kubelet, rt.writer,
-                                make_layout(rt.cfg, rt.hierarchy), lambda: policy_settings(rt)[0].suppression,
-                                rt.sources.yarn, lambda: batch_memory(rt))
-    if limits is None:
-        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        done.set_result(None)
-        return done
-    rt.metrics.registry.register(batch_limits.BatchLimitsMetrics(limits))
-    return asyncio.ensure_future(limits.run(stop))
+Limits = tuple[batch_limits.BatchLimitsController | None, resource_qos.ResourceQosRunner | None]
+
+
+def start_limits(built: Limits, rt: Runtime, stop: asyncio.Event) -> list[tuple[asyncio.Future[None], str]]:
+    """BE pods' batch limits (agent/daemon/batch_limits.py) and memory QoS / CPU burst
+    (agent/daemon/resource_qos.py) as tasks, each that is on, with its /metrics."""
+    limits, qos = built
+    tasks: list[tuple[asyncio.Future[None], str]] = []
+    if limits is not None:
+        rt.metrics.registry.register(batch_limits.BatchLimitsMetrics(limits))
+        tasks.append((asyncio.ensure_future(limits.run(stop)), "batch limits"))
+    if qos is not None:
+        rt.metrics.registry.register(resource_qos.ResourceQosMetrics(qos))
+        tasks.append((asyncio.ensure_future(qos.run(stop, rt.cfg.resource_qos.resync_s)), "resource QoS"))
+    return tasks
+
+
+def build_limits(rt: Runtime) -> Limits:
+    """The batch limits' controller and the memory QoS / CPU burst runner (None: off)."""
+    layout = make_layout(rt.cfg, rt.hierarchy)
+    limits = batch_limits.build(rt.cfg.batch_limits, rt.sources.kubelet, rt.writer, layout,
+                                lambda: policy_settings(rt)[0].suppression, rt.sources.yarn,
+                                lambda: batch_memory(rt))
+    wanted = rt.cfg.resource_qos.turned_on or rt.cfg.sources.nodeslo.enabled
+    return limits, resource_qos.build(rt.sources.kubelet, rt.writer, layout, wanted=wanted)
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -114,8 +129,10 @@ async def serve(config_path: str, dry_run: bool = False, ready: asyncio.Event | 
     metrics = (rt.metrics.start(rt.board, ledger_view=lambda: ledger.last_view,
                                 persistence_error=lambda: ledger.persistence_error)
                if cfg.metrics.enabled else None)
+    built = build_limits(rt)
     try:
-        api = await start_api_server(ledger, cfg.api, board=rt.board, settings=lambda: policy_settings(rt))
+        api = await start_api_server(ledger, cfg.api, board=rt.board, settings=lambda: policy_settings(rt),
+                                     limits=lambda: resource_qos.held_limits(*built))
     except ApiStartError as err:
         if metrics is not None:
             metrics.stop()
@@ -133,7 +150,7 @@ async def serve(config_path: str, dry_run: bool = False, ready: asyncio.Event | 
     reports = asyncio.create_task(rt.reports.run(stop))
     trim = loop.call_later(STARTUP_TRIM_AFTER_S, release_startup_memory)
     network = asyncio.create_task(rt.network.run(stop)) if rt.network is not None else None
-    limits_task = start_batch_limits(rt, stop)
+    limit_tasks = start_limits(built, rt, stop)
     try:
         if ready is not None:
             ready.set()
@@ -141,13 +158,13 @@ async def serve(config_path: str, dry_run: bool = False, ready: asyncio.Event | 
     finally:
         stop.set()
         trim.cancel()
-        await _settle(sources, "sources")
-        await _settle(reports, "node reports")
-        await _settle(limits_task, "batch limits")
+        await _settle((sources, "sources"))
+        await _settle((reports, "node reports"))
+        await _settle(*limit_tasks)
         await rt.executor.drain(timeout_s=cfg.eviction.grace_period_s + 2)
         rt.executor.release_be()
         if network is not None:  # removes our egress tree (network.remove_on_exit) once `stop` is set
-            await _settle(network, "network shaper")
+            await _settle((network, "network shaper"))
         await api.stop(2.0)
         if metrics is not None:
             metrics.stop()

@@ -169,6 +169,7 @@ def render(
     out.append("")
     out += _budget(view)
     out += _limits(view)
+    out += _resource_qos(view)
     out += _ledger(view, api)
     out += _counters(view)
     out.append("")
@@ -307,6 +308,32 @@ def _limits(view: MetricsView) -> list[str]:
         "  (placed at creation)" if on_creation else "  (periodic pass only)")
     return ["", f"batch limits{when}",
             *_table(["POD / CONTAINER", "LEVEL", "CPU", "SHARES", "MEMORY", "SOURCE"], table), ""]
+
+
+def _resource_qos(view: MetricsView) -> list[str]:
+    """Each pod's and container's memory QoS (min, low, high) and CPU burst in place, with their sources
+    (NodeSLO or yaml), when any are."""
+    rows: dict[tuple[str, str, str], dict[str, float | str]] = {}
+    for name, key in (("coloc_memory_qos_min_bytes", "min"), ("coloc_memory_qos_low_bytes", "low"),
+                      ("coloc_memory_qos_high_bytes", "high"), ("coloc_cpu_burst_us", "burst")):
+        for lab, val in view.series(name):
+            row = rows.setdefault((lab.get("pod", "?"), lab.get("level", "?"), lab.get("cgroup", "?")), {})
+            row[key] = val
+            row["memory source" if key != "burst" else "burst source"] = lab.get("source", "-")
+    if not rows:
+        return []
+
+    def mem(v: float | str | None) -> str:
+        if not isinstance(v, float | int):
+            return "-"
+        return "max" if v < 0 else _bytes(float(v))
+    table = [[who, level, mem(r.get("min")), mem(r.get("low")), mem(r.get("high")),
+              "-" if "burst" not in r else f"{float(r['burst']) / 1000:g}ms",
+              str(r.get("memory source", "-")), str(r.get("burst source", "-"))]
+             for (who, level, _), r in sorted(rows.items())]
+    return ["memory QoS and CPU burst",
+            *_table(["POD / CONTAINER", "LEVEL", "MIN", "LOW", "HIGH", "BURST", "MEMORY FROM", "BURST FROM"],
+                    table), ""]
 
 
 def _egress(view: MetricsView) -> list[str]:

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from agent.config.load import ConfigError
 from qos.cpu_burst import CpuBurstSettings
 from qos.memory_qos import MemoryQosSettings
+from qos.validation import bounded, check_bounds
 
 __all__ = ["ResourceQosConfig"]
 
@@ -16,8 +18,18 @@ class ResourceQosConfig:
     """`memory_qos`: per class (`lsr`, `ls`, `be`, `system`) `enable`, `min_limit_percent`,
     `low_limit_percent`, `throttling_percent` (0..100) as a NodeSLO's `resourceQOSStrategy.<class>.memoryQOS`;
     `cpu_burst`: `policy` (none | cpuBurstOnly | cfsQuotaBurstOnly | auto) and `cpu_burst_percent` (1..10000)
-    as its `cpuBurstStrategy`. Off by default, as koordlet's defaults are. Written by the batch limits'
-    periodic pass (`batch_limits.resync_s`), with the kubelet source on (docs/batch-resources.md)."""
+    as its `cpuBurstStrategy`. Off by default, as koordlet's defaults are. A pass every `resync_s` (koordlet's
+    reconciler: 10 s) with the kubelet source on, while the YAML turns something on or the NodeSLO source
+    is on (it may turn them on at any time); batch limits need not be on (docs/batch-resources.md)."""
 
     memory_qos: MemoryQosSettings = field(default_factory=MemoryQosSettings)
     cpu_burst: CpuBurstSettings = field(default_factory=CpuBurstSettings)
+    resync_s: float = bounded(10.0, 1.0, 600.0)
+
+    def __post_init__(self) -> None:
+        check_bounds(self, "resource_qos", ConfigError)
+
+    @property
+    def turned_on(self) -> bool:
+        """Whether the YAML itself turns memory QoS or CPU burst on."""
+        return self.memory_qos.any_enabled or self.cpu_burst.enabled

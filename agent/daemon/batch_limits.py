@@ -24,7 +24,6 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from agent.config.batch_limits import BatchLimitsConfig
-from agent.daemon.resource_qos import ResourceQosRunner
 from agent.executors.batch_limits import (
     BatchLimitsExecutor,
     PassReport,
@@ -33,7 +32,6 @@ from agent.executors.batch_limits import (
     YarnReport,
 )
 from agent.sources.kubelet import KubeletSource
-from agent.sources.qos_pods import QosKubeletSource
 from agent.sources.yarn import NodeManagerSource
 from cgroups.errors import CgroupError
 from cgroups.layout import Layout
@@ -75,7 +73,6 @@ class BatchLimitsController:
         self._fresh: dict[str, float] = {}  # new cgroup rel -> when it was seen, for its follow-ups
         self._checked: dict[str, float] = {}  # new cgroup rel -> time its follow-ups are done up to
         self.last: PassReport | None = None
-        self.resource_qos: ResourceQosRunner | None = None  # memory QoS and CPU burst, on the periodic pass
         self.passes = 0
         self.fetches = 0
         self.watching = False
@@ -275,10 +272,7 @@ class BatchLimitsController:
         if self.tier is not None:
             self.tier[0].apply(self.tier[1]())
         self.yarn_pass()
-        report = self.pass_once()
-        if self.resource_qos is not None:
-            self.resource_qos.pass_once()
-        return report
+        return self.pass_once()
 
     async def _guarded(self, fn: Callable[[], object]) -> None:
         try:
@@ -326,18 +320,9 @@ def build(cfg: BatchLimitsConfig, kubelet: KubeletSource | None, writer: CgroupW
     if not cfs_quota():
         log.info("BE pods get no CFS quota of their own while the BE tier is suppressed by a quota "
                  "(a v1 parent's quota may not be below a child's); their shares and the tier bound them")
-    ctl = BatchLimitsController(kubelet, BatchLimitsExecutor(writer), layout,
-                                lambda rel: writer.path("cpu", rel), resync_s=cfg.resync_s,
-                                watch=cfg.on_creation, cfs_quota=cfs_quota, yarn=yarn, tier=tier)
-    if isinstance(kubelet, QosKubeletSource) and kubelet.resource_qos is not None:
-        ctl.resource_qos = ResourceQosRunner(kubelet, kubelet.resource_qos, writer, layout,  # type: ignore[arg-type]
-                                             node_allocatable_memory())
-    return ctl
-
-
-def node_allocatable_memory() -> int:
-    """The node's memory (koordlet's `memory.high` bound for a container without a limit)."""
-    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    return BatchLimitsController(kubelet, BatchLimitsExecutor(writer), layout,
+                                 lambda rel: writer.path("cpu", rel), resync_s=cfg.resync_s,
+                                 watch=cfg.on_creation, cfs_quota=cfs_quota, yarn=yarn, tier=tier)
 
 
 MAX_SERIES_PODS = 1000  # per-pod series beyond this many BE pods are left out (the counts still cover all)

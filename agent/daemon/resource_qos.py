@@ -1,6 +1,6 @@
 """Memory QoS and CPU burst, each pass: the kubelet's pods (`QosKubeletSource.qos_pods`) and the settings in
 force (the NodeSLO's, else `resource_qos:`) → `qos.memory_qos.plan` / `qos.cpu_burst.plan` (pure) →
-`ResourceQosExecutor`. Run by the batch limits' periodic pass (agent/daemon/batch_limits.py).
+`ResourceQosExecutor`. A task of its own every `resource_qos.resync_s`, with or without batch limits.
 
 Where the kernel has no knob the feature is skipped, said once at start-up: memory QoS on cgroup v1 (an
 upstream v1 kernel has no memory.min / memory.low), CPU burst where the cgroup has no `cpu.cfs_burst_us` /
@@ -9,10 +9,14 @@ upstream v1 kernel has no memory.min / memory.low), CPU burst where the cgroup h
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
+import os
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-from agent.executors.resource_qos import ResourceQosExecutor
+from agent.executors.resource_qos import HeldLimits, ResourceQosExecutor
 from agent.sources.nodeslo_map import ResourceQos
 from agent.sources.qos_pods import QosKubeletSource
 from cgroups.errors import CgroupError
@@ -20,7 +24,13 @@ from cgroups.layout import Layout
 from cgroups.writer import CgroupWriter
 from qos import cpu_burst, memory_qos
 
+if TYPE_CHECKING:
+    from prometheus_client.metrics_core import Metric
+
+    from agent.daemon.batch_limits import BatchLimitsController
+
 log = logging.getLogger("coloc.resource_qos")
+MAX_SERIES_PODS = 1000  # per-pod series beyond this many pods are left out
 
 
 class ResourceQosRunner:
@@ -58,6 +68,84 @@ class ResourceQosRunner:
             if bplan is not None or self.executor.burst:
                 written += self.executor.apply_burst(bplan)
         return written
+
+
+    async def run(self, stop: asyncio.Event, resync_s: float) -> None:
+        """A pass every `resync_s` until `stop`; a failed pass is logged and the next one runs."""
+        while not stop.is_set():
+            try:
+                self.pass_once()
+            except Exception:
+                log.exception("resource QoS pass failed")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), resync_s)
+
+
+def build(source: object, writer: CgroupWriter, layout: Layout, *, wanted: bool) -> ResourceQosRunner | None:
+    """The runner (None: not `wanted`, or no kubelet source handed the settings in force)."""
+    if not wanted or not isinstance(source, QosKubeletSource) or source.resource_qos is None:
+        return None
+    return ResourceQosRunner(source, source.resource_qos, writer, layout,  # type: ignore[arg-type]
+                             node_allocatable_memory())
+
+
+def node_allocatable_memory() -> int:
+    """The node's memory (koordlet's `memory.high` bound for a container without a limit)."""
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def held_limits(batch: BatchLimitsController | None, runner: ResourceQosRunner | None) -> HeldLimits:
+    """What the limit executors hold now, for `status` (read at each call)."""
+    enforced = batch.executor.enforced if batch is not None else {}
+    if runner is None:
+        return HeldLimits(enforced, {}, {})
+    last = runner.last
+    sources = (last.memory_source, last.burst_source) if last is not None else ("", "")
+    return HeldLimits(enforced, runner.executor.held_memory(), runner.executor.held_burst(), *sources)
+
+
+class ResourceQosMetrics:
+    """`/metrics` for memory QoS and CPU burst: what each pod and container holds, labelled as the batch
+    limits' series are (pod, level, cgroup, source). memory.high -1 is "max"."""
+
+    def __init__(self, runner: ResourceQosRunner) -> None:
+        self._runner = runner
+
+    def describe(self) -> list[object]:
+        return []
+
+    def collect(self) -> list[Metric]:
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        runner, ex = self._runner, self._runner.executor
+        labels = ["pod", "level", "cgroup", "source"]
+        mn = GaugeMetricFamily("coloc_memory_qos_min_bytes", "memory.min of a pod or container.",
+                               labels=labels)
+        low = GaugeMetricFamily("coloc_memory_qos_low_bytes", "memory.low of a pod or container.",
+                                labels=labels)
+        high = GaugeMetricFamily("coloc_memory_qos_high_bytes", "memory.high of a container (-1: max).",
+                                 labels=labels)
+        burst = GaugeMetricFamily("coloc_cpu_burst_us", "cpu.max.burst (v1: cpu.cfs_burst_us) of a pod or "
+                                  "container, in µs.", labels=labels)
+        last = runner.last
+        for name, values in sorted(ex.held_memory().items())[:MAX_SERIES_PODS]:
+            for v in values:
+                row = [name, "container" if v.sets_high else "pod", v.rel, last.memory_source if last else ""]
+                mn.add_metric(row, v.min_bytes)
+                low.add_metric(row, v.low_bytes)
+                if v.sets_high:
+                    high.add_metric(row, -1 if v.high_bytes is None else v.high_bytes)
+        for name, bursts in sorted(ex.held_burst().items())[:MAX_SERIES_PODS]:
+            for level, rel, us in bursts:
+                burst.add_metric([name, level, rel, last.burst_source if last else ""], us)
+        out: list[Metric] = [mn, low, high, burst]
+        for metric, doc, value in (
+                ("coloc_resource_qos_writes", "Memory QoS and CPU burst knob writes.", ex.writes),
+                ("coloc_resource_qos_restores", "Cgroups given the kernel's defaults back.", ex.restores)):
+            counter = CounterMetricFamily(metric, doc)
+            counter.add_metric([], value)
+            out.append(counter)
+        return out
 
 
 def _has_burst(writer: CgroupWriter) -> bool:

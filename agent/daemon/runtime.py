@@ -217,8 +217,8 @@ def yaml_resource_qos(cfg: AgentConfig) -> ResourceQos:
 
 
 def wire_resource_qos(cfg: AgentConfig, sources: WorkloadSources, reports: NodeReports) -> None:
-    """Hand the kubelet source the memory QoS and CPU burst settings in force (the batch limits' pass runs
-    them: agent/daemon/batch_limits.py)."""
+    """Hand the kubelet source the memory QoS and CPU burst settings in force (the runner of its own reads
+    them: agent/daemon/resource_qos.py, started by agent/cli/run.py)."""
     if not isinstance(sources.kubelet, QosKubeletSource):
         return
     yaml = yaml_resource_qos(cfg)
