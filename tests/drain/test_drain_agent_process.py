@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kit.agentproc import AgentProcess, agent_argv, write_config
+from kit.agentproc import AgentProcess, agent_argv, agent_config
 from kit.poll import wait
 from kit.realcg import RealRoot
 
@@ -25,17 +25,11 @@ pytestmark = [pytest.mark.cgroups, pytest.mark.slow]
 
 
 def _config(tmp_path: Path, root: str) -> Path:
-    cfg = {
-        "node": {"name": "drain-node", "cpus": 2, "memory": "1Gi", "scope": "cgroup-root"},
-        "cgroups": {"root": root, "setup_tiers": True},
-        "loop": {"interval_s": 0.25},
-        "eviction": {"grace_period_s": 1, "rate_per_minute": 600, "burst": 10},
-        "metrics": {"enabled": False},
-        "state": {"path": str(tmp_path / "state.json")},
-        "api": {"socket_path": str(tmp_path / "agent.sock")},
-        "log": {"format": "json"},
-    }
-    return write_config(tmp_path / "agent.yaml", cfg)
+    return agent_config(
+        tmp_path, root, None, node={"name": "drain-node", "cpus": 2},
+        cgroups={"cleanup_on_exit": None}, loop={"interval_s": 0.25, "fast_path": None},
+        eviction={"grace_period_s": 1, "rate_per_minute": 600, "burst": 10},
+        state={"path": str(tmp_path / "state.json")})
 
 
 class Agent:

@@ -23,27 +23,41 @@ def agent_argv(*args: str) -> list[str]:
     return [sys.executable, "-m", "agent.cli", *args]
 
 
+def layered(*layers: dict[str, dict[str, Any] | None]) -> dict[str, dict[str, Any] | None]:
+    """Config sections, each layer over the ones before it key by key; a None section or value is kept
+    (for `write_config` to drop)."""
+    out: dict[str, dict[str, Any] | None] = {}
+    for layer in layers:
+        for section, values in layer.items():
+            before = out.get(section)
+            out[section] = None if values is None else {**(before or {}), **values}
+    return out
+
+
 def write_config(path: Path, cfg: dict[str, Any], **sections: dict[str, Any] | None) -> Path:
     """`cfg` written as YAML at `path`, each of `sections` merged into its section key by key (None drops
-    the section: the agent's default then)."""
+    the section, and a key whose value is None drops that key: the agent's default then)."""
     for section, values in sections.items():
         if values is None:
             cfg.pop(section, None)
         else:
-            cfg[section] = {**cfg.get(section, {}), **values}
+            merged = {**cfg.get(section, {}), **values}
+            cfg[section] = {key: value for key, value in merged.items() if value is not None}
     path.write_text(yaml.safe_dump(cfg))
     return path
 
 
-def agent_config(tmp_path: Path, root: str, port: int, **extra: Any) -> Path:
-    """A standalone agent (no kubelet, no API server) on `root`, /metrics on `port`, its state and socket in
-    `tmp_path`; `extra` sections merged in (see `write_config`)."""
+def agent_config(tmp_path: Path, root: str, port: int | None, *, file: str = "agent.yaml",
+                 **extra: Any) -> Path:
+    """A standalone agent (no kubelet, no API server) on `root`, /metrics on `port` (off with None), its
+    config (`tmp_path/file`), state and socket in `tmp_path`; `extra` sections merged in (see
+    `write_config`)."""
     (tmp_path / "state").mkdir(exist_ok=True)
-    return write_config(tmp_path / "agent.yaml", {
+    return write_config(tmp_path / file, {
         "node": {"name": "rel-node", "cpus": 1, "memory": "1Gi", "scope": "cgroup-root"},
         "cgroups": {"root": root, "setup_tiers": True, "cleanup_on_exit": True},
         "loop": {"interval_s": 0.2, "fast_path": False},
-        "metrics": {"bind": "127.0.0.1", "port": port},
+        "metrics": {"enabled": False} if port is None else {"bind": "127.0.0.1", "port": port},
         "state": {"path": str(tmp_path / "state" / "state.json")},
         "api": {"socket_path": str(tmp_path / "agent.sock")},
         "log": {"format": "json"},

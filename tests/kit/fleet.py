@@ -14,18 +14,36 @@ import signal
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
 import grpc
-import yaml
 
 from agent.api.coloc.v1 import agent_pb2 as pb
 from agent.api.coloc.v1 import agent_pb2_grpc as pb_grpc
 from agent.config.api import admin_socket_for
-from kit.agentproc import agent_argv
+from kit.agentproc import agent_argv, agent_config, layered
 from kit.api import cid
 from kit.realcg import RealRoot
 
 YARN = "besteffort/hadoop-yarn"
+
+
+def scheduled_node_config(workdir: Path, root: RealRoot, node_id: str, **sections: dict[str, Any] | None
+                          ) -> Path:
+    """The agent of the private node `<root>/<node_id>` (2 CPUs, 2Gi, 0.1 s ticks, no /metrics, evictions
+    dry-run, the batch origin local), driven by a (test) scheduler over the API: it waits RECOVERING for
+    AckRecovery. Its config, state and socket are `<workdir>/<node_id>.{yaml,json,sock}`; `sections` merged
+    in (see `kit.agentproc.write_config`)."""
+    return agent_config(workdir, f"{root.name}/{node_id}", None, file=f"{node_id}.yaml", **layered({
+        "node": {"name": node_id, "cpus": 2, "memory": "2Gi"},
+        "cgroups": {"driver": "cgroupfs", "cleanup_on_exit": False},
+        "loop": {"interval_s": 0.1},
+        "eviction": {"dry_run": True},  # these agents are about the ledger, not about evicting
+        "log": {"level": "warning", "format": "text"},
+        "state": {"path": str(workdir / f"{node_id}.json"), "await_scheduler_ack": True},
+        "api": {"socket_path": str(workdir / f"{node_id}.sock"), "bookmark_interval_s": 0.5},
+        "batch": {"origin": "local"},
+    }, sections))
 
 
 class Agent:
@@ -39,28 +57,15 @@ class Agent:
         self.node_id = node_id
         self.socket = workdir / f"{node_id}.sock"
         self.state = workdir / f"{node_id}.json"
-        self.config = workdir / f"{node_id}.yaml"
         self.log = workdir / f"{node_id}.log"
         self.proc: subprocess.Popen[bytes] | None = None
         self.incarnation = ""
         root.mkcg(f"{node_id}/{YARN}")
-        cfg: dict[str, dict[str, object]] = {
-            "node": {"name": node_id, "cpus": 2, "memory": "2Gi", "scope": "cgroup-root"},
-            "cgroups": {"root": f"{root.name}/{node_id}", "driver": "cgroupfs", "setup_tiers": True,
-                        "cleanup_on_exit": False},
-            "loop": {"interval_s": 0.1, "fast_path": False},
-            "eviction": {"dry_run": True},  # these tests are about the ledger, not about evicting
-            "log": {"level": "warning", "format": "text"},
-            "metrics": {"enabled": False},
-            # Each node is driven by a (test) scheduler over the API: it waits RECOVERING for AckRecovery.
-            "state": {"path": str(self.state), "await_scheduler_ack": True},
-            "api": {"socket_path": str(self.socket), "bookmark_interval_s": 0.5},
-            "batch": {"origin": "local"},
-        }
-        for dotted, value in (settings or {}).items():
-            section, key = dotted.split(".", 1)
-            cfg.setdefault(section, {})[key] = value
-        self.config.write_text(yaml.safe_dump(cfg))
+        dotted: dict[str, dict[str, Any]] = {}
+        for key, value in (settings or {}).items():
+            section, name = key.split(".", 1)
+            dotted.setdefault(section, {})[name] = value
+        self.config = scheduled_node_config(workdir, root, node_id, **dotted)
 
     @property
     def address(self) -> str:

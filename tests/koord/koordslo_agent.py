@@ -10,7 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from kit.agentproc import agent_argv, kubeconfig, write_config
+from kit.agentproc import agent_argv, kubeconfig, node_config
 
 NODESLO = ("nodeslos", "node-a")
 
@@ -28,24 +28,15 @@ def nodeslo(rv: str, **strategy: Any) -> dict[str, Any]:
 def slo_agent_config(tmp: Path, root: str, api_url: str, *, resync_s: float, metrics_port: int | None = None,
                      policies: dict[str, Any] | None = None) -> Path:
     """Standalone workloads (no kubelet), the NodeSLO read every `resync_s`, nothing written to the Node."""
-    cfg: dict[str, Any] = {
-        "node": {"name": NODESLO[1], "cpus": 2, "memory": "4Gi", "scope": "cgroup-root"},
-        "cgroups": {"root": root, "driver": "cgroupfs", "setup_tiers": True},
-        "loop": {"interval_s": 0.5},
-        "state": {"path": str(tmp / "state.json")},
-        "api": {"socket_path": str(tmp / "agent.sock")},
-        "metrics": ({"bind": "127.0.0.1", "port": metrics_port} if metrics_port is not None
-                    else {"enabled": False}),
-        "log": {"format": "json"},
-        "policies": policies or {},
-        "sources": {
+    return node_config(
+        tmp, root, metrics_port=metrics_port, node={"scope": "cgroup-root"}, cgroups={"setup_tiers": True},
+        eviction=None, batch=None, metrics={} if metrics_port is None else {"bind": "127.0.0.1"},
+        policies=policies or {}, sources={
             "kubelet": {"enabled": False},
             "kube_api": {"kubeconfig": str(kubeconfig(tmp / "kubeconfig", api_url))},
             "reporting": {"mode": "off"},
             "nodeslo": {"enabled": True, "resync_s": resync_s},
-        },
-    }
-    return write_config(tmp / "agent.yaml", cfg)
+        })
 
 
 def status(sock: Path, *, as_json: bool) -> tuple[int, str]:

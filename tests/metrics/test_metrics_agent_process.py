@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from kit.agentproc import AgentProcess, agent_argv, write_config
+from kit.agentproc import AgentProcess, agent_argv, agent_config
 from kit.poll import wait
 from kit.ports import free_port
 from kit.realcg import RealRoot
@@ -26,18 +26,12 @@ pytestmark = [pytest.mark.cgroups, pytest.mark.slow]
 
 
 def _config(tmp_path: Path, root: str, port: int) -> Path:
-    cfg = {
-        "node": {"name": "prom-node", "cpus": 2, "memory": "1Gi", "scope": "cgroup-root"},
-        "cgroups": {"root": root, "setup_tiers": True},
-        "loop": {"interval_s": 0.5},
-        "metrics": {"bind": "127.0.0.1", "port": port},
+    return agent_config(
+        tmp_path, root, port, node={"name": "prom-node", "cpus": 2},
+        cgroups={"cleanup_on_exit": None}, loop={"interval_s": 0.5, "fast_path": None},
         # A scheduler drives this standalone node over the API: it waits RECOVERING for an AckRecovery.
-        "state": {"path": str(tmp_path / "state.json"), "await_scheduler_ack": True},
-        "api": {"socket_path": str(tmp_path / "agent.sock")},
-        "log": {"format": "json"},
-        "standalone": {"workloads": [{"cgroup": "besteffort/batch", "priority": 3000, "milli_cpu": 500}]},
-    }
-    return write_config(tmp_path / "agent.yaml", cfg)
+        state={"path": str(tmp_path / "state.json"), "await_scheduler_ack": True},
+        standalone={"workloads": [{"cgroup": "besteffort/batch", "priority": 3000, "milli_cpu": 500}]})
 
 
 def test_agent_process_is_scraped_by_prometheus_and_answers_status(

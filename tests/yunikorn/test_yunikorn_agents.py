@@ -22,10 +22,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kit.agentproc import AgentProcess, write_config
+from kit.agentproc import AgentProcess
 from kit.api import cid, short_dir
 from kit.fakes.kubelet import FakeKubelet
 from kit.fakes.nodemanager import FakeNodeManager
+from kit.fleet import scheduled_node_config
 from kit.payload import batch_pod, nm_container, nm_containers, podlist
 from kit.realcg import RealRoot
 from sikit import SI_VERSION, as_dict, parse_output
@@ -86,21 +87,11 @@ def _start(root: RealRoot, d: Path, n: int, kubelet_url: str, nm_url: str) -> su
     node = NODES[n]
     for s in (1, 2, 3):
         root.mkcg(f"{node}/{YARN}/{cid(10 + n, s)}")
-    cfg = {
-        "node": {"name": node, "cpus": 8, "memory": "16Gi", "scope": "cgroup-root"},
-        "cgroups": {"root": f"{root.name}/{node}", "driver": "cgroupfs", "setup_tiers": True,
-                    "cleanup_on_exit": False},
-        "loop": {"interval_s": 0.2, "fast_path": False},
-        "eviction": {"dry_run": True},  # this test is about what the scheduler is told, not about evicting
-        "log": {"level": "warning", "format": "text"},
-        "metrics": {"enabled": False},
-        "state": {"path": str(d / f"{node}.json"), "await_scheduler_ack": True},
-        "api": {"socket_path": str(d / f"{node}.sock"), "bookmark_interval_s": 0.5},
-        "batch": {"origin": "local"},
-        "sources": {"kubelet": {"url": kubelet_url, "token_file": "", "timeout_s": 5, "resync_s": 1},
-                    "yarn": {"url": nm_url, "timeout_s": 5, "resync_s": 1}},
-    }
-    return AgentProcess(write_config(d / f"{node}.yaml", cfg), d / f"{node}.log").start()
+    config = scheduled_node_config(
+        d, root, node, node={"cpus": 8, "memory": "16Gi"}, loop={"interval_s": 0.2},
+        sources={"kubelet": {"url": kubelet_url, "token_file": "", "timeout_s": 5, "resync_s": 1},
+                 "yarn": {"url": nm_url, "timeout_s": 5, "resync_s": 1}})
+    return AgentProcess(config, d / f"{node}.log").start()
 
 
 async def _wait_allocations(address: str, want: set[str], log: Path, timeout: float = 30.0) -> None:
