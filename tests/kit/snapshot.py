@@ -5,6 +5,7 @@ the k8s batch and koord origin tests."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable
 from typing import Any
 
@@ -24,6 +25,13 @@ def node_snapshot(workloads: Iterable[Workload] = (), *, taken_at: float = 0.0, 
     """The snapshot of `workloads` on that node; any other `NodeSnapshot` field by its name in `more`."""
     return NodeSnapshot(taken_at=taken_at, capacity=capacity, cpus=cpus, node_usage=node, hp_usage=hp,
                         be_usage=be, system_usage=system, workloads=tuple(workloads), **more)
+
+
+def cpu_snapshot(cpus: tuple[int, ...], *workloads: Workload, **more: Any) -> NodeSnapshot:
+    """The snapshot of `workloads` taken now on a node of exactly `cpus` (1000 millicores each) and 1 GiB: the
+    real-cgroup cpuset tests' node, whose CPUs are their test root's."""
+    capacity = Resources(1000 * len(cpus), GIB)
+    return node_snapshot(workloads, taken_at=time.time(), capacity=capacity, cpus=cpus, **more)
 
 
 def application_id(app: int) -> str:

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from kit.poll import wait, window
 from kit.realcg import RealRoot, need_v1
-from kit.snapshot import node_snapshot, workload
+from kit.snapshot import cpu_snapshot, workload
 
 from agent.daemon.collector import Collector, TierPaths
 from agent.executors.apply import ActionExecutor
@@ -25,7 +25,7 @@ from cgroups.parsers import parse_cpuset
 from cgroups.reader import CgroupReader
 from cgroups.writer import CgroupWriter
 from qos.actions import SetBeCpuIdle, SetBeCpuQuota, SetBeCpuset
-from qos.model import NodeSnapshot, Resources, Workload
+from qos.model import Resources
 
 pytestmark = pytest.mark.cgroups
 
@@ -75,10 +75,6 @@ def _idle(real_root: RealRoot, rel: str) -> str:
     return _read(real_root, "cpu", rel, "cpu.idle")
 
 
-def _snap(cpus: tuple[int, ...], *ws: Workload) -> NodeSnapshot:
-    return node_snapshot(ws, taken_at=time.time(), capacity=Resources(1000 * len(cpus), 1 << 30), cpus=cpus)
-
-
 def _node(real_root: RealRoot) -> tuple[int, ...]:
     cpus = tuple(sorted(_cpus(real_root, "")))
     if len(cpus) < 2:
@@ -120,14 +116,14 @@ async def test_protected_pod_keeps_every_cpu_while_be_pods_are_cut_then_tier_lev
     ex = _executor(real_root, audit)
 
     # 1. no protected pod known: tier-level knobs, the whole tier cut (kube-proxy's cgroup too, as today)
-    ex.execute([SetBeCpuIdle(True, "t"), SetBeCpuset(cut, "t")], _snap(cpus, *WORKLOADS))
+    ex.execute([SetBeCpuIdle(True, "t"), SetBeCpuset(cut, "t")], cpu_snapshot(cpus, *WORKLOADS))
     assert _cpus(real_root, TIER) == set(cut) and _cpus(real_root, KP) == set(cut)
     assert _idle(real_root, TIER) == "1" and _idle(real_root, POD_A) == "0"
     _runs_on(real_root, pids[POD_A], POD_A, cut)
 
     # 2. the snapshot says the pod is protected: within this tick it gets every CPU back, the tier
     #    leaves idle with its kubelet weight, each BE child subtree takes the cut and cpu.idle
-    records = ex.execute([], _snap(cpus, PROTECTED, *WORKLOADS))
+    records = ex.execute([], cpu_snapshot(cpus, PROTECTED, *WORKLOADS))
     assert {r.kind for r in records} == {"set_be_cpuset", "set_be_cpu_idle"}
     assert all(r.outcome == "applied" and "protected pod spared" in r.reason for r in records)
     assert _cpus(real_root, TIER) == set(cpus) and _cpus(real_root, KP) == set(cpus)
@@ -143,22 +139,22 @@ async def test_protected_pod_keeps_every_cpu_while_be_pods_are_cut_then_tier_lev
 
     # 3. a policy action while split goes to the members only
     wider = cpus[-2:]
-    records = ex.execute([SetBeCpuset(wider, "grow")], _snap(cpus, PROTECTED, *WORKLOADS))
+    records = ex.execute([SetBeCpuset(wider, "grow")], cpu_snapshot(cpus, PROTECTED, *WORKLOADS))
     assert [r.kind for r in records] == ["set_be_cpuset"]
     assert records[0].numbers["protected_children_spared"] == 1
     assert _cpus(real_root, POD_A) == set(wider) and _cpus(real_root, KP) == set(cpus)
-    ex.execute([SetBeCpuset(cut, "shrink")], _snap(cpus, PROTECTED, *WORKLOADS))
+    ex.execute([SetBeCpuset(cut, "shrink")], cpu_snapshot(cpus, PROTECTED, *WORKLOADS))
 
     # 4. a new BE pod appears (on disk before any source lists it): it gets the knobs within one tick
     real_root.mkcg("besteffort/podc")
     _write(real_root, "cpu", "besteffort/podc", "cpu.shares", "2")
     pid_c = real_root.spawn("besteffort/podc", SLEEP).pid
-    ex.execute([], _snap(cpus, PROTECTED, *WORKLOADS))
+    ex.execute([], cpu_snapshot(cpus, PROTECTED, *WORKLOADS))
     assert _cpus(real_root, "besteffort/podc") == set(cut) and _idle(real_root, "besteffort/podc") == "1"
     _runs_on(real_root, pid_c, "besteffort/podc", cut)
 
     # 5. stale data that no longer lists the protected pod moves nothing: it stays spared
-    stale = dataclasses.replace(_snap(cpus, *WORKLOADS), stale={"kubelet": "unreachable"})
+    stale = dataclasses.replace(cpu_snapshot(cpus, *WORKLOADS), stale={"kubelet": "unreachable"})
     assert ex.execute([], stale) == []
     assert _cpus(real_root, KP) == set(cpus) and _idle(real_root, TIER) == "0"
 
@@ -170,7 +166,7 @@ async def test_protected_pod_keeps_every_cpu_while_be_pods_are_cut_then_tier_lev
     _wait_empty(real_root, KP)
     for d in real_root.dirs(KP):
         os.rmdir(d)
-    records = ex.execute([], _snap(cpus, *WORKLOADS))
+    records = ex.execute([], cpu_snapshot(cpus, *WORKLOADS))
     assert {r.kind for r in records} >= {"set_be_cpuset", "set_be_cpu_idle"}
     assert all("back on the BE tier" in r.reason for r in records)
     assert _cpus(real_root, TIER) == set(cut) and _idle(real_root, TIER) == "1"
@@ -181,7 +177,7 @@ async def test_protected_pod_keeps_every_cpu_while_be_pods_are_cut_then_tier_lev
     assert _read(real_root, "cpu", YARN_DIR, "cpu.shares") == "1024"  # what it had before going idle
     # nothing more to move: a quiet tick writes nothing
     writes = ex.cgroup_writes
-    assert ex.execute([], _snap(cpus, *WORKLOADS)) == []
+    assert ex.execute([], cpu_snapshot(cpus, *WORKLOADS)) == []
     assert ex.cgroup_writes == writes
 
 
@@ -203,11 +199,11 @@ async def test_cfs_quota_is_split_across_the_be_children_and_the_protected_pod_i
     yarn2 = workload("yarn/c2", cgroup=f"{YARN_DIR}/container_1700000000000_0001_01_000003")
     audit: list[ActionRecord] = []
     ex = _executor(real_root, audit)
-    ex.execute([SetBeCpuQuota(400, "t")], _snap(cpus, *WORKLOADS))
+    ex.execute([SetBeCpuQuota(400, "t")], cpu_snapshot(cpus, *WORKLOADS))
     assert _quota(real_root, TIER) == 40_000
 
     # split: the tier and kube-proxy uncapped, 40 ms per 100 ms shared by BE workload count (YARN has 2)
-    snap = _snap(cpus, PROTECTED, *WORKLOADS, yarn2)
+    snap = cpu_snapshot(cpus, PROTECTED, *WORKLOADS, yarn2)
     records = ex.execute([], snap)
     assert [r.kind for r in records] == ["set_be_cpu_quota"]
     assert _quota(real_root, TIER) == -1 and _quota(real_root, KP) == -1
@@ -220,7 +216,7 @@ async def test_cfs_quota_is_split_across_the_be_children_and_the_protected_pod_i
     assert _quota(real_root, KP) == -1
 
     # protected pod gone from the snapshot: children lifted first, then the tier capped again
-    ex.execute([], _snap(cpus, *WORKLOADS, yarn2))
+    ex.execute([], cpu_snapshot(cpus, *WORKLOADS, yarn2))
     assert _quota(real_root, TIER) == 4_000
     assert {_quota(real_root, r) for r in (KP, YARN_DIR, POD_A, POD_B)} == {-1}
 

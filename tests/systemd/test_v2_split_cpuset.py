@@ -14,21 +14,16 @@ import time
 
 import pytest
 from kit.realcg import RealRoot
-from kit.snapshot import node_snapshot, workload
+from kit.snapshot import cpu_snapshot, workload
 
 from agent.executors.apply import ActionExecutor
 from cgroups.parsers import parse_cpuset
 from cgroups.writer import CgroupWriter
 from qos.actions import SetBeCpuset
-from qos.model import NodeSnapshot, Resources, Workload
 
 pytestmark = [pytest.mark.guest, pytest.mark.cgroups]
 
 TIER, KP, POD_A, POD_B = "besteffort", "besteffort/podkp", "besteffort/poda", "besteffort/podb"
-
-
-def _snap(cpus: tuple[int, ...], *ws: Workload) -> NodeSnapshot:
-    return node_snapshot(ws, taken_at=time.time(), capacity=Resources(1000 * len(cpus), 1 << 30), cpus=cpus)
 
 
 def test_v2_cuts_only_the_tier_or_the_members_and_gives_cut_children_their_cpus_back(
@@ -51,19 +46,19 @@ def test_v2_cuts_only_the_tier_or_the_members_and_gives_cut_children_their_cpus_
                         now=time.monotonic(), tier_owned=False)
     be = (workload("k8s/a", cgroup=POD_A), workload("k8s/b", cgroup=POD_B))
 
-    ex.execute([SetBeCpuset(cut, "t")], _snap(every, *be))
+    ex.execute([SetBeCpuset(cut, "t")], cpu_snapshot(every, *be))
     assert cpus(TIER) == set(cut)
     assert all(cpus(p) == set() for p in (KP, POD_A, POD_B)), "v2: nothing below the tier is written"
     assert cpus(POD_A, "cpuset.cpus.effective") == set(cut)
 
-    ex.execute([], _snap(every, workload("k8s/kp", cgroup=KP, protected=True), *be))
+    ex.execute([], cpu_snapshot(every, workload("k8s/kp", cgroup=KP, protected=True), *be))
     assert cpus(TIER) == set(every) and cpus(KP) == set(), "the protected pod's cgroup is never written"
     assert cpus(KP, "cpuset.cpus.effective") == set(every)
     assert cpus(POD_A) == set(cut) and cpus(POD_B) == set(cut)
 
-    ex.execute([], _snap(every, *be))  # the protected pod is gone: tier level again
+    ex.execute([], cpu_snapshot(every, *be))  # the protected pod is gone: tier level again
     assert cpus(TIER) == set(cut)
-    ex.execute([SetBeCpuset(every, "grow")], _snap(every, *be))
+    ex.execute([SetBeCpuset(every, "grow")], cpu_snapshot(every, *be))
     assert cpus(TIER) == set(every)
     for pod in (POD_A, POD_B):
         assert cpus(pod, "cpuset.cpus.effective") == set(every), f"{pod} stayed confined after the split"
