@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import time
 
-from kit.snapshot import node_snapshot
+from kit.snapshot import container_id, node_snapshot
+from kit.snapshot import workload as kit_workload
 
 from agent.published import ActionRecord, Counters, Published
 from qos.actions import EvictReason, SetBeCpuset
@@ -22,20 +23,15 @@ def workload(
     memory: int | None = 64 << 20,
     requests: Resources | None = None,
 ) -> Workload:
+    """Workload `i`: pod `pod-<i>` of namespace team-a (or YARN container `i`), keyed `<source>/<i>-uid` (i in
+    hex), in `<tier>/w<i>`, priority 5000 if BE and 9000 if not."""
     be = tier is Tier.BESTEFFORT
-    name = f"container_1700000000000_0001_01_{i:06d}" if source is Source.YARN else f"pod-{i}"
-    return Workload(
-        key=f"{source.value}/{i:08x}-uid",
-        name=name,
-        source=source,
-        tier=tier,
-        be=be,
-        priority=5000 if be else 9000,
-        cgroup=f"{tier.value}/w{i}",
-        requests=requests or Resources(),
-        usage=Usage(milli_cpu=milli_cpu, memory_working_set_bytes=memory),
-        namespace="" if source is Source.YARN else "team-a",
-    )
+    requests = requests or Resources()
+    yarn = source is Source.YARN
+    return kit_workload(f"{source.value}/{i:08x}-uid", be=be, priority=5000 if be else 9000, cpu=milli_cpu,
+                        mem=memory, request_cpu=requests.milli_cpu, request_mem=requests.memory_bytes,
+                        source=source, tier=tier, name=container_id(1, i, epoch=None) if yarn else f"pod-{i}",
+                        cgroup=f"{tier.value}/w{i}", namespace="" if yarn else "team-a")
 
 
 def small_node(now: float | None = None) -> NodeSnapshot:
