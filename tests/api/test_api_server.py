@@ -25,6 +25,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from kit.api import Mirror, app_id, cid, short_dir
 from kit.poll import until
+from kit.snapshot import published
 from servekit import BATCH, Served, admit_req, expect_error, serve, workload
 
 from agent.api import convert
@@ -33,7 +34,7 @@ from agent.api.coloc.v1 import agent_pb2 as pb
 from agent.api.coloc.v1 import agent_pb2_grpc as pb_grpc
 from agent.api.server import ApiStartError, start_api_server
 from agent.config.api import ApiConfig
-from agent.published import ActionRecord, Board, Published
+from agent.published import ActionRecord, Board
 from agent.state import AdmitRequest, EventType, Ledger, LedgerConfig, Lifecycle, Phase, Refusal
 from agent.state.persist import StateStore
 from qos.model import Resources, Source
@@ -444,20 +445,7 @@ async def test_status_shows_the_loops_last_actions() -> None:
         outcome="applied",
         reason="memory 91% ≥ 70%",
     )
-    board.publish(
-        Published(
-            tick=7,
-            tick_started_at=time.time(),
-            tick_monotonic=time.monotonic(),
-            tick_duration_s=0.001,
-            collect_duration_s=0.001,
-            interval_s=1.0,
-            snapshot=None,
-            be_cpu_granted_milli=None,
-            be_cpu_policy="cpuset",
-            recent_actions=(rec,),
-        )
-    )
+    board.publish(published(tick=7, tick_duration_s=0.001, collect_duration_s=0.001, recent_actions=(rec,)))
     with short_dir() as d:
         ledger = Ledger.open(LedgerConfig(node_id="n", state_path=str(d / "s.json")))
         server = await start_api_server(ledger, ApiConfig(socket_path=str(d / "a.sock")), board=board)

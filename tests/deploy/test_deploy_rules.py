@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 import yaml
-from kit.snapshot import node_snapshot
+from kit.snapshot import node_snapshot, published
 from prometheus_client import generate_latest
 
 from agent.metrics import LedgerFigures, MetricsConfig, MetricsHub
-from agent.published import Board, Published
+from agent.published import Board
 from qos.model import BeTierState, Resources, Usage
 
 PROM = Path(__file__).resolve().parents[2] / "deploy" / "prometheus"
@@ -83,21 +83,8 @@ def test_every_metric_the_rules_use_is_exported_by_the_agent() -> None:
     snap = node_snapshot(capacity=Resources(2000, 1 << 30), cpus=(0, 1), node=Usage(1000.0, 1),
                          hp=Usage(500.0, 1, 0.0), be=Usage(0.0, 0), system=Usage(0.0, 0),
                          be_tier=BeTierState(cpuset=(1,)), stale={"kubelet": "timeout"})
-    board.publish(
-        Published(
-            tick=1,
-            tick_started_at=0.0,
-            tick_monotonic=0.0,
-            tick_duration_s=0.0,
-            collect_duration_s=0.0,
-            interval_s=1.0,
-            snapshot=snap,
-            be_cpu_granted_milli=1000,
-            be_cpu_policy="cpuset",
-            source_age_s={"kubelet": 9.0},
-            be_cpu_floor_milli=1000,
-        )
-    )
+    board.publish(published(snap, tick_started_at=0.0, tick_monotonic=0.0, be_cpu_granted_milli=1000,
+                            source_age_s={"kubelet": 9.0}, be_cpu_floor_milli=1000))
     hub = MetricsHub(MetricsConfig(port=0))
     hub.attach(board, ledger_view=lambda: LedgerFigures(batch_origin=Resources(1000, 1 << 30)))
     exported = set(re.findall(r"^(\w+)", generate_latest(hub.registry).decode(), flags=re.M))

@@ -1,7 +1,7 @@
 """A hand-built `NodeSnapshot` and the workloads in it, as policy, source, ledger and API tests need them: a
 16-core, 64 GiB node by default. `workload` builds any workload by its key; `yarn_container` a YARN container
 by application and sequence number; `k8s_workload` and `yarn_workload` are the batch pod and YARN container of
-the k8s batch and koord origin tests."""
+the k8s batch and koord origin tests; `published` what the loop publishes after a tick of a snapshot."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
+from agent.published import Published
 from qos.model import NodeSnapshot, Resources, Source, Tier, Usage, Workload
 
 GIB = 1 << 30
@@ -32,6 +33,16 @@ def cpu_snapshot(cpus: tuple[int, ...], *workloads: Workload, **more: Any) -> No
     real-cgroup cpuset tests' node, whose CPUs are their test root's."""
     capacity = Resources(1000 * len(cpus), GIB)
     return node_snapshot(workloads, taken_at=time.time(), capacity=capacity, cpus=cpus, **more)
+
+
+def published(snapshot: NodeSnapshot | None = None, **fields: Any) -> Published:
+    """What the loop publishes after a tick of `snapshot`: tick 1, started now, took no time, a 1 s interval,
+    no BE CPU granted, the cpuset policy; any other `Published` field (or one of these) by its name in
+    `fields`."""
+    return Published(**{
+        "tick": 1, "tick_started_at": time.time(), "tick_monotonic": time.monotonic(), "tick_duration_s": 0.0,
+        "collect_duration_s": 0.0, "interval_s": 1.0, "snapshot": snapshot, "be_cpu_granted_milli": None,
+        "be_cpu_policy": "cpuset", **fields})
 
 
 def application_id(app: int) -> str:

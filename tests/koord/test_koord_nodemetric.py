@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from kit.fakes.apiserver import FakeApiServer, schema_errors
-from kit.snapshot import node_snapshot
+from kit.snapshot import node_snapshot, published
 from kubernetes import client
 
 from agent.config.sources import KubeApiConfig, NodeMetricConfig
@@ -86,17 +86,7 @@ def _pub(at: float, stale: dict[str, str] | None = None) -> Published:
         usage=Usage(300.0, GIB // 2),
     )
     snap = node_snapshot((pod, yarn), taken_at=at, node=Usage(2500.0, 6 * GIB), stale=stale or {})
-    return Published(
-        tick=1,
-        tick_started_at=at,
-        tick_monotonic=at,
-        tick_duration_s=0.0,
-        collect_duration_s=0.0,
-        interval_s=1.0,
-        snapshot=snap,
-        be_cpu_granted_milli=None,
-        be_cpu_policy="",
-    )
+    return published(snap, tick_started_at=at, tick_monotonic=at, be_cpu_policy="")
 
 
 def _info() -> PodInfo:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from kit.snapshot import container_id, node_snapshot
+from kit.snapshot import container_id, node_snapshot, published
 from kit.snapshot import workload as kit_workload
 
 from agent.published import ActionRecord, Counters, Published
@@ -67,16 +67,15 @@ def publication(
     counters: Counters | None = None,
 ) -> Published:
     now = time.time()
-    return Published(
+    return published(
+        small_node(now) if snapshot is None else snapshot,
         tick=tick,
         tick_started_at=now,
         tick_monotonic=time.monotonic() if tick_monotonic is None else tick_monotonic,
         tick_duration_s=tick_duration_s,
         collect_duration_s=0.002,
         interval_s=interval_s,
-        snapshot=small_node(now) if snapshot is None else snapshot,
         be_cpu_granted_milli=1000,
-        be_cpu_policy="cpuset",
         recent_actions=actions,
         actions=actions,
         pending_actions=(SetBeCpuset(cpus=(3,), reason="hp busy"),),

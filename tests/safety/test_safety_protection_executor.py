@@ -12,12 +12,13 @@ import time
 from pathlib import Path
 
 from kit.poll import still
+from kit.snapshot import published
 from prometheus_client import generate_latest
 from protectkit import fetch, snapshot
 
 from agent.executors.apply import ActionExecutor, EvictOutcome
 from agent.metrics import MetricsConfig, MetricsHub
-from agent.published import ActionRecord, Board, Counters, Published
+from agent.published import ActionRecord, Board, Counters
 from cgroups.discovery import Hierarchy
 from cgroups.writer import CgroupWriter
 from qos.actions import Evict, EvictReason
@@ -44,9 +45,7 @@ def _executor(tmp_path: Path, rec: Recorder, audit: list[ActionRecord], *,
 def _refusals(ex: ActionExecutor) -> dict[str, float]:
     """coloc_protected_refusals_total by policy, as a scrape shows it (counters built as the loop does)."""
     board = Board()
-    board.publish(Published(tick=1, tick_started_at=time.time(), tick_monotonic=time.monotonic(),
-                            tick_duration_s=0.01, collect_duration_s=0.01, interval_s=1.0, snapshot=None,
-                            be_cpu_granted_milli=None, be_cpu_policy="cpuset",
+    board.publish(published(tick_duration_s=0.01, collect_duration_s=0.01,
                             counters=Counters(holds=dict(ex.holds))))
     hub = MetricsHub(MetricsConfig(port=0))
     hub.attach(board)
