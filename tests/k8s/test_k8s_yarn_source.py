@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from kit.clock import FakeClock
 from kit.fakes.kubelet import FakeKubelet
-from kit.fakes.nodemanager import FakeNodeManager
+from kit.fakes.nodemanager import FakeNodeManager, no_cgroups
 from kit.realcg import RealRoot
 from kit.snapshot import node_snapshot
 
@@ -42,10 +42,6 @@ NM = Path(__file__).resolve().parent.parent / "fixtures" / "nodemanager"
 
 def _doc(version: str, name: str) -> object:
     return json.loads((NM / version / f"{name}.json").read_text())
-
-
-def no_cgroups(rel: str) -> list[str]:
-    return []
 
 
 # ------------------------------------------------------------------ payloads

@@ -10,6 +10,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from agent.published import Published
+from qos.actions import Evict
 from qos.model import NodeSnapshot, Resources, Source, Tier, Usage, Workload
 
 GIB = 1 << 30
@@ -43,6 +44,11 @@ def published(snapshot: NodeSnapshot | None = None, **fields: Any) -> Published:
         "tick": 1, "tick_started_at": time.time(), "tick_monotonic": time.monotonic(), "tick_duration_s": 0.0,
         "collect_duration_s": 0.0, "interval_s": 1.0, "snapshot": snapshot, "be_cpu_granted_milli": None,
         "be_cpu_policy": "cpuset", **fields})
+
+
+def evicted_keys(actions: Iterable[object]) -> list[str]:
+    """The keys of the workloads `actions` evict, in their order."""
+    return [a.key for a in actions if isinstance(a, Evict)]
 
 
 def application_id(app: int) -> str:

@@ -8,9 +8,9 @@ import dataclasses
 import json
 
 import pytest
-from kit.snapshot import k8s_workload, node_snapshot, yarn_workload
+from kit.snapshot import evicted_keys, k8s_workload, node_snapshot, yarn_workload
 
-from qos.actions import Evict, Hold
+from qos.actions import Hold
 from qos.batch import BatchConfig, BatchPolicy, BatchState, decide_batch
 from qos.model import NodeSnapshot, Resources, Usage, Workload
 
@@ -46,16 +46,12 @@ def _snap(at: float, annotation: str | None, report_age: float | None) -> NodeSn
                          usage_report_age_s=report_age)
 
 
-def _evicts(actions: list[object]) -> list[str]:
-    return [a.key for a in actions if isinstance(a, Evict)]
-
-
 def test_the_old_behaviour_a_zero_origin_evicts_everything_when_taken_at_its_word() -> None:
     """The reproduction: confirmation off and a fresh report make the zero origin count, and then every
     batch pod and YARN container is chosen. This is what happened with no report at all before."""
     cfg = dataclasses.replace(CFG, origin_confirm_s=0)
     actions, _ = decide_batch(_snap(1000, ZERO, report_age=5.0), cfg, BatchState())
-    assert sorted(_evicts(actions)) == sorted(w.key for w in WORKLOADS)
+    assert sorted(evicted_keys(actions)) == sorted(w.key for w in WORKLOADS)
 
 
 @pytest.mark.parametrize("report_age", [None, 181.0, 3600.0])
@@ -67,7 +63,7 @@ def test_zero_or_missing_origin_without_a_fresh_report_holds(
     state = policy.initial_state()
     for t in range(0, 600, 10):  # ten minutes of it: never an eviction
         actions, state = policy.decide(_snap(1000 + t, annotation, report_age), state)
-        assert _evicts(actions) == []
+        assert evicted_keys(actions) == []
         holds = [a for a in actions if isinstance(a, Hold)]
         assert len(holds) == 1
         if annotation is None:  # never an origin at all
@@ -81,19 +77,19 @@ def test_an_origin_annotation_that_disappears_without_a_fresh_report_holds() -> 
     policy = BatchPolicy(CFG)
     _, state = policy.decide(_snap(1000, ORIGIN_8, report_age=10.0), policy.initial_state())
     actions, state = policy.decide(_snap(1001, None, report_age=500.0), state)
-    assert _evicts(actions) == [] and "annotation gone" in actions[0].reason  # type: ignore[attr-defined]
+    assert evicted_keys(actions) == [] and "annotation gone" in actions[0].reason  # type: ignore[attr-defined]
     actions, _ = policy.decide(_snap(1002, None, report_age=10.0), state)
     # with a fresh report the last origin read stays in force, as before: the ledger acts again
     assert not any("origin held" in getattr(a, "reason", "") for a in actions)
-    assert any("pending releases" in getattr(a, "reason", "") for a in actions) or _evicts(actions)
+    assert any("pending releases" in getattr(a, "reason", "") for a in actions) or evicted_keys(actions)
 
 
 def test_collapse_after_a_good_origin_holds_even_with_the_old_origin_in_memory() -> None:
     policy = BatchPolicy(CFG)
     actions, state = policy.decide(_snap(1000, ORIGIN_8, report_age=None), policy.initial_state())
-    assert len(_evicts(actions)) >= 1, "a real overcommit against a real origin is released"
+    assert len(evicted_keys(actions)) >= 1, "a real overcommit against a real origin is released"
     actions, state = policy.decide(_snap(1001, ZERO, report_age=None), state)
-    assert _evicts(actions) == [] and "collapsed to 0" in actions[0].reason  # type: ignore[attr-defined]
+    assert evicted_keys(actions) == [] and "collapsed to 0" in actions[0].reason  # type: ignore[attr-defined]
     assert state.origin == Resources(8000, 64 * GIB), "the last real origin is what the ledger keeps"
 
 
@@ -103,9 +99,9 @@ def test_a_zero_origin_with_a_fresh_report_is_confirmed_before_it_counts() -> No
     state = policy.initial_state()
     for t in (0, 60, 119):
         actions, state = policy.decide(_snap(1000 + t, ZERO, report_age=10.0), state)
-        assert _evicts(actions) == [] and "confirming" in actions[0].reason  # type: ignore[attr-defined]
+        assert evicted_keys(actions) == [] and "confirming" in actions[0].reason  # type: ignore[attr-defined]
     actions, state = policy.decide(_snap(1120, ZERO, report_age=10.0), state)
-    assert len(_evicts(actions)) == len(WORKLOADS), "a zero that lasted, with our report fresh, is real"
+    assert len(evicted_keys(actions)) == len(WORKLOADS), "a zero that lasted, with our report fresh, is real"
 
 
 def test_a_report_going_stale_restarts_the_confirmation() -> None:
@@ -114,9 +110,9 @@ def test_a_report_going_stale_restarts_the_confirmation() -> None:
     _, state = policy.decide(_snap(1000, ZERO, report_age=10.0), state)
     _, state = policy.decide(_snap(1100, ZERO, report_age=400.0), state)  # stale: held, timer reset
     actions, state = policy.decide(_snap(1130, ZERO, report_age=10.0), state)
-    assert _evicts(actions) == []
+    assert evicted_keys(actions) == []
     actions, _ = policy.decide(_snap(1250, ZERO, report_age=10.0), state)
-    assert _evicts(actions)
+    assert evicted_keys(actions)
 
 
 def test_a_sharp_drop_keeps_the_origin_in_force_until_confirmed() -> None:
@@ -132,11 +128,11 @@ def test_a_sharp_drop_keeps_the_origin_in_force_until_confirmed() -> None:
     for t in (1, 30, 59):
         s = dataclasses.replace(_snap(1000 + t, ORIGIN_3, 10.0), workloads=tuple(relaxed))
         actions, state = policy.decide(s, state)
-        assert _evicts(actions) == [] and "dropped" in actions[0].reason  # type: ignore[attr-defined]
+        assert evicted_keys(actions) == [] and "dropped" in actions[0].reason  # type: ignore[attr-defined]
         assert state.origin == Resources(8000, 64 * GIB)
     s = dataclasses.replace(_snap(1061, ORIGIN_3, 10.0), workloads=tuple(relaxed))
     actions, state = policy.decide(s, state)
-    assert _evicts(actions) and state.origin == Resources(3000, 64 * GIB)
+    assert evicted_keys(actions) and state.origin == Resources(3000, 64 * GIB)
 
 
 def test_a_small_drop_counts_at_once() -> None:

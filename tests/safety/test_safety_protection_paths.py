@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import json
 
+from kit.snapshot import evicted_keys
 from protectkit import BATCH, GIB, HP, PROTECTED, fetch, names, snapshot, with_usage
 
 from agent.decommission.controller import DrainController, request_drain
@@ -28,10 +29,6 @@ from qos.policies import PolicyConfig
 from qos.registry import node_qos_policies
 
 
-def _evicted(actions: list[object]) -> list[str]:
-    return [a.key for a in actions if isinstance(a, Evict)]
-
-
 async def test_memory_pressure_evicts_only_batch_pods() -> None:
     """The measured defect: a BestEffort system-node-critical pod was a memory victim."""
     src = await fetch()
@@ -40,7 +37,7 @@ async def test_memory_pressure_evicts_only_batch_pods() -> None:
     snap = snapshot(wl, at=1000.0, node_mem=15 * GIB)
     actions, _ = memory_eviction.decide(snap, memory_eviction.MemoryEvictionConfig(),
                                         memory_eviction.MemoryEvictionState())
-    chosen = names(src, _evicted(actions))
+    chosen = names(src, evicted_keys(actions))
     assert chosen == BATCH, f"victims {sorted(chosen)}"
 
 
@@ -52,7 +49,7 @@ async def test_cpu_satisfaction_evicts_only_batch_pods() -> None:
     snap = snapshot(wl, at=1000.0, be_cpu=100.0, be_tier=BeTierState(cpuset=(7,), quota_milli_cpu=100))
     cfg = cpu_eviction.CpuEvictionConfig(window_s=1.0, satisfaction_upper_percent=100.0, cool_down_s=0.0)
     actions, _ = cpu_eviction.decide(snap, cfg, cpu_eviction.CpuEvictionState())
-    evicted = _evicted(actions)
+    evicted = evicted_keys(actions)
     assert evicted, actions
     assert names(src, evicted) <= BATCH
     numbers = next(a for a in actions if isinstance(a, Evict)).numbers
@@ -66,7 +63,7 @@ async def test_the_combined_policies_under_both_pressures_pick_only_batch() -> N
                     be_tier=BeTierState(cpuset=(7,), quota_milli_cpu=100))
     pipeline = Pipeline(node_qos_policies(PolicyConfig()))
     actions, _ = pipeline.decide(snap, pipeline.initial_state())
-    assert names(src, _evicted(actions)) <= BATCH
+    assert names(src, evicted_keys(actions)) <= BATCH
     assert {w.name for w in snap.be_workloads} == BATCH
 
 
@@ -79,7 +76,7 @@ async def test_batch_overcommit_releases_only_batch_pods() -> None:
     # A zero origin counts only with a fresh usage report, once confirmed (issue 13): both given here.
     snap = dataclasses.replace(snap, origin_annotation=origin, usage_report_age_s=1.0)
     actions, _ = decide_batch(snap, BatchConfig(origin_confirm_s=0), BatchState())
-    evicted = _evicted(actions)
+    evicted = evicted_keys(actions)
     assert names(src, evicted) == {"spark-exec-7", "spark-exec-8"}  # etl asks nothing: releases nothing
 
 
@@ -87,7 +84,7 @@ async def test_forceful_drain_evicts_only_batch_pods() -> None:
     src = await fetch()
     terms = DrainTerms(graceful=False, wait_for_apps=False, started_at=1000.0, deadline=1000.0)
     d = decide_drain(terms, src.workloads, (), (), (), (), 1000.0)
-    assert names(src, _evicted(list(d.evict))) == BATCH
+    assert names(src, evicted_keys(list(d.evict))) == BATCH
     assert d.allocations_left == len(BATCH)
 
 
@@ -100,12 +97,12 @@ async def test_drain_controller_evicts_only_batch_pods() -> None:
     ledger.ack_recovery(1, ledger.revision)
     request_drain(ledger, 1, graceful=False, timeout_s=0)
     ctl = DrainController(ledger, clock=lambda: now)
-    evicted = _evicted(DrainPolicy().decide(dataclasses.replace(snap, drain=ctl.view(snap)), None)[0])
+    evicted = evicted_keys(DrainPolicy().decide(dataclasses.replace(snap, drain=ctl.view(snap)), None)[0])
     assert names(src, evicted) == BATCH
     # Past the deadline too: the protected pods stay, and do not hold the drain up.
     later = dataclasses.replace(snap, workloads=tuple(w for w in snap.workloads if w.name not in BATCH))
     later = dataclasses.replace(later, drain=ctl.view(later))
-    assert _evicted(DrainPolicy().decide(later, None)[0]) == []
+    assert evicted_keys(DrainPolicy().decide(later, None)[0]) == []
     dec = drain_decision(later)
     assert dec is not None and dec.allocations_left == 0
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from kit.clock import FakeClock
-from kit.fakes.nodemanager import FakeNodeManager
+from kit.fakes.nodemanager import FakeNodeManager, no_cgroups
 from kit.realcg import RealRoot
 from kit.snapshot import node_snapshot
 from yarnkit import DYING_WITH_STATE, LIVE, LIVE_TOTAL, MIB, MIXED, cid
@@ -38,15 +38,11 @@ def _cfg(url: str) -> NodeManagerConfig:
                              priority=5000)
 
 
-def _no_cgroups(rel: str) -> list[str]:
-    return []
-
-
 def _snapshot(workloads: tuple[Workload, ...], at: float = 100.0) -> NodeSnapshot:
     return node_snapshot(workloads, taken_at=at, cpus=(0, 1), stale={})
 
 
-async def _read(fixture_dir: Path, children: Callable[[str], list[str]] = _no_cgroups,
+async def _read(fixture_dir: Path, children: Callable[[str], list[str]] = no_cgroups,
                 capacity: Resources | None = None, cgroup_dir: Callable[[str], str] | None = None
                 ) -> SourceResult:
     with FakeNodeManager(fixture_dir) as nm:

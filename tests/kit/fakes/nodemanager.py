@@ -15,6 +15,11 @@ ROUTES = {
 }
 
 
+def no_cgroups(rel: str) -> list[str]:
+    """The cgroup lister (`NodeManagerSource`'s `children`) of a node with no container cgroups."""
+    return []
+
+
 class FakeNodeManager(FakeHttpServer):
     def __init__(self, fixture_dir: Path, *, tls: tuple[str, str] | None = None) -> None:
         super().__init__(tls=tls)
