@@ -47,13 +47,10 @@ def write_config(path: Path, cfg: dict[str, Any], **sections: dict[str, Any] | N
     return path
 
 
-def agent_config(tmp_path: Path, root: str, port: int | None, *, file: str = "agent.yaml",
-                 **extra: Any) -> Path:
-    """A standalone agent (no kubelet, no API server) on `root`, /metrics on `port` (off with None), its
-    config (`tmp_path/file`), state and socket in `tmp_path`; `extra` sections merged in (see
-    `write_config`)."""
-    (tmp_path / "state").mkdir(exist_ok=True)
-    return write_config(tmp_path / file, {
+def standalone(tmp_path: Path, root: str, port: int | None) -> dict[str, Any]:
+    """The sections of a standalone agent (no kubelet, no API server) on `root`, /metrics on `port` (off with
+    None), its state and socket in `tmp_path`."""
+    return {
         "node": {"name": "rel-node", "cpus": 1, "memory": "1Gi", "scope": "cgroup-root"},
         "cgroups": {"root": root, "setup_tiers": True, "cleanup_on_exit": True},
         "loop": {"interval_s": 0.2, "fast_path": False},
@@ -61,7 +58,14 @@ def agent_config(tmp_path: Path, root: str, port: int | None, *, file: str = "ag
         "state": {"path": str(tmp_path / "state" / "state.json")},
         "api": {"socket_path": str(tmp_path / "agent.sock")},
         "log": {"format": "json"},
-    }, **extra)
+    }
+
+
+def agent_config(tmp_path: Path, root: str, port: int | None, **extra: Any) -> Path:
+    """The `standalone` agent's config at `tmp_path/agent.yaml`; `extra` sections merged in (see
+    `write_config`)."""
+    (tmp_path / "state").mkdir(exist_ok=True)
+    return write_config(tmp_path / "agent.yaml", standalone(tmp_path, root, port), **extra)
 
 
 def node_config(tmp_path: Path, root: str, *, metrics_port: int | None = None, **sections: Any) -> Path:

@@ -21,7 +21,7 @@ import grpc
 from agent.api.coloc.v1 import agent_pb2 as pb
 from agent.api.coloc.v1 import agent_pb2_grpc as pb_grpc
 from agent.config.api import admin_socket_for
-from kit.agentproc import agent_argv, agent_config, layered
+from kit.agentproc import agent_argv, layered, standalone, write_config
 from kit.api import cid
 from kit.realcg import RealRoot
 
@@ -34,7 +34,8 @@ def scheduled_node_config(workdir: Path, root: RealRoot, node_id: str, **section
     dry-run, the batch origin local), driven by a (test) scheduler over the API: it waits RECOVERING for
     AckRecovery. Its config, state and socket are `<workdir>/<node_id>.{yaml,json,sock}`; `sections` merged
     in (see `kit.agentproc.write_config`)."""
-    return agent_config(workdir, f"{root.name}/{node_id}", None, file=f"{node_id}.yaml", **layered({
+    base = standalone(workdir, f"{root.name}/{node_id}", None)
+    return write_config(workdir / f"{node_id}.yaml", base, **layered({
         "node": {"name": node_id, "cpus": 2, "memory": "2Gi"},
         "cgroups": {"driver": "cgroupfs", "cleanup_on_exit": False},
         "loop": {"interval_s": 0.1},
