@@ -58,6 +58,10 @@ class Encoder:
         self._events: OrderedDict[tuple[str, int], bytes] = OrderedDict()
         self._event_cache = event_cache
         self._snapshot: tuple[str, int, bytes] | None = None
+        # A record as a field of Snapshot (tag and length in front), by key: a new revision changes a few
+        # records, and framing all of them again took 2 of the 2.3 ms a snapshot of 1,000 allocations cost.
+        self._alloc_fields: dict[str, tuple[Allocation, bytes]] = {}
+        self._app_fields: dict[str, tuple[Application, bytes]] = {}
 
     def allocation(self, a: Allocation) -> bytes:
         hit = self._allocs.get(a.key)
@@ -136,8 +140,17 @@ class Encoder:
                  field_varint(_SN_OLDEST, view.oldest_watchable_revision),
                  field_varint(_SN_TAKEN, convert.ms(view.taken_at)),
                  field_bytes(_SN_NODE, self.node(view.node))]
-        parts += [field_bytes(_SN_APPS, self.application(a)) for a in view.applications]
-        parts += [field_bytes(_SN_ALLOCS, self.allocation(a)) for a in view.allocations]
+        app_fields, alloc_fields = self._app_fields, self._alloc_fields
+        for a in view.applications:
+            hit = app_fields.get(a.application_id)
+            if hit is None or hit[0] is not a:
+                hit = app_fields[a.application_id] = (a, field_bytes(_SN_APPS, self.application(a)))
+            parts.append(hit[1])
+        for al in view.allocations:
+            got = alloc_fields.get(al.key)
+            if got is None or got[0] is not al:
+                got = alloc_fields[al.key] = (al, field_bytes(_SN_ALLOCS, self.allocation(al)))
+            parts.append(got[1])
         data = b"".join(parts)
         self._snapshot = (inc, view.revision, data)
         self._prune(view)
@@ -148,6 +161,8 @@ class Encoder:
         if len(self._allocs) > 2 * len(view.allocations) + 64:
             live = {a.key for a in view.allocations}
             self._allocs = {k: v for k, v in self._allocs.items() if k in live}
+            self._alloc_fields = {k: v for k, v in self._alloc_fields.items() if k in live}
         if len(self._apps) > 2 * len(view.applications) + 64:
             live = {a.application_id for a in view.applications}
             self._apps = {k: v for k, v in self._apps.items() if k in live}
+            self._app_fields = {k: v for k, v in self._app_fields.items() if k in live}
