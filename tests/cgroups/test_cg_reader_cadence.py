@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from kit.clock import FakeClock
 from kit.poll import wait
 from kit.realcg import RealRoot, need_v1
 from v2files import write_cgroup
@@ -26,17 +27,9 @@ POD = "pod"
 MIB = 1 << 20
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 @pytest.fixture
-def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
-    c = Clock()
+def clock(monkeypatch: pytest.MonkeyPatch) -> FakeClock:
+    c = FakeClock()
     monkeypatch.setattr(cgroups.reader, "_monotonic", c)
     return c
 
@@ -50,7 +43,8 @@ def tree(tmp_path: Path) -> Iterator[Path]:
     yield mount
 
 
-def test_memory_stat_is_read_again_when_the_usage_moves_or_its_time_comes(tree: Path, clock: Clock) -> None:
+def test_memory_stat_is_read_again_when_the_usage_moves_or_its_time_comes(
+        tree: Path, clock: FakeClock) -> None:
     reader = CgroupReader(Hierarchy.v2(tree), "", memory_stat_every_s=5.0)
     assert reader.sample(POD).memory_working_set_bytes == 150 * MIB
 
@@ -76,14 +70,14 @@ def test_memory_stat_is_read_again_when_the_usage_moves_or_its_time_comes(tree: 
     assert reader.sample(POD).memory_working_set_bytes == 70 * MIB
 
 
-def test_by_default_memory_stat_is_read_at_every_sample(tree: Path, clock: Clock) -> None:
+def test_by_default_memory_stat_is_read_at_every_sample(tree: Path, clock: FakeClock) -> None:
     reader = CgroupReader(Hierarchy.v2(tree), "")
     assert reader.sample(POD).memory_working_set_bytes == 150 * MIB
     write_cgroup(tree / POD, current=200 * MIB, inactive=80 * MIB)
     assert reader.sample(POD).memory_working_set_bytes == 120 * MIB
 
 
-def test_a_cgroup_made_again_gets_its_memory_stat_read_again(tree: Path, clock: Clock) -> None:
+def test_a_cgroup_made_again_gets_its_memory_stat_read_again(tree: Path, clock: FakeClock) -> None:
     reader = CgroupReader(Hierarchy.v2(tree), "", memory_stat_every_s=5.0)
     assert reader.sample(POD).memory_working_set_bytes == 150 * MIB
     reader.forget(POD)  # what the collector does with a workload that went

@@ -9,6 +9,7 @@ import re
 from pathlib import Path
 
 import pytest
+from kit.clock import FakeClock
 from kit.fakes.apiserver import FakeApiServer, schema_errors
 from kit.snapshot import node_snapshot, published
 from kubernetes import client
@@ -44,14 +45,7 @@ NM = {
     },
 }
 UID = "0a1b2c3d-0000-4000-8000-0000000000c1"
-
-
-class Wall:
-    def __init__(self) -> None:
-        self.now = 1_700_000_000.0
-
-    def __call__(self) -> float:
-        return self.now
+WALL = 1_700_000_000.0  # the wall clock the reporter reads, moved by hand
 
 
 @pytest.fixture
@@ -107,7 +101,7 @@ def _info() -> PodInfo:
     )
 
 
-def _reporter(api: FakeApiServer, wall: Wall) -> NodeMetricReporter:
+def _reporter(api: FakeApiServer, wall: FakeClock) -> NodeMetricReporter:
     conf = client.Configuration()
     conf.host = api.url
     return NodeMetricReporter(
@@ -120,7 +114,7 @@ def _reporter(api: FakeApiServer, wall: Wall) -> NodeMetricReporter:
 
 
 def test_status_written_schema_valid_with_every_part(api: FakeApiServer) -> None:
-    wall = Wall()
+    wall = FakeClock(WALL)
     rep = _reporter(api, wall)
     start = wall.now
     for i in range(45):  # 45 s of ticks: the 1 m window is covered over half, the 1 h one is not
@@ -168,7 +162,7 @@ def test_status_written_schema_valid_with_every_part(api: FakeApiServer) -> None
 
 
 def test_a_conflict_is_retried(api: FakeApiServer) -> None:
-    wall = Wall()
+    wall = FakeClock(WALL)
     rep = _reporter(api, wall)
     rep.observe(_pub(wall.now))
     orig = api._koord
@@ -186,7 +180,7 @@ def test_a_conflict_is_retried(api: FakeApiServer) -> None:
 
 
 def test_stale_collection_writes_nothing(api: FakeApiServer) -> None:
-    wall = Wall()
+    wall = FakeClock(WALL)
     rep = _reporter(api, wall)
     rep.observe(_pub(wall.now, stale={"kubelet": "no answer for 40s"}))
     assert rep.sync() is MetricOutcome.STALE and api.status_puts == []
@@ -197,7 +191,7 @@ def test_stale_collection_writes_nothing(api: FakeApiServer) -> None:
 
 def test_no_object_is_skipped_never_created(api: FakeApiServer) -> None:
     del api.koord[("nodemetrics", "node-a")]
-    wall = Wall()
+    wall = FakeClock(WALL)
     rep = _reporter(api, wall)
     rep.observe(_pub(wall.now))
     assert rep.sync() is MetricOutcome.ABSENT and api.koord == {}
