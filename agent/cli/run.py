@@ -60,13 +60,12 @@ def batch_memory(rt: Runtime) -> int | None:
     return node.batch_allocatable.memory_bytes if reports_batch(node.lifecycle) else None
 
 
-async def _settle(*tasks: tuple[asyncio.Future[None], str]) -> None:
-    """Wait for tasks at shutdown; a failure is logged once, naming the task, and the shutdown goes on."""
-    for task, what in tasks:
-        try:
-            await task
-        except Exception:
-            log.warning("%s task ended with an error", what, exc_info=True)
+async def _settle(task: asyncio.Future[None], what: str) -> None:
+    """Wait for a task at shutdown; a failure is logged once, naming the task, and the shutdown goes on."""
+    try:
+        await task
+    except Exception:
+        log.warning("%s task ended with an error", what, exc_info=True)
 
 
 Limits = tuple[batch_limits.BatchLimitsController | None, resource_qos.ResourceQosRunner | None]
@@ -158,13 +157,14 @@ async def serve(config_path: str, dry_run: bool = False, ready: asyncio.Event | 
     finally:
         stop.set()
         trim.cancel()
-        await _settle((sources, "sources"))
-        await _settle((reports, "node reports"))
-        await _settle(*limit_tasks)
+        await _settle(sources, "sources")
+        await _settle(reports, "node reports")
+        for task, what in limit_tasks:
+            await _settle(task, what)
         await rt.executor.drain(timeout_s=cfg.eviction.grace_period_s + 2)
         rt.executor.release_be()
         if network is not None:  # removes our egress tree (network.remove_on_exit) once `stop` is set
-            await _settle((network, "network shaper"))
+            await _settle(network, "network shaper")
         await api.stop(2.0)
         if metrics is not None:
             metrics.stop()
