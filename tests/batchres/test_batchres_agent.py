@@ -6,33 +6,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import yaml
 from batchkit import CONTAINER, MI, POD, be_pod, read, write_list
-from kit.agentproc import running_agent
+from kit.agentproc import kubelet_node_config, running_agent
 from kit.fakes.kubelet import FakeKubelet
 from kit.poll import wait
 from kit.realcg import RealRoot
 
 pytestmark = [pytest.mark.cgroups]
-
-
-def _config(tmp_path: Path, root: str, url: str, **batch_limits: object) -> Path:
-    cfg = {
-        "node": {"name": "node-a", "cpus": 2, "memory": "4Gi"},
-        "cgroups": {"root": root, "driver": "cgroupfs"},
-        "loop": {"interval_s": 0.5},
-        "eviction": {"dry_run": True},
-        "state": {"path": str(tmp_path / "state.json")},
-        "api": {"socket_path": str(tmp_path / "agent.sock")},
-        "metrics": {"enabled": False},
-        "batch_limits": batch_limits,
-        "sources": {"kubelet": {"url": url, "token_file": "", "timeout_s": 1, "resync_s": 30,
-                                "stale_after_s": 60},
-                    "kube_api": {"enabled": False}, "reporting": {"mode": "off"}},
-    }
-    path = tmp_path / "agent.yaml"
-    path.write_text(yaml.safe_dump(cfg))
-    return path
 
 
 def test_the_agent_limits_a_new_be_pod_from_its_mkdir(real_root: RealRoot, tmp_path: Path) -> None:
@@ -41,7 +21,7 @@ def test_the_agent_limits_a_new_be_pod_from_its_mkdir(real_root: RealRoot, tmp_p
     real_root.mkcg("besteffort")
     real_root.mkcg("burstable")
     with FakeKubelet(write_list(tmp_path / "pods.json", be_pod())) as fake:
-        config = _config(tmp_path, real_root.name, fake.url)
+        config = kubelet_node_config(tmp_path, real_root.name, fake.url, batch_limits={})
         log = tmp_path / "agent.log"
         with running_agent(config, log):
             assert wait(lambda: len(fake.seen("GET", "/pods")) >= 1, 15), log.read_text()
@@ -61,7 +41,7 @@ def test_off_leaves_be_pods_as_the_kubelet_made_them(real_root: RealRoot, tmp_pa
     for rel in ("besteffort", "burstable", POD):
         real_root.mkcg(rel)
     with FakeKubelet(write_list(tmp_path / "pods.json", be_pod())) as fake:
-        config = _config(tmp_path, real_root.name, fake.url, enabled=False)
+        config = kubelet_node_config(tmp_path, real_root.name, fake.url, batch_limits={"enabled": False})
         log = tmp_path / "agent.log"
         with running_agent(config, log):
             assert wait(lambda: len(fake.seen("GET", "/pods")) >= 1, 15), log.read_text()

@@ -10,8 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import yaml
-from kit.agentproc import running_agent
+from kit.agentproc import kubelet_node_config, running_agent
 from kit.clock import FakeClock
 from kit.fakes.kubelet import FakeKubelet
 from kit.poll import holds, wait
@@ -69,22 +68,9 @@ def test_the_agent_process_lists_again_when_a_pod_cgroup_appears(fixtures: Path,
                                                                 tmp_path: Path) -> None:
     """The whole `coloc-agent run` process: its kubelet resync is 30 s, yet a new pod is listed at once."""
     real_root.mkcg(LISTED_BE)
-    cfg = {
-        "node": {"name": "node-a", "cpus": 2, "memory": "4Gi"},
-        "cgroups": {"root": real_root.name, "driver": "cgroupfs"},
-        "loop": {"interval_s": 0.5},
-        "eviction": {"dry_run": True},
-        "state": {"path": str(tmp_path / "state.json")},
-        "api": {"socket_path": str(tmp_path / "agent.sock")},
-        "metrics": {"enabled": False},
-        "sources": {"kubelet": {"url": "", "token_file": "", "timeout_s": 1, "resync_s": 30,
-                                "stale_after_s": 60},
-                    "kube_api": {"enabled": False}, "reporting": {"mode": "off"}},
-    }
     with FakeKubelet(fixtures / "kubelet" / "podlist-mixed.json") as fake:
-        cfg["sources"]["kubelet"]["url"] = fake.url  # type: ignore[index]
-        (tmp_path / "agent.yaml").write_text(yaml.safe_dump(cfg))
-        with running_agent(tmp_path / "agent.yaml", tmp_path / "agent.log"):
+        config = kubelet_node_config(tmp_path, real_root.name, fake.url)
+        with running_agent(config, tmp_path / "agent.log"):
             listed = wait(lambda: len(fake.seen("GET", "/pods")) >= 1, 15)
             assert listed, (tmp_path / "agent.log").read_text()
             # a few ticks with nothing new: no re-list

@@ -85,6 +85,17 @@ def node_config(tmp_path: Path, root: str, *, metrics_port: int | None = None, *
     }, **sections)
 
 
+def kubelet_node_config(tmp_path: Path, root: str, kubelet_url: str, *, resync_s: float = 30,
+                        metrics_port: int | None = None, **sections: Any) -> Path:
+    """`node_config`'s node with the kubelet as its only source (no API server, nothing reported), evictions
+    dry-run and the batch origin left to the agent's default; `sections` merged in."""
+    sources = {"kubelet": {"url": kubelet_url, "token_file": "", "timeout_s": 1, "resync_s": resync_s,
+                           "stale_after_s": 60},
+               "kube_api": {"enabled": False}, "reporting": {"mode": "off"}}
+    return node_config(tmp_path, root, metrics_port=metrics_port,
+                       **{"eviction": {"dry_run": True}, "batch": None, "sources": sources, **sections})
+
+
 def stop(proc: subprocess.Popen[Any], timeout: float = 20.0) -> int:
     """SIGTERM, then SIGKILL if it has not exited within `timeout` s; its exit status."""
     if proc.poll() is None:

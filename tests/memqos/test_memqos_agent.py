@@ -8,11 +8,9 @@ import copy
 import json
 import subprocess
 from pathlib import Path
-from typing import Any
 
 import pytest
-import yaml
-from kit.agentproc import agent_argv, running_agent, sample
+from kit.agentproc import agent_argv, kubelet_node_config, running_agent, sample
 from kit.fakes.kubelet import FakeKubelet
 from kit.poll import wait
 from kit.ports import free_port
@@ -26,25 +24,11 @@ WEB = "web-7d9f8c-x2x9z"  # Burstable: web (limit 1 core), envoy (no CPU limit)
 
 
 def _config(tmp_path: Path, root: str, url: str, port: int) -> Path:
-    cfg: dict[str, Any] = {
-        "node": {"name": "node-a", "cpus": 2, "memory": "4Gi"},
-        "cgroups": {"root": root, "driver": "cgroupfs"},
-        "loop": {"interval_s": 0.5},
-        "eviction": {"dry_run": True},
-        "state": {"path": str(tmp_path / "state.json")},
-        "api": {"socket_path": str(tmp_path / "agent.sock")},
-        "metrics": {"bind": "127.0.0.1", "port": port},
-        "log": {"format": "json"},
-        "batch_limits": {"enabled": False},
-        "resource_qos": {"resync_s": 1, "cpu_burst": {"policy": "cpuBurstOnly", "cpu_burst_percent": 50},
-                         "memory_qos": {"ls": {"enable": True, "min_limit_percent": 50}}},
-        "sources": {"kubelet": {"url": url, "token_file": "", "timeout_s": 1, "resync_s": 1,
-                                "stale_after_s": 60},
-                    "kube_api": {"enabled": False}, "reporting": {"mode": "off"}},
-    }
-    path = tmp_path / "agent.yaml"
-    path.write_text(yaml.safe_dump(cfg))
-    return path
+    return kubelet_node_config(
+        tmp_path, root, url, resync_s=1, metrics_port=port, metrics={"bind": "127.0.0.1"},
+        batch_limits={"enabled": False},
+        resource_qos={"resync_s": 1, "cpu_burst": {"policy": "cpuBurstOnly", "cpu_burst_percent": 50},
+                      "memory_qos": {"ls": {"enable": True, "min_limit_percent": 50}}})
 
 
 def _status(sock: Path, *args: str) -> str:

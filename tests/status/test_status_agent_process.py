@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kit.agentproc import AgentProcess, agent_argv, readyz, write_config
+from kit.agentproc import AgentProcess, agent_argv, agent_config, readyz
 from kit.fakes.kubelet import FakeKubelet
 from kit.poll import wait
 from kit.ports import free_port
@@ -36,19 +36,12 @@ class StatusAgent:
                  state: dict[str, Any] | None = None) -> None:
         self.sock = tmp / "agent.sock"
         self.port = free_port()
-        cfg: dict[str, Any] = {
-            "node": {"name": "status-node", "cpus": 2, "memory": "1Gi", "scope": "cgroup-root"},
-            "cgroups": {"root": root, "driver": "cgroupfs", "setup_tiers": True},
-            "loop": {"interval_s": 0.25, "fast_path": False},
-            "eviction": {"dry_run": True},
-            "metrics": {"bind": "127.0.0.1", "port": self.port},
-            "state": {"path": str(tmp / "state.json"), **(state or {})},
-            "api": {"socket_path": str(self.sock)},
-            "log": {"format": "json"},
-        }
-        if sources:
-            cfg["sources"] = sources
-        self.process = AgentProcess(write_config(tmp / "agent.yaml", cfg), tmp / "agent.log")
+        config = agent_config(
+            tmp, root, self.port, node={"name": "status-node", "cpus": 2},
+            cgroups={"driver": "cgroupfs", "cleanup_on_exit": None}, loop={"interval_s": 0.25},
+            eviction={"dry_run": True}, state={"path": str(tmp / "state.json"), **(state or {})},
+            sources=sources or None)
+        self.process = AgentProcess(config, tmp / "agent.log")
 
     def start(self) -> StatusAgent:
         self.process.start()
