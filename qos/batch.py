@@ -251,17 +251,19 @@ def origin_batch_total(snapshot: NodeSnapshot, cfg: BatchConfig, state: BatchSta
 # ---------------------------------------------------------------- ledger
 
 
-def _is_batch(w: Workload, source: Source) -> bool:
-    return w.be and w.source is source
+def _requested(workloads: Iterable[Workload], source: Source) -> Resources:
+    # Summed as ints: a Resources per workload was most of this, and it runs twice a tick over every workload.
+    cpu = mem = 0
+    for w in workloads:
+        if w.be and w.source is source:
+            cpu += w.requests.milli_cpu
+            mem += w.requests.memory_bytes
+    return Resources(cpu, mem)
 
 
 def k8s_requested(workloads: Iterable[Workload]) -> Resources:
     """Σ requests of BE pods (terminating ones too: they hold their allocation until gone)."""
-    total = Resources()
-    for w in workloads:
-        if _is_batch(w, Source.K8S):
-            total = total + w.requests
-    return total
+    return _requested(workloads, Source.K8S)
 
 
 def holds_allocation(w: Workload) -> bool:
@@ -274,11 +276,7 @@ def holds_allocation(w: Workload) -> bool:
 
 def yarn_requested(workloads: Iterable[Workload]) -> Resources:
     """Σ allocated vcores×1000 / MiB of live YARN containers (the source zeroes the dying ones')."""
-    total = Resources()
-    for w in workloads:
-        if _is_batch(w, Source.YARN):
-            total = total + w.requests
-    return total
+    return _requested(workloads, Source.YARN)
 
 
 def ledger_view(origin: Resources, workloads: Iterable[Workload],
