@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
-from batchkit import BIG, CONTAINER, MI, POD, SMALL, be_pod, controller, nm_fixture, read, write_list
+from batchkit import BIG, CONTAINER, MI, POD, SMALL, be_pod, controller, nm_fixture, write_list
 from kit.fakes.kubelet import FakeKubelet
 from kit.fakes.nodemanager import FakeNodeManager
 from kit.poll import wait
@@ -47,7 +47,7 @@ def v2(real_root: RealRoot) -> RealRoot:
 
 
 def _file(root: RealRoot, rel: str, name: str) -> str:
-    return read(root.path("unified", rel) / name)
+    return root.read("unified", rel, name)
 
 
 def _keyed(root: RealRoot, rel: str, name: str) -> dict[str, int]:

@@ -139,6 +139,15 @@ class RealRoot:
         base = mount / self.name
         return base / rel if rel else base
 
+    def text(self, ctrl: str, rel: str, name: str) -> str:
+        """The file `name` of `rel` in the hierarchy of `ctrl` ("unified": the cgroup2 mount), as the kernel
+        wrote it."""
+        return (self.path(ctrl, rel) / name).read_text()
+
+    def read(self, ctrl: str, rel: str, name: str) -> str:
+        """`text` without the surrounding whitespace."""
+        return self.text(ctrl, rel, name).strip()
+
     def dirs(self, rel: str = "") -> list[Path]:
         """`rel` in every hierarchy, each mount once."""
         return [top / self.name / rel if rel else top / self.name for top in self._tops()]

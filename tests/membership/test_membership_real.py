@@ -39,16 +39,12 @@ SLEEP = ["sleep", "60"]
 
 
 
-def _read(real_root: RealRoot, ctrl: str, rel: str, name: str) -> str:
-    return (real_root.path(ctrl, rel) / name).read_text().strip()
-
-
 def _write(real_root: RealRoot, ctrl: str, rel: str, name: str, value: str) -> None:
     (real_root.path(ctrl, rel) / name).write_text(value)
 
 
 def _cpus(real_root: RealRoot, rel: str) -> set[int]:
-    return set(parse_cpuset(_read(real_root, "cpuset", rel, "cpuset.cpus").encode()))
+    return set(parse_cpuset(real_root.read("cpuset", rel, "cpuset.cpus").encode()))
 
 
 def _allowed(pid: int) -> set[int]:
@@ -64,15 +60,15 @@ def _runs_on(real_root: RealRoot, pid: int, rel: str, cpus: tuple[int, ...]) -> 
     read wider than its cgroup's cpuset right after the writes; the message says what the kernel showed."""
     if wait(lambda: _allowed(pid) == set(cpus), timeout=2.0, every=0.02):
         return
-    procs = _read(real_root, "cpuset", rel, "cgroup.procs").split()
-    effective = _read(real_root, "cpuset", rel, "cpuset.effective_cpus")
+    procs = real_root.read("cpuset", rel, "cgroup.procs").split()
+    effective = real_root.read("cpuset", rel, "cpuset.effective_cpus")
     raise AssertionError(
         f"pid {pid} in {rel} may run on {sorted(_allowed(pid))}, its cgroup has cpuset.cpus "
         f"{sorted(_cpus(real_root, rel))}, effective {effective}, procs {procs}, wanted {list(cpus)}")
 
 
 def _idle(real_root: RealRoot, rel: str) -> str:
-    return _read(real_root, "cpu", rel, "cpu.idle")
+    return real_root.read("cpu", rel, "cpu.idle")
 
 
 def _node(real_root: RealRoot) -> tuple[int, ...]:
@@ -129,7 +125,7 @@ async def test_protected_pod_keeps_every_cpu_while_be_pods_are_cut_then_tier_lev
     assert _cpus(real_root, TIER) == set(cpus) and _cpus(real_root, KP) == set(cpus)
     _runs_on(real_root, pids[KP], KP, cpus)
     assert _idle(real_root, TIER) == "0" and _idle(real_root, KP) == "0"
-    assert _read(real_root, "cpu", TIER, "cpu.shares") == "2"
+    assert real_root.read("cpu", TIER, "cpu.shares") == "2"
     for rel in (POD_A, POD_B, YARN_DIR):
         assert _cpus(real_root, rel) == set(cut), rel
         assert _idle(real_root, rel) == "1", rel
@@ -173,8 +169,8 @@ async def test_protected_pod_keeps_every_cpu_while_be_pods_are_cut_then_tier_lev
     for rel in (POD_A, POD_B, YARN_DIR, "besteffort/podc"):
         assert _idle(real_root, rel) == "0", rel
         assert _cpus(real_root, rel) == set(cut), rel
-    assert _read(real_root, "cpu", POD_A, "cpu.shares") == "2"  # the kubelet's weight, not 1024
-    assert _read(real_root, "cpu", YARN_DIR, "cpu.shares") == "1024"  # what it had before going idle
+    assert real_root.read("cpu", POD_A, "cpu.shares") == "2"  # the kubelet's weight, not 1024
+    assert real_root.read("cpu", YARN_DIR, "cpu.shares") == "1024"  # what it had before going idle
     # nothing more to move: a quiet tick writes nothing
     writes = ex.cgroup_writes
     assert ex.execute([], cpu_snapshot(cpus, *WORKLOADS)) == []
@@ -188,7 +184,7 @@ def _wait_empty(real_root: RealRoot, rel: str) -> None:
 
 
 def _quota(real_root: RealRoot, rel: str) -> int:
-    return int(_read(real_root, "cpu", rel, "cpu.cfs_quota_us"))
+    return int(real_root.read("cpu", rel, "cpu.cfs_quota_us"))
 
 
 async def test_cfs_quota_is_split_across_the_be_children_and_the_protected_pod_is_never_capped(

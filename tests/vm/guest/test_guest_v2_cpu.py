@@ -22,16 +22,12 @@ BUSY = [sys.executable, "-c", "while True: pass"]
 
 
 
-def _file(real_root: RealRoot, rel: str, name: str) -> str:
-    return (real_root.path("unified", rel) / name).read_text()
-
-
 def test_cpu_max_is_written_in_the_kernel_format_and_caps_a_busy_loop(real_root: RealRoot) -> None:
     rel = real_root.mkcg("besteffort/busy")
     real_root.spawn(rel, BUSY)
     writer, reader = real_root.writer_reader()
     assert writer.set_cpu_quota(rel, 20_000, period_us=50_000)
-    assert _file(real_root, rel, "cpu.max") == "20000 50000\n"
+    assert real_root.text("unified", rel, "cpu.max") == "20000 50000\n"
     knobs = reader.read_knobs(rel)
     assert (knobs.quota_us, knobs.period_us, knobs.shares) == (20_000, 50_000, None)
     assert writer.set_cpu_quota(rel, 20_000, period_us=50_000) is False  # read back equal: not rewritten
@@ -43,7 +39,7 @@ def test_cpu_max_is_written_in_the_kernel_format_and_caps_a_busy_loop(real_root:
     assert second.nr_periods - first.nr_periods >= 10
     assert second.nr_throttled - first.nr_throttled >= 5 and second.throttled_ns > first.throttled_ns
     assert writer.set_cpu_quota(rel, None, period_us=100_000)
-    assert _file(real_root, rel, "cpu.max") == "max 100000\n"
+    assert real_root.text("unified", rel, "cpu.max") == "max 100000\n"
     assert reader.read_knobs(rel).quota_us is None
 
 
@@ -53,7 +49,7 @@ def test_cpu_max_burst_rides_on_the_quota(real_root: RealRoot) -> None:
     writer, _ = real_root.writer_reader()
     writer.set_cpu_quota(rel, 20_000)
     writer.write("cpu", rel, "cpu.max.burst", "10000")
-    assert _file(real_root, rel, "cpu.max.burst") == "10000\n"
+    assert real_root.text("unified", rel, "cpu.max.burst") == "10000\n"
     with pytest.raises(InvalidValue, match=r"cpu\.max\.burst"):
         writer.write("cpu", rel, "cpu.max.burst", "50000")
     writer.write("cpu", rel, "cpu.max.burst", "0")
@@ -70,9 +66,9 @@ def test_v2_lets_a_child_quota_exceed_its_parent(real_root: RealRoot) -> None:
 def test_shares_become_cpu_weight(real_root: RealRoot) -> None:
     rel = real_root.mkcg("weighted")
     writer, reader = real_root.writer_reader()
-    assert _file(real_root, rel, "cpu.weight") == "100\n"
+    assert real_root.text("unified", rel, "cpu.weight") == "100\n"
     assert writer.set_cpu_shares(rel, 1024)
-    assert _file(real_root, rel, "cpu.weight") == "39\n"
+    assert real_root.text("unified", rel, "cpu.weight") == "39\n"
     assert writer.set_cpu_shares(rel, 2)
     knobs = reader.read_knobs(rel)
     assert (knobs.weight, knobs.shares) == (1, None)
@@ -102,15 +98,15 @@ def test_cpuset_confines_the_tier_and_what_runs_below_it(real_root: RealRoot) ->
     proc = real_root.spawn(child, ["sleep", "60"])
     writer, reader = real_root.writer_reader()
     assert reader.read_knobs(child).cpuset == ()  # v2: empty means "the parent's"
-    assert _file(real_root, child, "cpuset.cpus.effective").strip() == "0-1"
+    assert real_root.text("unified", child, "cpuset.cpus.effective").strip() == "0-1"
     assert writer.set_cpuset(parent, [1], descendants=True)
-    assert _file(real_root, parent, "cpuset.cpus") == "1\n"
-    assert _file(real_root, child, "cpuset.cpus") == "\n", "a cgroup below the tier was written"
-    assert _file(real_root, child, "cpuset.cpus.effective").strip() == "1"
+    assert real_root.text("unified", parent, "cpuset.cpus") == "1\n"
+    assert real_root.text("unified", child, "cpuset.cpus") == "\n", "a cgroup below the tier was written"
+    assert real_root.text("unified", child, "cpuset.cpus.effective").strip() == "1"
     assert os.sched_getaffinity(proc.pid) == {1}
     # a child's own set wider than its parent's is taken (v1 refuses it); it gets the overlap
     assert writer.apply([Cpuset(child, (0, 1)), Cpuset(parent, (1,))]) == [True, False]
-    assert _file(real_root, child, "cpuset.cpus.effective").strip() == "1"
+    assert real_root.text("unified", child, "cpuset.cpus.effective").strip() == "1"
     assert os.sched_getaffinity(proc.pid) == {1}
     assert writer.set_cpuset(parent, [0, 1], descendants=True)
     assert os.sched_getaffinity(proc.pid) == {0, 1}
