@@ -68,6 +68,11 @@ async def _settle(task: asyncio.Future[None], what: str) -> None:
         log.warning("%s task ended with an error", what, exc_info=True)
 
 
+async def _settle_each(tasks: list[tuple[asyncio.Future[None], str]]) -> None:
+    for task, what in tasks:
+        await _settle(task, what)
+
+
 Limits = tuple[batch_limits.BatchLimitsController | None, resource_qos.ResourceQosRunner | None]
 
 
@@ -159,8 +164,7 @@ async def serve(config_path: str, dry_run: bool = False, ready: asyncio.Event | 
         trim.cancel()
         await _settle(sources, "sources")
         await _settle(reports, "node reports")
-        for task, what in limit_tasks:
-            await _settle(task, what)
+        await _settle_each(limit_tasks)
         await rt.executor.drain(timeout_s=cfg.eviction.grace_period_s + 2)
         rt.executor.release_be()
         if network is not None:  # removes our egress tree (network.remove_on_exit) once `stop` is set
