@@ -32,8 +32,7 @@ import urllib.request
 from pathlib import Path
 
 import psutil
-import yaml
-from kit.agentproc import agent_argv, stop
+from kit.agentproc import agent_argv, standalone, stop, write_config
 from kit.bench import finish, progress
 from kit.fakes.kubelet import FakeKubelet
 from kit.payload import FIX, pod_copies, podlist_body
@@ -88,21 +87,17 @@ def run_case(root: RealRoot, workdir: Path, kubelet_url: str, name: str, cap: in
                                   "stale_after_s": 15}
     if cap is not None:
         kubelet["max_body_bytes"] = cap
-    cfg = {
-        "node": {"name": node, "cpus": 2, "memory": "2Gi", "scope": "cgroup-root"},
-        "cgroups": {"root": f"{root.name}/{node}", "driver": "cgroupfs", "setup_tiers": True,
-                    "cleanup_on_exit": False},
-        "loop": {"interval_s": INTERVAL_S},
-        "eviction": {"dry_run": True},
-        "log": {"level": "warning", "format": "text"},
-        "metrics": {"enabled": True, "port": port},
-        "state": {"path": ""},
-        "api": {"socket_path": str(workdir / f"{node}.sock")},
-        "sources": {"kubelet": kubelet, "kube_api": {"enabled": False}, "reporting": {"mode": "off"}},
-    }
-    (workdir / f"{node}.yaml").write_text(yaml.safe_dump(cfg))
+    config = write_config(
+        workdir / f"{node}.yaml", standalone(workdir, f"{root.name}/{node}", port),
+        node={"name": node, "cpus": 2, "memory": "2Gi"},
+        cgroups={"driver": "cgroupfs", "cleanup_on_exit": False},
+        loop={"interval_s": INTERVAL_S, "fast_path": None}, eviction={"dry_run": True},
+        log={"level": "warning", "format": "text"}, metrics={"enabled": True, "bind": None},
+        state={"path": ""},
+        api={"socket_path": str(workdir / f"{node}.sock")},
+        sources={"kubelet": kubelet, "kube_api": {"enabled": False}, "reporting": {"mode": "off"}})
     log = (workdir / f"{node}.log").open("wb")
-    argv = agent_argv("run", "--config", str(workdir / f"{node}.yaml"))
+    argv = agent_argv("run", "--config", str(config))
     proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, cwd=REPO)
     try:
         deadline = time.monotonic() + 30

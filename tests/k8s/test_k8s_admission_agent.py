@@ -12,11 +12,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any
 
 import pytest
-import yaml
-from kit.agentproc import kubeconfig, running_agent
+from kit.agentproc import kubeconfig, node_config, running_agent
 from kit.api import admit_request, short_dir
 from kit.fakes.apiserver import FakeApiServer
 from kit.fakes.kubelet import FakeKubelet
@@ -70,24 +68,15 @@ def koord_node(real_root: RealRoot, tmp_path: Path, annotations: dict[str, str])
         FakeKubelet(tmp_path / "pods.json") as kubelet,
         FakeApiServer(tmp_path / "node.json", {}) as api,
     ):
-        cfg: dict[str, Any] = {
-            "node": {"name": "node-a", "cpus": 2, "memory": "4Gi"},
-            "cgroups": {"root": real_root.name, "driver": "cgroupfs"},
-            "loop": {"interval_s": 0.2},
-            "batch": {"origin": "annotation", "evict": False},
-            "state": {"path": str(tmp_path / "state.json")},
-            "api": {"socket_path": str(d / "agent.sock")},
-            "metrics": {"enabled": False},
-            "log": {"format": "json"},
-            "sources": {
+        config = node_config(
+            tmp_path, real_root.name, loop={"interval_s": 0.2}, eviction=None, batch={"evict": False},
+            api={"socket_path": str(d / "agent.sock")}, sources={
                 "kubelet": {"url": kubelet.url, "token_file": "", "timeout_s": 1, "resync_s": 1,
                             "stale_after_s": 2},
                 "kube_api": {"kubeconfig": str(kubeconfig(tmp_path / "kubeconfig", api.url))},
                 "reporting": {"mode": "annotation", "resync_s": 10},  # the Node read at start, every 10 s
-            },
-        }
-        (tmp_path / "agent.yaml").write_text(yaml.safe_dump(cfg))
-        with running_agent(tmp_path / "agent.yaml", tmp_path / "agent.log"):
+            })
+        with running_agent(config, tmp_path / "agent.log"):
             yield Node(kubelet, api, str(d / "admin.sock"), tmp_path / "agent.log")  # admits: admin socket
 
 
