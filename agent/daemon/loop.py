@@ -216,6 +216,8 @@ class TickLoop:
             self._last_change = time.monotonic()
 
     async def run(self, stop: asyncio.Event) -> None:
+        if self._timing.fast_path:
+            self._start_waker()  # before the first tick: its publication carries the mode in force
         fast = asyncio.create_task(self._fast_path(stop)) if self._timing.fast_path else None
         try:
             while not stop.is_set():
@@ -242,6 +244,9 @@ class TickLoop:
                 fast.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await fast
+            if self.waker is not None:  # a fast path cancelled before it first ran did not close it
+                self.waker.close()
+                self.waker = None
 
     def _start_waker(self) -> None:
         """Use PSI triggers when the kernel takes the configured one on the root's cgroup2 cpu.pressure."""
@@ -310,7 +315,6 @@ class TickLoop:
         """Wake the loop when HP CPU over the last poll period exceeds what the last tick assumed, or HP
         stalls for CPU: a PSI event in `psi-trigger` mode, PSI files read at each poll otherwise (for at most
         `fast_psi_max_cgroups` HP cgroups, the busiest)."""
-        self._start_waker()
         synced = -1
         try:
             while not stop.is_set():

@@ -87,6 +87,19 @@ async def test_a_cpu_hog_stalling_hp_wakes_the_loop_through_a_psi_trigger(real_r
         await body()
 
 
+async def test_the_first_tick_already_publishes_the_psi_trigger_mode(real_root: RealRoot) -> None:
+    """The mode is chosen before the first tick, so what is published (status, /metrics) is never the poll's
+    while the agent takes PSI triggers (it was, for the first tick: CI caught one saying adaptive-poll)."""
+    if real_root.hierarchy.unified is None:
+        pytest.skip("no cgroup2 mount: no PSI")
+    real_root.mkcg("hp")
+    rt = build(_config(real_root.name, UNPRIVILEGED_TRIGGER))
+    async with running(rt):
+        assert await until(lambda: rt.board.get() is not None, 10, every=0.002)
+        first = rt.board.get()
+        assert first is not None and first.fast_path_mode == PSI_TRIGGER, (first.tick, first.fast_path_mode)
+
+
 async def test_a_removed_cgroup_drops_its_trigger(real_root: RealRoot) -> None:
     """EPOLLERR on a trigger whose cgroup was removed: the waker drops it instead of spinning on it."""
     if real_root.hierarchy.unified is None:
