@@ -71,7 +71,7 @@ class ParsedPod:
     info: PodInfo
 
 
-def _obj(value: object, where: str) -> Mapping[str, object]:
+def jobj(value: object, where: str) -> Mapping[str, object]:
     if value is None:
         return {}
     if not isinstance(value, Mapping):
@@ -79,7 +79,7 @@ def _obj(value: object, where: str) -> Mapping[str, object]:
     return value
 
 
-def _list(value: object, where: str) -> list[object]:
+def jlist(value: object, where: str) -> list[object]:
     if value is None:
         return []
     if not isinstance(value, list):
@@ -109,7 +109,7 @@ def parse_time(value: object, where: str) -> float:
         raise PodError(f"{where}: not an RFC 3339 time: {err}") from err
 
 
-def _amounts(resources: Mapping[str, object], where: str) -> dict[str, int]:
+def amounts(resources: Mapping[str, object], where: str) -> dict[str, int]:
     out: dict[str, int] = {}
     for name, conv in (("cpu", to_milli), ("memory", to_int), (BATCH_CPU, to_int), (BATCH_MEMORY, to_int)):
         if name in resources:
@@ -135,8 +135,8 @@ def _max(a: dict[str, int], b: Mapping[str, int]) -> dict[str, int]:
 def _pod_resources(spec: Mapping[str, object], where: str) -> tuple[dict[str, int], dict[str, int], Tier]:
     """Effective pod requests and limits (Kubernetes rules: max(Σ containers + sidecars, any init) +
     overhead) and the QoS tier the requests and limits imply."""
-    containers = _list(spec.get("containers"), f"{where}.spec.containers")
-    inits = _list(spec.get("initContainers"), f"{where}.spec.initContainers")
+    containers = jlist(spec.get("containers"), f"{where}.spec.containers")
+    inits = jlist(spec.get("initContainers"), f"{where}.spec.initContainers")
     if len(containers) + len(inits) > MAX_CONTAINERS:
         raise PodError(f"{where}: more than {MAX_CONTAINERS} containers")
     req: dict[str, int] = {}
@@ -148,29 +148,29 @@ def _pod_resources(spec: Mapping[str, object], where: str) -> tuple[dict[str, in
     for kind, items in (("containers", containers), ("initContainers", inits)):
         for i, c in enumerate(items):
             cw = f"{where}.spec.{kind}[{i}].resources"
-            res = _obj(_obj(c, f"{where}.spec.{kind}[{i}]").get("resources"), cw)
-            r = _amounts(_obj(res.get("requests"), f"{cw}.requests"), f"{cw}.requests")
-            lm = _amounts(_obj(res.get("limits"), f"{cw}.limits"), f"{cw}.limits")
+            res = jobj(jobj(c, f"{where}.spec.{kind}[{i}]").get("resources"), cw)
+            r = amounts(jobj(res.get("requests"), f"{cw}.requests"), f"{cw}.requests")
+            lm = amounts(jobj(res.get("limits"), f"{cw}.limits"), f"{cw}.limits")
             r = {**{k: v for k, v in lm.items() if k in ("cpu", "memory")}, **r}  # request defaults to limit
             for name in ("cpu", "memory"):
                 if name in r or name in lm:
                     any_set = True
                 if name not in lm or r.get(name) != lm.get(name):
                     guaranteed = False
-            sidecar = kind == "initContainers" and _obj(c, cw).get("restartPolicy") == "Always"
+            sidecar = kind == "initContainers" and jobj(c, cw).get("restartPolicy") == "Always"
             if kind == "containers" or sidecar:
                 req, lim = _add(req, r), _add(lim, lm)
             else:
                 init_req, init_lim = _max(init_req, r), _max(init_lim, lm)
     req, lim = _max(req, init_req), _max(lim, init_lim)
-    overhead = _amounts(_obj(spec.get("overhead"), f"{where}.spec.overhead"), f"{where}.spec.overhead")
+    overhead = amounts(jobj(spec.get("overhead"), f"{where}.spec.overhead"), f"{where}.spec.overhead")
     req, lim = _add(req, overhead), _add(lim, overhead)
     tier = Tier.BESTEFFORT if not any_set else Tier.GUARANTEED if guaranteed else Tier.BURSTABLE
     return req, lim, tier
 
 
 def _annotations(meta: Mapping[str, object], where: str) -> dict[str, str]:
-    raw = _obj(meta.get("annotations"), f"{where}.metadata.annotations")
+    raw = jobj(meta.get("annotations"), f"{where}.metadata.annotations")
     out: dict[str, str] = {}
     size = 0
     for k, v in raw.items():
@@ -185,13 +185,13 @@ def _annotations(meta: Mapping[str, object], where: str) -> dict[str, str]:
 
 
 def _owner_kinds(meta: Mapping[str, object], where: str) -> tuple[str, ...]:
-    refs = _list(meta.get("ownerReferences"), f"{where}.metadata.ownerReferences")
+    refs = jlist(meta.get("ownerReferences"), f"{where}.metadata.ownerReferences")
     if len(refs) > MAX_OWNER_REFERENCES:
         raise PodError(f"{where}: metadata.ownerReferences: more than {MAX_OWNER_REFERENCES}")
     kinds: list[str] = []
     for i, ref in enumerate(refs):
         at = f"{where}.metadata.ownerReferences[{i}]"
-        kind = _str(_obj(ref, at).get("kind"), f"{at}.kind")
+        kind = _str(jobj(ref, at).get("kind"), f"{at}.kind")
         if not kind or len(kind) > 63:
             raise PodError(f"{at}.kind: {kind[:60]!r} is not a kind")
         kinds.append(kind)
@@ -223,7 +223,7 @@ def _phase(status: Mapping[str, object], where: str) -> str:
 
 def _labels(meta: Mapping[str, object], where: str) -> dict[str, str]:
     labels: dict[str, str] = {}
-    for k, v in _obj(meta.get("labels"), f"{where}.metadata.labels").items():
+    for k, v in jobj(meta.get("labels"), f"{where}.metadata.labels").items():
         if not isinstance(v, str) or len(k) > 317 or len(v) > 63:
             raise PodError(f"{where}: label {k[:60]!r} is not a string key=value within limits")
         labels[k] = v
@@ -303,9 +303,9 @@ def _times(meta: Mapping[str, object], status: Mapping[str, object], where: str)
 
 def _pod_ips(status: Mapping[str, object], where: str) -> tuple[str, ...]:
     ips: list[str] = []
-    for i, entry in enumerate(_list(status.get("podIPs"), f"{where}.status.podIPs")):
+    for i, entry in enumerate(jlist(status.get("podIPs"), f"{where}.status.podIPs")):
         at = f"{where}.status.podIPs[{i}]"
-        ips.append(_str(_obj(entry, at).get("ip"), f"{at}.ip"))
+        ips.append(_str(jobj(entry, at).get("ip"), f"{at}.ip"))
     if not ips and status.get("podIP"):
         ips.append(_str(status.get("podIP"), f"{where}.status.podIP"))
     for ip in ips:
@@ -319,25 +319,25 @@ def _pod_ips(status: Mapping[str, object], where: str) -> tuple[str, ...]:
 def _container_ids(status: Mapping[str, object], where: str) -> tuple[str, ...]:
     cids: list[str] = []
     for key in ("initContainerStatuses", "containerStatuses"):
-        for i, cs in enumerate(_list(status.get(key), f"{where}.status.{key}")):
-            cid = _obj(cs, f"{where}.status.{key}[{i}]").get("containerID")
+        for i, cs in enumerate(jlist(status.get(key), f"{where}.status.{key}")):
+            cid = jobj(cs, f"{where}.status.{key}[{i}]").get("containerID")
             if cid:
                 cids.append(_str(cid, f"{where}.status.{key}[{i}].containerID"))
     return tuple(cids)
 
 
-def _summed(amounts: Mapping[str, int]) -> Resources:
+def _summed(given: Mapping[str, int]) -> Resources:
     """Native and batch extended resources together (a BE pod asks for the latter)."""
-    return Resources(amounts.get("cpu", 0) + amounts.get(BATCH_CPU, 0),
-                     amounts.get("memory", 0) + amounts.get(BATCH_MEMORY, 0))
+    return Resources(given.get("cpu", 0) + given.get(BATCH_CPU, 0),
+                     given.get("memory", 0) + given.get(BATCH_MEMORY, 0))
 
 
-def _status_ids(status: Mapping[str, object], where: str) -> dict[str, str]:
+def status_ids(status: Mapping[str, object], where: str) -> dict[str, str]:
     """Container name -> runtime id (`containerd://<hex>`) from the pod's container statuses."""
     ids: dict[str, str] = {}
     for key in ("initContainerStatuses", "containerStatuses"):
-        for i, cs in enumerate(_list(status.get(key), f"{where}.status.{key}")):
-            entry = _obj(cs, f"{where}.status.{key}[{i}]")
+        for i, cs in enumerate(jlist(status.get(key), f"{where}.status.{key}")):
+            entry = jobj(cs, f"{where}.status.{key}[{i}]")
             cid, name = entry.get("containerID"), entry.get("name")
             if cid and isinstance(name, str):
                 ids[name] = _str(cid, f"{where}.status.{key}[{i}].containerID")
@@ -346,9 +346,9 @@ def _status_ids(status: Mapping[str, object], where: str) -> dict[str, str]:
 
 def _batch_amounts(c: Mapping[str, object], where: str) -> BatchAmounts | None:
     """A container's batch resources (None when it declares none: left out of the pod's sums)."""
-    res = _obj(c.get("resources"), f"{where}.resources")
-    req = _amounts(_obj(res.get("requests"), f"{where}.resources.requests"), f"{where}.resources.requests")
-    lim = _amounts(_obj(res.get("limits"), f"{where}.resources.limits"), f"{where}.resources.limits")
+    res = jobj(c.get("resources"), f"{where}.resources")
+    req = amounts(jobj(res.get("requests"), f"{where}.resources.requests"), f"{where}.resources.requests")
+    lim = amounts(jobj(res.get("limits"), f"{where}.resources.limits"), f"{where}.resources.limits")
     if not {BATCH_CPU, BATCH_MEMORY} & (req.keys() | lim.keys()):
         return None
     return BatchAmounts(req.get(BATCH_CPU), lim.get(BATCH_CPU), lim.get(BATCH_MEMORY))
@@ -359,12 +359,12 @@ def _batch_pod(spec: Mapping[str, object], status: Mapping[str, object], annotat
     """What the batch limits (qos.batch_limits) need of a BE pod: each container's batch resources and its
     cgroup once the runtime has made it (a container id in its status)."""
     key, uid, tier, where = ident
-    ids = _status_ids(status, where)
+    ids = status_ids(status, where)
     containers: list[BatchContainer] = []
     for kind in ("containers", "initContainers"):
-        for i, c in enumerate(_list(spec.get(kind), f"{where}.spec.{kind}")):
+        for i, c in enumerate(jlist(spec.get(kind), f"{where}.spec.{kind}")):
             at = f"{where}.spec.{kind}[{i}]"
-            entry = _obj(c, at)
+            entry = jobj(c, at)
             name = _str(entry.get("name"), f"{at}.name", "")
             cgroup = None
             if name in ids:
@@ -385,11 +385,11 @@ def parse_pod(item: object, layout: Layout, protection: ProtectionConfig = DEFAU
 
     A protected pod (`qos.protection`) is never BE, whatever its QoS class or Koordinator label; one that
     carries `koordinator.sh/qosClass: BE` as well is logged once per pod UID (in `conflicts`)."""
-    pod = _obj(item, "pod")
-    meta = _obj(pod.get("metadata"), "pod.metadata")
+    pod = jobj(item, "pod")
+    meta = jobj(pod.get("metadata"), "pod.metadata")
     name, namespace, uid, where = _identity(meta)
-    spec = _obj(pod.get("spec"), f"{where}.spec")
-    status = _obj(pod.get("status"), f"{where}.status")
+    spec = jobj(pod.get("spec"), f"{where}.spec")
+    status = jobj(pod.get("status"), f"{where}.status")
     phase = _phase(status, where)
     if phase in ("Succeeded", "Failed"):
         return None

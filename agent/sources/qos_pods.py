@@ -12,10 +12,10 @@ from agent.sources.kubelet import (
     KubeletSource,
     ParsedPod,
     PodError,
-    _amounts,
-    _list,
-    _obj,
-    _status_ids,
+    amounts,
+    jlist,
+    jobj,
+    status_ids,
 )
 from cgroups.layout import Layout
 from qos.batch import BATCH_CPU, BATCH_MEMORY
@@ -26,9 +26,9 @@ Containers = dict[str, tuple[QosContainer, ...]]  # pod uid -> its (non-init) co
 
 
 def _container(entry: Mapping[str, object], at: str, be: bool, cgroup: str | None) -> QosContainer:
-    res = _obj(entry.get("resources"), f"{at}.resources")
-    req = _amounts(_obj(res.get("requests"), f"{at}.resources.requests"), f"{at}.resources.requests")
-    lim = _amounts(_obj(res.get("limits"), f"{at}.resources.limits"), f"{at}.resources.limits")
+    res = jobj(entry.get("resources"), f"{at}.resources")
+    req = amounts(jobj(res.get("requests"), f"{at}.resources.requests"), f"{at}.resources.requests")
+    lim = amounts(jobj(res.get("limits"), f"{at}.resources.limits"), f"{at}.resources.limits")
     mem, cpu = (BATCH_MEMORY, BATCH_CPU) if be else ("memory", "cpu")
     name = entry.get("name")
     name = name if isinstance(name, str) else ""
@@ -42,7 +42,7 @@ def containers_of(pods: list[ParsedPod], doc: object, layout: Layout) -> Contain
     items = doc.get("items") if isinstance(doc, Mapping) else None
     for item in items if isinstance(items, list) else ():
         try:
-            meta = _obj(_obj(item, "pod").get("metadata"), "pod.metadata")
+            meta = jobj(jobj(item, "pod").get("metadata"), "pod.metadata")
             uid = meta.get("uid")
             if not isinstance(uid, str) or uid not in tiers:
                 continue
@@ -54,13 +54,13 @@ def containers_of(pods: list[ParsedPod], doc: object, layout: Layout) -> Contain
 
 def _containers(item: Any, uid: str, tier: Tier, layout: Layout) -> tuple[QosContainer, ...]:
     where = f"pod {uid}"
-    labels = _obj(_obj(item.get("metadata"), where).get("labels"), f"{where}.labels")
+    labels = jobj(jobj(item.get("metadata"), where).get("labels"), f"{where}.labels")
     be = labels.get(KOORD_QOS_LABEL) == "BE"
-    spec, status = _obj(item.get("spec"), f"{where}.spec"), _obj(item.get("status"), f"{where}.status")
-    ids = _status_ids(status, where)
+    spec, status = jobj(item.get("spec"), f"{where}.spec"), jobj(item.get("status"), f"{where}.status")
+    ids = status_ids(status, where)
     out = []
-    for i, c in enumerate(_list(spec.get("containers"), f"{where}.spec.containers")):
-        entry = _obj(c, f"{where}.spec.containers[{i}]")
+    for i, c in enumerate(jlist(spec.get("containers"), f"{where}.spec.containers")):
+        entry = jobj(c, f"{where}.spec.containers[{i}]")
         name = entry.get("name")
         cgroup = None
         if isinstance(name, str) and name in ids:
