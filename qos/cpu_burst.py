@@ -6,10 +6,16 @@ Per container with a CPU limit: burst = limit (cores) × cpuBurstPercent / 100 �
 cpuBurstPercent µs (`calcStaticCPUBurstVal`); none without a limit; per pod the Σ of its made containers'
 (`applyCPUBurst`). Only pods koordlet deems burstable (`IsPodCPUBurstable`: not labelled LSR, LSE or BE).
 
-One change for upstream kernels: the burst is held at or below the CFS quota the kubelet gives the cgroup
-(limit × 100 µs per 100 ms). The kernel refuses a burst above the quota (EINVAL) and, once a burst is in
-place, refuses a quota below it: koordlet's default 1000 % would be refused at every write here, and a held
-burst above a later, smaller quota would make the kubelet's own write fail.
+Two changes, both because the kernel refuses a burst above the cgroup's CFS quota (EINVAL) and, once a burst
+is in place, refuses any quota below it (`tg_set_cfs_bandwidth`):
+- the burst is held at or below the quota the kubelet gives the cgroup (limit × 100 µs per 100 ms):
+  koordlet's default 1000 % would be refused at every write here;
+- where the kubelet resizes pods in place (InPlacePodVerticalScaling: it then reports each running
+  container's `resources` in its status), a lowered CPU limit is a smaller quota written by the kubelet (pod
+  cgroup) and the runtime (container cgroup) into the very cgroups that hold a burst, and that write would
+  fail while the burst stays — also after the agent is killed. There no burst is held on a pod cgroup, nor on
+  a container a CPU resize does not restart (`resizePolicy` cpu: RestartContainer makes a new cgroup
+  instead). Not known yet (no running container seen) counts as resizing (docs/coexistence.md).
 """
 
 from __future__ import annotations
@@ -80,9 +86,20 @@ def pod_burst(pod: QosPod, settings: CpuBurstSettings) -> tuple[BurstValues, ...
     return (BurstValues(pod.cgroup, total), *own)
 
 
-def plan(pods: Iterable[QosPod], settings: CpuBurstSettings) -> CpuBurstPlan:
-    """Every burstable pod's values (none at all when the policy writes no burst)."""
+def resize_safe(pod: QosPod, values: tuple[BurstValues, ...]) -> tuple[BurstValues, ...]:
+    """Of a pod's values, those no in-place resize writes a quota under: the containers a CPU resize
+    restarts (`values` is `pod_burst`'s: the pod's own first, then its made containers')."""
+    restarts = {c.cgroup for c in pod.containers if c.cgroup is not None and c.cpu_resize_restarts}
+    return tuple(v for v in values[1:] if v.rel in restarts)
+
+
+def plan(pods: Iterable[QosPod], settings: CpuBurstSettings, *, kubelet_resizes: bool | None) -> CpuBurstPlan:
+    """Every burstable pod's values (none at all when the policy writes no burst); where the kubelet resizes
+    pods in place, or may (None), only `resize_safe` ones."""
     if not settings.enabled:
         return CpuBurstPlan((), {})
     per_pod = {p.name: pod_burst(p, settings) for p in pods if burstable(p)}
+    if kubelet_resizes is not False:
+        by_name = {p.name: p for p in pods}
+        per_pod = {name: kept for name, vs in per_pod.items() if (kept := resize_safe(by_name[name], vs))}
     return CpuBurstPlan(tuple(v for vs in per_pod.values() for v in vs), per_pod)

@@ -72,6 +72,7 @@ class QosContainer:
     memory_request: int | None = None
     memory_limit: int | None = None
     cpu_limit_milli: int | None = None
+    cpu_resize_restarts: bool = False  # `resizePolicy` cpu: RestartContainer (a resize makes a new cgroup)
 
 
 @dataclass(frozen=True, slots=True)

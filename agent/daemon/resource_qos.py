@@ -31,6 +31,15 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("coloc.resource_qos")
 MAX_SERIES_PODS = 1000  # per-pod series beyond this many pods are left out
+_NOT_NOTED = object()
+_RESIZE_NOTE = {
+    True: "the kubelet resizes pods in place (container statuses carry resources): a burst is held only on "
+          "containers whose CPU resize restarts them, never on a pod cgroup (docs/coexistence.md)",
+    False: "the kubelet does not resize pods in place (container statuses carry no resources): "
+           "pods and containers hold their bursts",
+    None: "not yet known whether the kubelet resizes pods in place (no running container seen): "
+          "held as if it did",
+}
 
 
 class ResourceQosRunner:
@@ -44,6 +53,8 @@ class ResourceQosRunner:
         self.memory_supported = not writer.hierarchy.is_v1("memory")
         self.burst_supported = _has_burst(writer)
         self.last: ResourceQos | None = None
+        self.kubelet_resizes: bool | None = None  # as the last pass read it
+        self._noted: object = _NOT_NOTED
         if not self.memory_supported:
             log.info("memory QoS skipped: cgroup v1 has no memory.min / memory.low (upstream kernel)")
         if not self.burst_supported:
@@ -64,7 +75,11 @@ class ResourceQosRunner:
             if mplan is not None or self.executor.memory:
                 written += self.executor.apply_memory(mplan, self._tiers())
         if self.burst_supported:
-            bplan = cpu_burst.plan(pods, s.burst) if s.burst.enabled else None
+            resizes = self.kubelet_resizes = self._source.kubelet_resizes
+            if s.burst.enabled and resizes is not self._noted:
+                self._noted = resizes
+                log.info("CPU burst: %s", _RESIZE_NOTE[resizes])
+            bplan = cpu_burst.plan(pods, s.burst, kubelet_resizes=resizes) if s.burst.enabled else None
             if bplan is not None or self.executor.burst:
                 written += self.executor.apply_burst(bplan)
         return written

@@ -32,13 +32,40 @@ def _container(entry: Mapping[str, object], at: str, be: bool, cgroup: str | Non
     mem, cpu = (BATCH_MEMORY, BATCH_CPU) if be else ("memory", "cpu")
     name = entry.get("name")
     name = name if isinstance(name, str) else ""
-    return QosContainer(name, cgroup, req.get(mem), lim.get(mem), lim.get(cpu))
+    restarts = _cpu_resize_restarts(entry, at)
+    return QosContainer(name, cgroup, req.get(mem), lim.get(mem), lim.get(cpu), restarts)
 
 
-def containers_of(pods: list[ParsedPod], doc: object, layout: Layout) -> Containers:
-    """Each parsed pod's containers, read from the same PodList (a pod that does not read is left out)."""
+def _cpu_resize_restarts(entry: Mapping[str, object], at: str) -> bool:
+    """Whether the container's `resizePolicy` restarts it on a CPU resize (the default is NotRequired)."""
+    for i, rp in enumerate(jlist(entry.get("resizePolicy"), f"{at}.resizePolicy")):
+        rule = jobj(rp, f"{at}.resizePolicy[{i}]")
+        if rule.get("resourceName") == "cpu":
+            return rule.get("restartPolicy") == "RestartContainer"
+    return False
+
+
+def resizes_in_place(status: Mapping[str, object], where: str) -> bool | None:
+    """Whether this pod's status shows a kubelet that resizes pods in place: with InPlacePodVerticalScaling
+    the kubelet reports each running container's `resources` in its status (True); a running container
+    without them says it does not (False); no running container says nothing (None)."""
+    seen = None
+    for i, cs in enumerate(jlist(status.get("containerStatuses"), f"{where}.status.containerStatuses")):
+        entry = jobj(cs, f"{where}.status.containerStatuses[{i}]")
+        if "resources" in entry or "allocatedResources" in entry:
+            return True
+        state = entry.get("state")
+        if isinstance(state, Mapping) and "running" in state:
+            seen = False
+    return seen
+
+
+def containers_of(pods: list[ParsedPod], doc: object, layout: Layout) -> tuple[Containers, bool | None]:
+    """Each parsed pod's containers, read from the same PodList (a pod that does not read is left out), and
+    whether the kubelet resizes pods in place (`resizes_in_place` over every pod: True if any shows it)."""
     tiers = {p.info.uid: p.workload.tier for p in pods}
     out: Containers = {}
+    resizes: bool | None = None
     items = doc.get("items") if isinstance(doc, Mapping) else None
     for item in items if isinstance(items, list) else ():
         try:
@@ -47,9 +74,11 @@ def containers_of(pods: list[ParsedPod], doc: object, layout: Layout) -> Contain
             if not isinstance(uid, str) or uid not in tiers:
                 continue
             out[uid] = _containers(item, uid, tiers[uid], layout)
+            shown = resizes_in_place(jobj(item.get("status"), f"pod {uid}.status"), f"pod {uid}")
+            resizes = resizes or shown if shown is not None else resizes
         except (PodError, ValueError):
             continue
-    return out
+    return out, resizes
 
 
 def _containers(item: Any, uid: str, tier: Tier, layout: Layout) -> tuple[QosContainer, ...]:
@@ -81,7 +110,8 @@ class QosKubeletSource(KubeletSource):
     def __init__(self, *args: Any, **kw: Any) -> None:
         super().__init__(*args, **kw)
         self._containers: Containers = {}
-        self._parsed: Containers = {}
+        self._parsed: tuple[Containers, bool | None] = ({}, None)
+        self.kubelet_resizes: bool | None = None  # None: not known yet (no running container seen)
 
     def _parse(self, doc: object) -> tuple[list[ParsedPod], list[str]]:
         pods, rejected = super()._parse(doc)
@@ -92,7 +122,9 @@ class QosKubeletSource(KubeletSource):
         before = self._pods
         await super().refresh()
         if self._pods is not before:  # taken: the containers of that very list
-            self._containers = self._parsed
+            self._containers, shown = self._parsed
+            if shown is not None:  # a kubelet that resizes stays one until a list shows otherwise
+                self.kubelet_resizes = shown
 
     def qos_pods(self) -> tuple[QosPod, ...]:
         """Every pod of the last good list, protected ones marked (the policies leave them alone)."""

@@ -260,8 +260,9 @@ def test_a_reader_can_leave_out_the_memory_limit_and_memory_pressure(real_root: 
 def test_single_file_reads_agree_with_sample_and_see_a_cgroup_go_and_come_back(real_root: RealRoot) -> None:
     rel = real_root.mkcg("burstable/quiet")
     sleeper = real_root.spawn(rel, SLEEP)
-    probe = CgroupReader(real_root.hierarchy, real_root.name)  # another reader: `reader` must not have seen rel
-    settled(lambda: probe.sample(rel).cpu_usage_ns, 0.2)  # past exec and into its sleep: the counter holds still
+    # past exec and into its sleep, the counter holds still; another reader: `reader` must not see rel
+    probe = CgroupReader(real_root.hierarchy, real_root.name)
+    settled(lambda: probe.sample(rel).cpu_usage_ns, 0.2)
     reader = CgroupReader(real_root.hierarchy, real_root.name)
     first = reader.cpu_usage(rel)  # a cgroup not read before: through `sample`
     s = reader.sample(rel)

@@ -212,6 +212,21 @@ async def test_nodeslo_memory_qos_and_burst_written_held_through_systemd_and_giv
         # on again, then the NodeSLO goes: the YAML (off) is in force
         await apply(_nodeslo("3", memory=True, burst="auto"))
         assert memory_is(on) == {} and bursts_are(bursts_on) == {}
+
+        # the kubelet now resizes in place (its statuses carry resources): no burst stays where a resize
+        # lowers the quota, and the kubelet's resize through systemd lands (docs/coexistence.md)
+        for item in podlist["items"]:
+            spec = {c["name"]: c["resources"] for c in item["spec"]["containers"]}
+            for cs in item["status"]["containerStatuses"]:
+                cs["resources"] = spec[cs["name"]]
+        (tmp_path / "pods.json").write_text(json.dumps(podlist))
+        kubelet_http.serve(tmp_path / "pods.json")
+        await apply(_nodeslo("4", memory=True, burst="auto"))
+        assert runner.kubelet_resizes is True
+        assert bursts_are(dict.fromkeys(bursts_on, 0)) == {}
+        for rel, quota in ((web, "10%"), (pod_ls, "60%")):  # web's limit lowered to 100m, container first
+            systemctl("set-property", "--runtime", at(rel).rsplit("/", 1)[-1], f"CPUQuota={quota}")
+        assert read(at(web), "cpu.max") == "10000 100000" and read(at(pod_ls), "cpu.max") == "60000 100000"
         await apply(None)
         assert (slo.resource_qos.memory_source, slo.resource_qos.burst_source) == (YAML, YAML)
         assert memory_is(off) == {} and bursts_are(dict.fromkeys(bursts_on, 0)) == {}

@@ -79,17 +79,17 @@ def test_protected_pods_get_nothing() -> None:
     pods = _pods_of_snapshot()
     plan = memory_qos.plan(pods, MemoryQosSettings(ls=ON), NODE)
     assert set(plan.pods) == {"default/web"}
-    burst = cpu_burst.plan(pods, CpuBurstSettings("cpuBurstOnly", 50))
+    burst = cpu_burst.plan(pods, CpuBurstSettings("cpuBurstOnly", 50), kubelet_resizes=False)
     assert set(burst.pods) == {"default/web"}
 
 
 def test_burst_is_limit_times_percent_held_at_the_quota() -> None:
     pod = _pod("web", "Burstable", None, QosContainer("a", "p/a", cpu_limit_milli=2000),
                QosContainer("b", "p/b", cpu_limit_milli=500))
-    plan = cpu_burst.plan([pod], CpuBurstSettings("cpuBurstOnly", 50))
+    plan = cpu_burst.plan([pod], CpuBurstSettings("cpuBurstOnly", 50), kubelet_resizes=False)
     assert [v.burst_us for v in plan.pods["default/web"]] == [125_000, 100_000, 25_000]
     # koordlet's default 1000 %: 10× the quota, which an upstream kernel refuses; held at the quota
-    plan = cpu_burst.plan([pod], CpuBurstSettings("auto", 1000))
+    plan = cpu_burst.plan([pod], CpuBurstSettings("auto", 1000), kubelet_resizes=False)
     assert [v.burst_us for v in plan.pods["default/web"]] == [250_000, 200_000, 50_000]
 
 
@@ -97,12 +97,27 @@ def test_burst_edge_cases() -> None:
     unlimited = _pod("u", "Burstable", "LS", QosContainer("a", "p/a", cpu_limit_milli=1000),
                      QosContainer("b", "p/b", cpu_limit_milli=None),
                      QosContainer("c", None, cpu_limit_milli=1000))
-    plan = cpu_burst.plan([unlimited], CpuBurstSettings("cpuBurstOnly", 100))
+    plan = cpu_burst.plan([unlimited], CpuBurstSettings("cpuBurstOnly", 100), kubelet_resizes=False)
     assert [v.burst_us for v in plan.pods["default/u"]] == [100_000, 100_000, 0]  # c not made: not summed
     not_burstable = [_pod(q, "Burstable", q) for q in ("LSR", "LSE", "BE")]
-    assert cpu_burst.plan(not_burstable, CpuBurstSettings("cpuBurstOnly")).pods == {}
-    assert cpu_burst.plan([unlimited], CpuBurstSettings("cfsQuotaBurstOnly")).cgroups == ()
-    assert cpu_burst.plan([unlimited], CpuBurstSettings("none")).cgroups == ()
+    assert cpu_burst.plan(not_burstable, CpuBurstSettings("cpuBurstOnly"), kubelet_resizes=False).pods == {}
+    for policy in ("cfsQuotaBurstOnly", "none"):
+        assert cpu_burst.plan([unlimited], CpuBurstSettings(policy), kubelet_resizes=False).cgroups == ()
+
+
+@pytest.mark.parametrize("resizes", [True, None])
+def test_where_the_kubelet_resizes_in_place_only_containers_a_cpu_resize_restarts_hold_a_burst(
+        resizes: bool | None) -> None:
+    """A held burst above a quota the kubelet lowers on a resize would make its write fail: no pod-level
+    burst, and none on a container resized in place; not known (None) counts as resizing."""
+    web = _pod("web", "Burstable", None, QosContainer("a", "p/a", cpu_limit_milli=2000),
+               QosContainer("b", "p/b", cpu_limit_milli=500, cpu_resize_restarts=True))
+    plain = _pod("plain", "Guaranteed", None, QosContainer("a", "q/a", cpu_limit_milli=1000))
+    plan = cpu_burst.plan([web, plain], CpuBurstSettings("cpuBurstOnly", 50), kubelet_resizes=resizes)
+    assert plan.pods == {"default/web": (cpu_burst.BurstValues("p/b", 25_000),)}
+    assert plan.cgroups == (cpu_burst.BurstValues("p/b", 25_000),)
+    full = cpu_burst.plan([web, plain], CpuBurstSettings("cpuBurstOnly", 50), kubelet_resizes=False)
+    assert [v.rel for v in full.cgroups] == ["burstable/podweb", "p/a", "p/b", "guaranteed/podplain", "q/a"]
 
 
 @pytest.mark.parametrize("kw", [{"min_limit_percent": 101}, {"throttling_percent": -1}])

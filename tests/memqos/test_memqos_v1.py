@@ -23,6 +23,7 @@ POD, CTR = "burstable/pod1111", "burstable/pod1111/ctr"
 class _Pods:
     def __init__(self, pods: tuple[QosPod, ...]) -> None:
         self.pods = pods
+        self.kubelet_resizes = False  # a kubelet without in-place resize: pods hold their bursts too
 
     def qos_pods(self) -> tuple[QosPod, ...]:
         return self.pods
