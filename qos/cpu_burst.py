@@ -15,7 +15,8 @@ is in place, refuses any quota below it (`tg_set_cfs_bandwidth`):
   cgroup) and the runtime (container cgroup) into the very cgroups that hold a burst, and that write would
   fail while the burst stays — also after the agent is killed. There no burst is held on a pod cgroup, nor on
   a container a CPU resize does not restart (`resizePolicy` cpu: RestartContainer makes a new cgroup
-  instead). Not known yet (no running container seen) counts as resizing (docs/coexistence.md).
+  instead): 0 there, which also clears a burst left by an earlier run of the agent. Not known yet (no running
+  container seen) counts as resizing (docs/coexistence.md).
 """
 
 from __future__ import annotations
@@ -87,10 +88,10 @@ def pod_burst(pod: QosPod, settings: CpuBurstSettings) -> tuple[BurstValues, ...
 
 
 def resize_safe(pod: QosPod, values: tuple[BurstValues, ...]) -> tuple[BurstValues, ...]:
-    """Of a pod's values, those no in-place resize writes a quota under: the containers a CPU resize
-    restarts (`values` is `pod_burst`'s: the pod's own first, then its made containers')."""
+    """`values` with 0 wherever an in-place resize writes the quota: all but the containers a CPU resize
+    restarts. A 0, not nothing: a burst an earlier run of the agent left there is taken away too."""
     restarts = {c.cgroup for c in pod.containers if c.cgroup is not None and c.cpu_resize_restarts}
-    return tuple(v for v in values[1:] if v.rel in restarts)
+    return tuple(v if v.rel in restarts else BurstValues(v.rel, 0) for v in values)
 
 
 def plan(pods: Iterable[QosPod], settings: CpuBurstSettings, *, kubelet_resizes: bool | None) -> CpuBurstPlan:
@@ -101,5 +102,5 @@ def plan(pods: Iterable[QosPod], settings: CpuBurstSettings, *, kubelet_resizes:
     per_pod = {p.name: pod_burst(p, settings) for p in pods if burstable(p)}
     if kubelet_resizes is not False:
         by_name = {p.name: p for p in pods}
-        per_pod = {name: kept for name, vs in per_pod.items() if (kept := resize_safe(by_name[name], vs))}
+        per_pod = {name: resize_safe(by_name[name], vs) for name, vs in per_pod.items()}
     return CpuBurstPlan(tuple(v for vs in per_pod.values() for v in vs), per_pod)

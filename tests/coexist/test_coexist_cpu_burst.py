@@ -73,6 +73,8 @@ def test_a_resize_lowering_the_quota_succeeds_while_bursts_are_held_and_after_a_
         assert try_write(real_root.path("cpu", rel) / "cpu.cfs_quota_us", str(quota)) is None
     if not (real_root.path("cpu", web) / "cpu.cfs_burst_us").exists():
         pytest.skip("this kernel has no cpu.cfs_burst_us (before 5.14)")
+    for rel, burst in ((pod_rel, 150_000), (web, 100_000)):  # left by an agent killed before the kubelet
+        assert try_write(real_root.path("cpu", rel) / "cpu.cfs_burst_us", str(burst)) is None  # resized
     failed: list[str] = []
 
     def resize(*quotas: tuple[str, int]) -> None:
@@ -91,6 +93,7 @@ def test_a_resize_lowering_the_quota_succeeds_while_bursts_are_held_and_after_a_
         with running_agent(config, log) as agent:
             # where the kubelet resizes in place, only the container a CPU resize restarts holds a burst
             assert wait(lambda: _burst(real_root, envoy) == 50_000, 30), log.read_text()[-3000:]
+            assert wait(lambda: _burst(real_root, pod_rel) == 0 == _burst(real_root, web), 10)
             assert holds(lambda: _burst(real_root, pod_rel) == 0 == _burst(real_root, web), 2.5)
             resize((web, 10_000), (pod_rel, 60_000))  # web's limit lowered to 100m: pod and container
             assert failed == []
