@@ -118,6 +118,10 @@ class Ledger:
         # The keys of _apps and _allocs in order, kept until one is added or removed: a view is built at every
         # change, and sorting a thousand keys each time was a third of a tick's ledger work.
         self._order: tuple[list[str], list[str]] | None = None
+        # A memo of the sync's comparison, not state: per key, the allocation a workload was last compared
+        # with and the workload's fields that comparison reads. While both are the same (the allocation by
+        # identity: any change replaces it), so is the answer "unchanged"; it was 70 % of a sync at 1,000.
+        self._compared: dict[str, tuple[Allocation, tuple[object, ...]]] = {}
         self._members: dict[str, set[str]] = {}
         self._allocated = Resources()
         # The admission rule's facts as of the last sync: the batch policy's budget, the stale sources.
@@ -258,22 +262,9 @@ class Ledger:
         if self._node.capacity != snapshot.capacity or self._node.batch_allocatable != batch:
             self._set_node(replace(self._node, capacity=snapshot.capacity, batch_allocatable=batch), now)
         held = _held_sources(snapshot.stale)
-        seen: set[str] = set()
         be = [w for w in snapshot.workloads if w.be]
-        finished = {w.key for w in be if not holds_allocation(w)}
-        allocs = self._allocs
-        for w in be:
-            key = w.key
-            if key in seen or key in finished:
-                continue
-            seen.add(key)
-            cur = allocs.get(key)
-            if cur is None:
-                self._add_alloc(_from_workload(w, now), now, "")
-            else:
-                new = _updated(cur, w, now)
-                if new is not None:
-                    self._change_alloc(cur, new, now)
+        finished = {w.key for w in be if w.terminating and not holds_allocation(w)}
+        seen = self._sync_present(be, finished, now)
         ttl = self.cfg.pending_launch_ttl_s
         for key in sorted(self._allocs.keys() - seen):
             a = self._allocs[key]
@@ -286,6 +277,32 @@ class Ledger:
                     self._remove_alloc(key, now, "launch_expired")
             else:
                 self._remove_alloc(key, now, "gone")
+
+    def _sync_present(self, be: list[Workload], finished: set[str], now: float) -> set[str]:
+        """Add or update the allocation of each BE workload reported (the first of a key); the keys seen."""
+        seen: set[str] = set()
+        allocs, compared = self._allocs, self._compared
+        for w in be:
+            key = w.key
+            if key in seen or key in finished:
+                continue
+            seen.add(key)
+            cur = allocs.get(key)
+            req = w.requests
+            fields = (w.terminating, req.milli_cpu, req.memory_bytes, w.app_id, w.priority, w.cgroup, w.name)
+            if cur is None:
+                self._add_alloc(_from_workload(w, now), now, "")
+            else:
+                last = compared.get(key)
+                if last is not None and last[0] is cur and last[1] == fields:
+                    continue
+                new = _updated(cur, w, now)
+                if new is not None:
+                    self._change_alloc(cur, new, now)
+            now_held = allocs.get(key)
+            if now_held is not None:
+                compared[key] = (now_held, fields)
+        return seen
 
     # ---- scheduler calls -----------------------------------------------------------------------------
 
@@ -571,6 +588,7 @@ class Ledger:
 
     def _remove_alloc(self, key: str, now: float, reason: str) -> None:
         cur = self._allocs.pop(key)
+        self._compared.pop(key, None)
         self._order = None
         self._allocated = self._allocated - cur.resources
         self._members[cur.application_id].discard(key)

@@ -104,6 +104,29 @@ def test_terminating_and_changed_requests_are_modifications() -> None:
     assert led.batch_allocated == Resources(300, 64 << 20)
 
 
+@pytest.mark.parametrize("change", [
+    {"request_cpu": 200}, {"request_mem": 128 << 20}, {"priority": 7}, {"cgroup": "besteffort/elsewhere"},
+    {"name": "renamed"}, {"app_id": "application_1700000000000_0042"}, {"terminating": True}])
+def test_every_field_the_sync_compares_is_seen_after_unchanged_ticks(change: dict[str, object]) -> None:
+    """The sync remembers what it compared each allocation with (the comparison's memo): after unchanged
+    ticks, a change of any one compared field is still one modification; a readmitted key starts afresh."""
+    led = make()
+    schedulable(led)
+    led.sync(snapshot([yarn(1, 1)]), BATCH, 1001.0)
+    for t in range(3):  # the same fields again, in new objects: nothing to do
+        assert led.sync(snapshot([yarn(1, 1)]), BATCH, 1002.0 + t) == []
+    app = change.get("app_id")
+    kw = {k: v for k, v in change.items() if k != "app_id"}
+    changed = replace(yarn(1, 1, **kw), app_id=app) if app else yarn(1, 1, **kw)
+    ev = led.sync(snapshot([changed]), BATCH, 1010.0)
+    assert [e.type for e in ev if hasattr(e.obj, "key")] == [EventType.MODIFIED]
+    assert led.sync(snapshot([changed]), BATCH, 1011.0) == []
+    led.sync(snapshot([]), BATCH, 1012.0)  # gone; admitted again under the same key: pending, then started
+    assert led.admit(request(1, 1, cpu=100), 1).accepted
+    ev = led.sync(snapshot([changed]), BATCH, 1013.0)
+    assert [(e.type, e.reason) for e in ev if hasattr(e.obj, "key")] == [(EventType.MODIFIED, "started")]
+
+
 def test_stale_source_keeps_its_allocations() -> None:
     led = make()
     led.sync(snapshot([yarn(1, 1), POD]), BATCH, 1000.0)
