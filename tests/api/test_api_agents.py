@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import time
 from collections.abc import Callable, Iterator
 
 import grpc
@@ -53,11 +54,14 @@ async def ack(c: AgentClient, epoch: int = 1) -> LedgerView:
 
 
 
-async def churn(agent: Agent, c: AgentClient, stop: asyncio.Event, rng: random.Random) -> dict[str, int]:
-    """Containers come and go under the agent's root; launches are admitted through the API and start."""
+async def churn(agent: Agent, c: AgentClient, stop: asyncio.Event, rng: random.Random,
+                n: dict[str, int] | None = None) -> dict[str, int]:
+    """Containers come and go under the agent's root; launches are admitted through the API and start.
+    `n` (the counts so far) is updated as it goes."""
     live: list[str] = []
     admitted: list[tuple[int, int]] = []
-    n = {"created": 0, "removed": 0, "admitted": 0}
+    n = {} if n is None else n
+    n.update(created=0, removed=0, admitted=0)
     seq = 0
     while not stop.is_set():
         seq += 1
@@ -128,7 +132,9 @@ async def test_snapshot_and_watch_agree_at_every_revision_under_churn(make_agent
             asyncio.create_task(sample()),
             asyncio.create_task(late_joiner()),
         ]
-        stats = await _timed_churn(agent, c, stop, 2.5)
+        # 2.5 s, and on until the churn did what the test needs (a busy machine runs fewer rounds a second)
+        stats = await _timed_churn(agent, c, stop, 2.5, lambda n: (
+            mirror.revision > 200 and n["created"] > 50 and n["admitted"] > 5 and len(checked) >= 30))
         await asyncio.wait_for(asyncio.gather(*tasks), 30)
         final = await sampler.get_snapshot()
         assert await until(lambda: mirror.revision >= final.revision, 5), "condition not reached in time"
@@ -138,9 +144,16 @@ async def test_snapshot_and_watch_agree_at_every_revision_under_churn(make_agent
     assert {a.key for a in final.allocations} >= agent.containers()
 
 
-async def _timed_churn(agent: Agent, c: AgentClient, stop: asyncio.Event, seconds: float) -> dict[str, int]:
-    task = asyncio.create_task(churn(agent, c, stop, random.Random(7)))
+async def _timed_churn(agent: Agent, c: AgentClient, stop: asyncio.Event, seconds: float,
+                      enough: Callable[[dict[str, int]], bool] = lambda n: True,
+                      most: float = 30.0) -> dict[str, int]:
+    """Churn for `seconds`, then on until `enough(counts)` (at most `most` seconds in all)."""
+    n: dict[str, int] = {}
+    task = asyncio.create_task(churn(agent, c, stop, random.Random(7), n))
     await asyncio.sleep(seconds)
+    end = time.monotonic() + most - seconds
+    while not enough(n) and time.monotonic() < end and not task.done():
+        await asyncio.sleep(0.1)
     stop.set()
     return await task
 
