@@ -109,9 +109,10 @@ async def test_limits_hold_a_cpu_burner_to_one_core_and_oom_kill_a_hog_in_its_ow
     assert cores <= 1.1, f"two burners under a 1-core batch limit used {cores:.2f} cores"
     assert int(read(usage)) - u0 >= 1.5e9 or cores > 0.05, f"the burners hardly ran ({cores:.2f} cores)"
     throttled = sum(_stat(real_root, "cpu", rel, "cpu.stat")["nr_throttled"] for rel in (POD, CONTAINER))
-    # on a busy machine the two burners may not reach one core (a group the machine holds under its quota in
-    # every period is never throttled: 0.99 cores was seen so); when they do, the quota is what stops them
-    assert throttled > 0 or cores < 1.0, f"{cores:.3f} cores and never throttled"
+    # on a busy machine the two burners may not get past one core (a group the machine holds at or under its
+    # quota in every period is never throttled: 0.99 and 1.0007 cores were seen so, the latter the clocks'
+    # noise); past it, the quota is what stops them
+    assert throttled > 0 or cores < 1.05, f"{cores:.3f} cores and never throttled"
 
     hog = real_root.spawn(CONTAINER, [sys.executable, "-c",
                                       "b = bytearray(900 << 20); import time; time.sleep(60)"])
