@@ -99,8 +99,7 @@ def plan(pods: Iterable[QosPod], settings: CpuBurstSettings, *, kubelet_resizes:
     pods in place, or may (None), only `resize_safe` ones."""
     if not settings.enabled:
         return CpuBurstPlan((), {})
-    per_pod = {p.name: pod_burst(p, settings) for p in pods if burstable(p)}
-    if kubelet_resizes is not False:
-        by_name = {p.name: p for p in pods}
-        per_pod = {name: resize_safe(by_name[name], vs) for name, vs in per_pod.items()}
+    resizes = kubelet_resizes is not False
+    per_pod = {p.name: resize_safe(p, pod_burst(p, settings)) if resizes else pod_burst(p, settings)
+               for p in pods if burstable(p)}
     return CpuBurstPlan(tuple(v for vs in per_pod.values() for v in vs), per_pod)

@@ -53,7 +53,6 @@ class ResourceQosRunner:
         self.memory_supported = not writer.hierarchy.is_v1("memory")
         self.burst_supported = _has_burst(writer)
         self.last: ResourceQos | None = None
-        self.kubelet_resizes: bool | None = None  # as the last pass read it
         self._noted: object = _NOT_NOTED
         if not self.memory_supported:
             log.info("memory QoS skipped: cgroup v1 has no memory.min / memory.low (upstream kernel)")
@@ -75,7 +74,7 @@ class ResourceQosRunner:
             if mplan is not None or self.executor.memory:
                 written += self.executor.apply_memory(mplan, self._tiers())
         if self.burst_supported:
-            resizes = self.kubelet_resizes = self._source.kubelet_resizes
+            resizes = self._source.kubelet_resizes
             if s.burst.enabled and resizes is not self._noted:
                 self._noted = resizes
                 log.info("CPU burst: %s", _RESIZE_NOTE[resizes])

@@ -75,7 +75,8 @@ def containers_of(pods: list[ParsedPod], doc: object, layout: Layout) -> tuple[C
                 continue
             out[uid] = _containers(item, uid, tiers[uid], layout)
             shown = resizes_in_place(jobj(item.get("status"), f"pod {uid}.status"), f"pod {uid}")
-            resizes = resizes or shown if shown is not None else resizes
+            if shown is not None:
+                resizes = bool(resizes) or shown
         except (PodError, ValueError):
             continue
     return out, resizes

@@ -222,7 +222,7 @@ async def test_nodeslo_memory_qos_and_burst_written_held_through_systemd_and_giv
         (tmp_path / "pods.json").write_text(json.dumps(podlist))
         kubelet_http.serve(tmp_path / "pods.json")
         await apply(_nodeslo("4", memory=True, burst="auto"))
-        assert runner.kubelet_resizes is True
+        assert kubelet.kubelet_resizes is True
         assert bursts_are(dict.fromkeys(bursts_on, 0)) == {}
         for rel, quota in ((web, "10%"), (pod_ls, "60%")):  # web's limit lowered to 100m, container first
             systemctl("set-property", "--runtime", at(rel).rsplit("/", 1)[-1], f"CPUQuota={quota}")
