@@ -20,7 +20,8 @@ REPO = Path(__file__).resolve().parents[2]
 # bench → keys its last line must carry (the figures the docs and closing notes quote)
 BENCHES = {
     "collect.py": ("psi_worst_ratio", "no_psi_worst_collect_ms_per_1000", "results"),
-    "api.py": ("snapshot_p99_ms", "watch_events_per_s_1_subscriber"),
+    "api.py": ("snapshot_p99_ms", "floor_snapshot_p99_ms", "snapshot_p99_over_floor_ratio",
+               "watch_events_per_s_1_subscriber"),
     "recovery.py": ("real_3_nodes_recovery_s", "replayed_20_nodes_recovery_s"),
     "payload.py": ("tick_cadence_ratio_50mb",),
     "interference.py": ("hp_throughput_ratio_with_agent_cpuset", "hp_throughput_ratio_no_agent"),
