@@ -19,8 +19,8 @@ class ResourceQosConfig:
     `low_limit_percent`, `throttling_percent` (0..100) as a NodeSLO's `resourceQOSStrategy.<class>.memoryQOS`;
     `cpu_burst`: `policy` (none | cpuBurstOnly | cfsQuotaBurstOnly | auto) and `cpu_burst_percent` (1..10000)
     as its `cpuBurstStrategy`. Off by default, as koordlet's defaults are. A pass every `resync_s` (koordlet's
-    reconciler: 10 s) with the kubelet source on, while the YAML turns something on or the NodeSLO source
-    is on (it may turn them on at any time); batch limits need not be on (docs/batch-resources.md)."""
+    reconciler: 10 s) whenever the kubelet source is on (with nothing turned on it only gives back bursts an
+    earlier run left); batch limits need not be on (docs/batch-resources.md)."""
 
     memory_qos: MemoryQosSettings = field(default_factory=MemoryQosSettings)
     cpu_burst: CpuBurstSettings = field(default_factory=CpuBurstSettings)

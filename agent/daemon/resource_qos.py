@@ -44,7 +44,7 @@ _RESIZE_NOTE = {
 
 class ResourceQosRunner:
     def __init__(self, source: QosKubeletSource, settings: Callable[[], ResourceQos], writer: CgroupWriter,
-                 layout: Layout, node_allocatable_memory: int) -> None:
+                 layout: Layout, node_allocatable_memory: int, announce: bool = True) -> None:
         self._source = source
         self._settings = settings
         self._layout = layout
@@ -54,9 +54,9 @@ class ResourceQosRunner:
         self.burst_supported = _has_burst(writer)
         self.last: ResourceQos | None = None
         self._noted: object = _NOT_NOTED
-        if not self.memory_supported:
+        if announce and not self.memory_supported:
             log.info("memory QoS skipped: cgroup v1 has no memory.min / memory.low (upstream kernel)")
-        if not self.burst_supported:
+        if announce and not self.burst_supported:
             log.info("CPU burst skipped: this kernel has no cpu.cfs_burst_us / cpu.max.burst (before 5.14)")
 
     def _tiers(self) -> dict[str, str]:
@@ -79,8 +79,7 @@ class ResourceQosRunner:
                 self._noted = resizes
                 log.info("CPU burst: %s", _RESIZE_NOTE[resizes])
             bplan = cpu_burst.plan(pods, s.burst, kubelet_resizes=resizes) if s.burst.enabled else None
-            if bplan is not None or self.executor.burst:
-                written += self.executor.apply_burst(bplan)
+            written += self.executor.apply_burst(bplan, cpu_burst.owned(pods))
         return written
 
 
@@ -96,11 +95,13 @@ class ResourceQosRunner:
 
 
 def build(source: object, writer: CgroupWriter, layout: Layout, *, wanted: bool) -> ResourceQosRunner | None:
-    """The runner (None: not `wanted`, or no kubelet source handed the settings in force)."""
-    if not wanted or not isinstance(source, QosKubeletSource) or source.resource_qos is None:
+    """The runner (None: no kubelet source handed the settings in force). It runs also where nothing turns
+    the features on (`wanted` False, then without the start-up lines on what the kernel lacks): a burst an
+    earlier run left on a pod is given back however the feature was turned off meanwhile."""
+    if not isinstance(source, QosKubeletSource) or source.resource_qos is None:
         return None
     return ResourceQosRunner(source, source.resource_qos, writer, layout,  # type: ignore[arg-type]
-                             node_allocatable_memory())
+                             node_allocatable_memory(), announce=wanted)
 
 
 def node_allocatable_memory() -> int:

@@ -37,6 +37,7 @@ class ResourceQosExecutor:
         self.memory_pods: dict[str, tuple[MemoryValues, ...]] = {}
         self.burst_pods: dict[str, tuple[tuple[str, int], ...]] = {}
         self.errors: dict[str, str] = {}  # cgroup -> why its values are not in place (latest pass)
+        self._adopted: set[str] = set()  # owned cgroups already checked for a burst an earlier run left
         self.writes = 0
         self.restores = 0
 
@@ -96,9 +97,15 @@ class ResourceQosExecutor:
         self.writes += written
         return written
 
-    def apply_burst(self, plan: CpuBurstPlan | None) -> int:
-        """Put `plan` in place (None: hold nothing)."""
+    def apply_burst(self, plan: CpuBurstPlan | None, owned: frozenset[str] = frozenset()) -> int:
+        """Put `plan` in place (None: hold nothing). Each cgroup of `owned` (`qos.cpu_burst.owned`) that the
+        plan leaves out is given 0 the first time it is seen: a burst an earlier run left there, which this
+        run does not hold, would otherwise stay (and fail the kubelet's next lowering of that quota)."""
         wanted = {v.rel: v.burst_us for v in plan.cgroups} if plan is not None else {}
+        for rel in sorted(owned - self._adopted - wanted.keys()):
+            if self._exists("cpu", rel):
+                self._restore(rel, lambda r: self._writer.set_cpu_burst(r, 0))
+        self._adopted = set(owned)
         written = 0
         # pod before container on growth is not needed: the kernel bounds each by its own quota only
         for rel, burst in wanted.items():

@@ -1,5 +1,6 @@
 """CPU burst beside the kubelet's in-place resize: the kubelet's and the runtime's smaller quota is written
-while the agent holds bursts, and after a SIGKILL of it, and every write succeeds.
+while the agent holds bursts, and after a SIGKILL of it, and every write succeeds; an agent started again
+with CPU burst off gives back the burst the killed one left.
 
 The kernel refuses a CFS quota below the cgroup's burst (`tg_set_cfs_bandwidth`: EINVAL), so a burst held on
 a cgroup whose quota the kubelet lowers on a resize (KEP-1287: the pod cgroup's quota by the kubelet, the
@@ -115,5 +116,11 @@ def test_a_resize_lowering_the_quota_succeeds_while_bursts_are_held_and_after_a_
         # the agent is gone without a chance to undo anything: the kubelet goes on resizing
         resize((web, 5_000), (pod_rel, 55_000))
         resize((pod_rel, 90_000), (web, 40_000))
-    assert failed == [], failed
-    assert _burst(real_root, envoy) == 50_000  # still held: a resize of it makes a new container
+        assert failed == [], failed
+        assert _burst(real_root, envoy) == 50_000  # still held: a resize of it makes a new container
+        # CPU burst turned off while the agent was down: the new run holds nothing, and gives the burst back
+        off = kubelet_node_config(tmp_path, real_root.name, fake.url, resync_s=1,
+                                  batch_limits={"enabled": False}, resource_qos={"resync_s": 1})
+        with running_agent(off, tmp_path / "agent-off.log") as again:
+            assert wait(lambda: _burst(real_root, envoy) == 0, 30), (tmp_path / "agent-off.log").read_text()
+            assert again.poll() is None

@@ -60,3 +60,42 @@ def test_v1_memory_qos_one_startup_line_and_burst_written(real_root: RealRoot,
     current[0] = ResourceQos(settings.memory, CpuBurstSettings("none"))
     runner.pass_once()
     assert burst_file.read_text().strip() == "0" and runner.executor.burst == {}
+
+
+def test_a_burst_an_earlier_run_left_is_given_back_once_and_protected_pods_are_not_touched(
+        real_root: RealRoot) -> None:
+    """The policy turned off (NodeSLO `none`) while the agent was down: the new run holds nothing, yet the
+    bursts the earlier run wrote stay unless it gives them back; a protected or LSR pod it never wrote to
+    stays as found, and a burst someone writes after the first look is not fought."""
+    if real_root.hierarchy.mode == "v2" or not real_root.hierarchy.is_v1("cpu"):
+        pytest.skip("v1 files (the v2 guest: tests/memqos/test_memqos_guest.py)")
+    layout = {"web": ("burstable/podw", None, False), "dns": ("burstable/podd", None, True),
+              "lsr": ("burstable/podl", "LSR", False)}
+    pods = []
+    for name, (rel, label, protected) in layout.items():
+        real_root.mkcg(f"{rel}/ctr")
+        for cg, quota in ((rel, 150_000), (f"{rel}/ctr", 100_000)):
+            (real_root.path("cpu", cg) / "cpu.cfs_quota_us").write_text(str(quota))
+        pods.append(QosPod(f"k8s/{name}", f"default/{name}", rel, "Burstable", label,
+                           (QosContainer("c", f"{rel}/ctr", None, None, 1000),), protected))
+    if not (real_root.path("cpu", "burstable/podw") / "cpu.cfs_burst_us").exists():
+        pytest.skip("this kernel has no cpu.cfs_burst_us (before 5.14)")
+
+    def burst(rel: str) -> int:
+        return int((real_root.path("cpu", rel) / "cpu.cfs_burst_us").read_text())
+
+    def left(rel: str, value: int) -> None:
+        (real_root.path("cpu", rel) / "cpu.cfs_burst_us").write_text(str(value))
+
+    every = [cg for rel, _, _ in layout.values() for cg in (rel, f"{rel}/ctr")]
+    for cg in every:  # what an earlier run (or, on the protected and LSR pods, someone else) left
+        left(cg, 50_000)
+    off = ResourceQos(MemoryQosSettings(), CpuBurstSettings("none"))
+    runner = ResourceQosRunner(_Pods(tuple(pods)), lambda: off,  # type: ignore[arg-type]
+                               CgroupWriter(real_root.hierarchy, real_root.name), Layout("cgroupfs"), 8 << 30)
+    runner.pass_once()
+    assert [burst(cg) for cg in every] == [0, 0, 50_000, 50_000, 50_000, 50_000]
+    assert runner.executor.restores == 2 and runner.executor.burst == {}
+    left("burstable/podw/ctr", 30_000)  # another writer, after the first look: not fought
+    runner.pass_once()
+    assert burst("burstable/podw/ctr") == 30_000 and runner.executor.restores == 2
