@@ -144,7 +144,11 @@ Spec(cgroup_mount=mount, cgroup_root=root, hp="hp", be="be", probe=str(d / "p"),
      samples=str(d / "samples"), t0=time.monotonic(), every_s=0.2).write(d / "spec")
 p = subprocess.Popen([sys.executable, "-m", "agent.demo.live", str(d / "spec")], stdout=subprocess.DEVNULL)
 print(p.pid, flush=True)
-time.sleep(1.0)
+samples, deadline = d / "samples", time.monotonic() + 30
+while time.monotonic() < deadline:  # the demo lives until its view has printed (slow to start when busy)
+    if samples.exists() and samples.read_text().count("\\n") >= 2:
+        break
+    time.sleep(0.05)
 """
 
 

@@ -97,14 +97,23 @@ def zygote(path: str, node_id: str) -> None:
             print(f"ERROR unknown command {line.strip()!r}", flush=True)
             continue
         sys.stdout.flush()
+        # The writer waits until its PID line is out: it could otherwise print LOADED first (a busy machine
+        # may run the child before the parent gets back from fork), and the test reads PID first.
+        go_r, go_w = os.pipe()
         pid = os.fork()
         if pid == 0:
+            os.close(go_w)
+            os.read(go_r, 1)
+            os.close(go_r)
             try:
                 asyncio.run(main(path, node_id, int(arg)))
             except BaseException:
                 traceback.print_exc()
             os._exit(1)
+        os.close(go_r)
         print(f"PID {pid}", flush=True)
+        os.write(go_w, b"g")
+        os.close(go_w)
         _, status = os.waitpid(pid, 0)
         print(f"EXIT {pid} {status}", flush=True)
 

@@ -250,10 +250,11 @@ def test_sigkill_during_writes_never_loses_a_durable_launch(tmp_path: Path) -> N
     seq = 0
     loads = corrupted = killed_before_load = checked = mid_write = 0
     try:
-        # At least 120 kills; more (up to 400) until 10 of them have landed inside a write, which is a
-        # matter of timing on a busy machine.
+        # At least 120 kills; more (up to 400) until 10 of them have landed inside a write and more than
+        # 1,000 durable launches have been checked after a kill: both a matter of timing on a busy machine
+        # (beside two CPU hogs, 120 kills checked 925).
         for n in range(400):
-            if n >= 120 and mid_write >= 10:
+            if n >= 120 and mid_write >= 10 and checked > 1000:
                 break
             damaged = n % 15 == 7
             if damaged and path.exists():
