@@ -227,6 +227,8 @@ class RawH2:
         except BlockingIOError:
             self.blocked += 1
         except (BrokenPipeError, ConnectionResetError):
+            # The peer has closed; what it sent before closing (a GOAWAY) is still queued for us to read.
+            self.read()
             self._closed()
         return not self.closed_by_peer
 
