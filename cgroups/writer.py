@@ -345,6 +345,15 @@ class CgroupWriter:
         wrote = self._set(MEM_MIN, rel, min_bytes)
         return self._set(MEM_LOW, rel, low_bytes) or wrote
 
+    def memory_protection_is(self, rel: str, min_bytes: int, low_bytes: int, high_bytes: int | None = None,
+                             *, high: bool = False) -> bool:
+        """Whether `memory.min` / `memory.low` (and `memory.high`, with `high`; None is "max") read as these
+        values, in whole pages as the kernel keeps them. A read, never a write."""
+        rel = check_rel(rel)
+        same = MEM_MIN.equal(MEM_MIN.read(self, rel), min_bytes) and MEM_LOW.equal(MEM_LOW.read(self, rel),
+                                                                                    low_bytes)
+        return same and (not high or MEM_HIGH.equal(MEM_HIGH.read(self, rel), high_bytes))
+
     def set_cpu_burst(self, rel: str, burst_us: int) -> bool:
         """`cpu.cfs_burst_us` (v1) / `cpu.max.burst` (v2); a file write (systemd has no property for it)."""
         if burst_us < 0:

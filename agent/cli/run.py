@@ -97,7 +97,8 @@ def build_limits(rt: Runtime) -> Limits:
                                 lambda: policy_settings(rt)[0].suppression, rt.sources.yarn,
                                 lambda: batch_memory(rt))
     wanted = rt.cfg.resource_qos.turned_on or rt.cfg.sources.nodeslo.enabled
-    return limits, resource_qos.build(rt.sources.kubelet, rt.writer, layout, wanted=wanted)
+    return limits, resource_qos.build(rt.sources.kubelet, rt.writer, layout, wanted=wanted,
+                                      state_path=rt.cfg.state.path)
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:

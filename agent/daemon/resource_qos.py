@@ -14,15 +14,20 @@ import contextlib
 import logging
 import os
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from agent.executors.resource_qos import HeldLimits, ResourceQosExecutor
 from agent.sources.nodeslo_map import ResourceQos
 from agent.sources.qos_pods import QosKubeletSource
+from agent.state.held_memory import HeldMemoryRecord
+from agent.state.ledger import read_boot_id
 from cgroups.errors import CgroupError
 from cgroups.layout import Layout
 from cgroups.writer import CgroupWriter
 from qos import cpu_burst, memory_qos
+from qos.cpu_burst import CpuBurstPlan
+from qos.memory_qos import MemoryQosPlan, MemoryValues
 
 if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
@@ -42,9 +47,21 @@ _RESIZE_NOTE = {
 }
 
 
+@dataclass(frozen=True, slots=True)
+class Plans:
+    """One pass's decisions: the memory plan (None: hold nothing) and whether the executor has anything to
+    do for it, the burst plan and the cgroups whose burst the policy decides (`qos.cpu_burst.owned`)."""
+
+    memory: MemoryQosPlan | None
+    memory_due: bool
+    burst: CpuBurstPlan | None
+    owned: frozenset[str]
+
+
 class ResourceQosRunner:
     def __init__(self, source: QosKubeletSource, settings: Callable[[], ResourceQos], writer: CgroupWriter,
-                 layout: Layout, node_allocatable_memory: int, announce: bool = True) -> None:
+                 layout: Layout, node_allocatable_memory: int, announce: bool = True,
+                 record: HeldMemoryRecord | None = None) -> None:
         self._source = source
         self._settings = settings
         self._layout = layout
@@ -54,6 +71,8 @@ class ResourceQosRunner:
         self.burst_supported = _has_burst(writer)
         self.last: ResourceQos | None = None
         self._noted: object = _NOT_NOTED
+        self._record = record if self.memory_supported else None
+        self._recorded: dict[str, MemoryValues] | None = None  # what the record holds (None: not read yet)
         if announce and not self.memory_supported:
             log.info("memory QoS skipped: cgroup v1 has no memory.min / memory.low (upstream kernel)")
         if announce and not self.burst_supported:
@@ -63,45 +82,98 @@ class ResourceQosRunner:
         tier = self._layout.tier
         return {"": "", "burstable": tier("burstable"), "besteffort": tier("besteffort")}
 
-    def pass_once(self) -> int:
-        """One pass; how many knobs were written."""
+    def plan(self) -> Plans:
+        """This pass's plans, from the settings in force and the kubelet's pods. The first also takes over
+        what an earlier run of this boot recorded and still holds (`ResourceQosExecutor.adopt_memory`)."""
         s = self.last = self._settings()
         pods = self._source.qos_pods()
-        written = 0
+        mplan, memory_due, bplan, owned = None, False, None, frozenset[str]()
         if self.memory_supported:
-            active = s.memory.any_enabled
-            mplan = memory_qos.plan(pods, s.memory, self._allocatable) if active else None
-            if mplan is not None or self.executor.memory:
-                written += self.executor.apply_memory(mplan, self._tiers())
+            if self._record is not None and self._recorded is None:
+                self._recorded = self._record.load()
+                taken = self.executor.adopt_memory(self._recorded)
+                if self._recorded:
+                    log.info("memory QoS: %d of %d cgroups an earlier run recorded still hold its values",
+                             taken, len(self._recorded))
+            mplan = memory_qos.plan(pods, s.memory, self._allocatable) if s.memory.any_enabled else None
+            memory_due = mplan is not None or bool(self.executor.memory)
         if self.burst_supported:
             resizes = self._source.kubelet_resizes
             if s.burst.enabled and resizes is not self._noted:
                 self._noted = resizes
                 log.info("CPU burst: %s", _RESIZE_NOTE[resizes])
             bplan = cpu_burst.plan(pods, s.burst, kubelet_resizes=resizes) if s.burst.enabled else None
-            written += self.executor.apply_burst(bplan, cpu_burst.owned(pods))
+            owned = cpu_burst.owned(pods)
+        return Plans(mplan, memory_due, bplan, owned)
+
+    def apply(self, plans: Plans) -> int:
+        """Put `plans` in place; how many knobs were written."""
+        written = 0
+        if plans.memory_due:
+            written += self.executor.apply_memory(plans.memory, self._tiers())
+        if self.burst_supported:
+            written += self.executor.apply_burst(plans.burst, plans.owned)
         return written
 
+    def record_ahead(self, plans: Plans) -> dict[str, MemoryValues] | None:
+        """What the record must hold before `plans` are written (None: it does already): what is held and
+        what is about to be, so that a kill between a write and its record leaves no value unknown."""
+        if self._record is None or self._recorded is None or plans.memory is None:
+            return None
+        ahead = {**self.executor.memory, **self.executor.wanted_memory(plans.memory, self._tiers())}
+        if all(self._recorded.get(rel) == v for rel, v in ahead.items()):
+            return None
+        return ahead
+
+    def record_due(self) -> dict[str, MemoryValues] | None:
+        """What the executor holds, when the record says otherwise (None: nothing to write)."""
+        if self._record is None or self._recorded is None or self.executor.memory == self._recorded:
+            return None
+        return dict(self.executor.memory)
+
+    def save_record(self, held: dict[str, MemoryValues] | None) -> None:
+        """Write `held` (from `record_ahead` / `record_due`; None: nothing) to the record: I/O with fsync,
+        off the event loop in `run`."""
+        if self._record is not None and held is not None:
+            self._record.save(held)
+            self._recorded = held
+
+    def pass_once(self) -> int:
+        """One pass, the record written inline; how many knobs were written."""
+        plans = self.plan()
+        self.save_record(self.record_ahead(plans))
+        written = self.apply(plans)
+        self.save_record(self.record_due())
+        return written
 
     async def run(self, stop: asyncio.Event, resync_s: float) -> None:
-        """A pass every `resync_s` until `stop`; a failed pass is logged and the next one runs."""
+        """A pass every `resync_s` until `stop`, the record written off the event loop; a failed pass is
+        logged and the next one runs."""
         while not stop.is_set():
             try:
-                self.pass_once()
+                plans = self.plan()
+                if (ahead := self.record_ahead(plans)) is not None:
+                    await asyncio.to_thread(self.save_record, ahead)
+                self.apply(plans)
+                if (held := self.record_due()) is not None:
+                    await asyncio.to_thread(self.save_record, held)
             except Exception:
                 log.exception("resource QoS pass failed")
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), resync_s)
 
 
-def build(source: object, writer: CgroupWriter, layout: Layout, *, wanted: bool) -> ResourceQosRunner | None:
+def build(source: object, writer: CgroupWriter, layout: Layout, *, wanted: bool,
+          state_path: str = "") -> ResourceQosRunner | None:
     """The runner (None: no kubelet source handed the settings in force). It runs also where nothing turns
     the features on (`wanted` False, then without the start-up lines on what the kernel lacks): a burst an
-    earlier run left on a pod is given back however the feature was turned off meanwhile."""
+    earlier run left on a pod is given back however the feature was turned off meanwhile, and so is memory
+    QoS an earlier run recorded beside `state_path` ("" keeps no record)."""
     if not isinstance(source, QosKubeletSource) or source.resource_qos is None:
         return None
+    record = HeldMemoryRecord(state_path, read_boot_id()) if state_path else None
     return ResourceQosRunner(source, source.resource_qos, writer, layout,  # type: ignore[arg-type]
-                             node_allocatable_memory(), announce=wanted)
+                             node_allocatable_memory(), announce=wanted, record=record)
 
 
 def node_allocatable_memory() -> int:

@@ -70,14 +70,20 @@ class ResourceQosExecutor:
             wrote = self._writer.set_memory_high(v.rel, v.high_bytes) or wrote
         return wrote
 
-    def apply_memory(self, plan: MemoryQosPlan | None, tiers: dict[str, str]) -> int:
-        """Put `plan` in place (None: hold nothing); `tiers` maps the plan's tier names to cgroups."""
+    @staticmethod
+    def wanted_memory(plan: MemoryQosPlan | None, tiers: dict[str, str]) -> dict[str, MemoryValues]:
+        """The values `plan` puts in place by cgroup, tiers first; `tiers` maps its tier names to cgroups."""
         wanted: dict[str, MemoryValues] = {}
         if plan is not None:
             for name, (mn, low) in plan.tiers.items():
                 if name in tiers:
                     wanted[tiers[name]] = MemoryValues(tiers[name], mn, low)
             wanted.update((v.rel, v) for v in plan.cgroups)
+        return wanted
+
+    def apply_memory(self, plan: MemoryQosPlan | None, tiers: dict[str, str]) -> int:
+        """Put `plan` in place (None: hold nothing); `tiers` maps the plan's tier names to cgroups."""
+        wanted = self.wanted_memory(plan, tiers)
         written = 0
         for rel, v in wanted.items():  # tiers first: top-down, as koordlet's leveled update
             try:
@@ -96,6 +102,25 @@ class ResourceQosExecutor:
         self.memory_pods = dict(plan.pods) if plan is not None else {}
         self.writes += written
         return written
+
+    def adopt_memory(self, recorded: Mapping[str, MemoryValues]) -> int:
+        """Take as held each cgroup of `recorded` (what an earlier run of this boot put in place,
+        `agent.state.held_memory`) whose files still hold those values; how many. A cgroup gone, or changed
+        since by another writer (the kubelet's MemoryQoS gate writes the same files), is not taken: the
+        next `apply_memory` then gives back only values that are still the agent's own."""
+        taken = 0
+        for rel, v in recorded.items():
+            if rel in self.memory:
+                continue
+            try:
+                if not self._exists("memory", rel) or not self._writer.memory_protection_is(
+                        rel, v.min_bytes, v.low_bytes, v.high_bytes, high=v.sets_high):
+                    continue
+            except CgroupError:
+                continue
+            self.memory[rel] = v
+            taken += 1
+        return taken
 
     def apply_burst(self, plan: CpuBurstPlan | None, owned: frozenset[str] = frozenset()) -> int:
         """Put `plan` in place (None: hold nothing). Each cgroup of `owned` (`qos.cpu_burst.owned`) that the

@@ -1,0 +1,191 @@
+"""Memory QoS a killed agent left is given back by the next run, where it is still the agent's own, on pure
+cgroup v2 with the systemd driver (the test guest, docs/testing.md).
+
+Real `coloc-agent run` processes on the kubelet's systemd layout (pod slices and `cri-containerd-<id>.scope`s
+made through systemd, tests/kit/systemd.py) below a kubepods slice of the test's own; the kubelet is a local
+HTTP server serving a PodList in the kubelet's format. The first run holds memory QoS from its YAML and is
+SIGKILLed; meanwhile another writer (as the kubelet's MemoryQoS gate does, through systemd) sets one
+container's `memory.min`; the next run starts with memory QoS off. It gives back the kernel's defaults
+wherever its record (`<state>.memqos`) says the values are still its own, and leaves the other writer's
+container alone.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import signal
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kit.agentproc import kubelet_node_config, running_agent
+from kit.fakes.kubelet import FakeKubelet
+from kit.payload import fixture_pod
+from kit.poll import wait
+from kit.systemd import CGROUP2, SystemdPods, enable_controllers, read, systemctl, systemd_v2_host
+
+from agent.config.sources import KubeletConfig
+from agent.daemon.resource_qos import ResourceQosRunner
+from agent.sources.nodeslo_map import ResourceQos
+from agent.sources.qos_pods import QosKubeletSource
+from agent.state.held_memory import HeldMemoryRecord
+from agent.state.ledger import read_boot_id
+from cgroups.discovery import Hierarchy
+from cgroups.layout import Layout
+from cgroups.systemd import SystemdUnits
+from cgroups.writer import CgroupWriter
+from qos.cpu_burst import CpuBurstSettings
+from qos.memory_qos import MemoryQosClass, MemoryQosSettings
+
+pytestmark = pytest.mark.guest
+why_not = systemd_v2_host()
+if why_not is not None:
+    pytest.skip(f"needs the systemd + cgroup v2 guest: {why_not}", allow_module_level=True)
+
+MI = 1 << 20
+PAGE = os.sysconf("SC_PAGE_SIZE")
+DEFAULTS = (0, 0, "max")
+LS = {"enable": True, "min_limit_percent": 50, "low_limit_percent": 80, "throttling_percent": 80}
+RESOURCES = {
+    "web": {"requests": {"cpu": "500m", "memory": "256Mi"}, "limits": {"cpu": "1", "memory": "512Mi"}},
+    "envoy": {"requests": {"cpu": "100m", "memory": "64Mi"}, "limits": {"cpu": "500m", "memory": "128Mi"}},
+}
+
+
+def _podlist(uid: str, ids: dict[str, str]) -> dict[str, Any]:
+    """The fixture's Burstable pod with this uid and containers web and envoy (these container ids)."""
+    pod = copy.deepcopy(fixture_pod())
+    pod["metadata"]["uid"] = uid  # type: ignore[index]
+    spec, status = pod["spec"], pod["status"]  # type: ignore[index]
+    first_spec, first_status = spec["containers"][0], status["containerStatuses"][0]
+    spec["containers"] = [{**first_spec, "name": n, "resources": r} for n, r in RESOURCES.items()]
+    status["containerStatuses"] = [{**first_status, "name": n, "containerID": f"containerd://{ids[n]}"}
+                                   for n in RESOURCES]
+    return {"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": [pod]}
+
+
+def _paged(n: int) -> int:
+    return n // PAGE * PAGE
+
+
+def _memory(rel: str) -> tuple[int, int, str]:
+    return int(read(rel, "memory.min")), int(read(rel, "memory.low")), read(rel, "memory.high")
+
+
+@dataclass
+class Scene:
+    """A Burstable pod `web` + `envoy` on the systemd layout, its PodList at `pods`, and the values memory QoS
+    puts in place (`on`, by cgroup relative to /sys/fs/cgroup)."""
+
+    pods: SystemdPods
+    layout: Layout
+    podlist: Path
+    web: str
+    envoy: str
+    on: dict[str, tuple[int, int, str]]
+
+    def found(self) -> dict[str, tuple[int, int, str]]:
+        return {rel: _memory(rel) for rel in self.on}
+
+
+@pytest.fixture
+def scene(own_pods: SystemdPods, tmp_path: Path) -> Scene:
+    uid = str(uuid.uuid4())
+    ids = {"web": uuid.uuid4().hex * 2, "envoy": uuid.uuid4().hex * 2}
+    pod = own_pods.pod("burstable", uid, CPUQuotaPerSecUSec=1_500_000)
+    for cid, quota in ((ids["web"], "100%"), (ids["envoy"], "50%")):
+        own_pods.container(pod, ["sleep", "3600"], cid, CPUQuota=quota)
+        enable_controllers(f"{own_pods.root}/{pod.rel}/cri-containerd-{cid}.scope")  # as runc does
+    own_pods.tier("besteffort")
+    layout = Layout("systemd", kubepods=own_pods.kubepods)
+    web, envoy = (f"{own_pods.root}/{layout.container(uid, 'burstable', f'containerd://{ids[n]}')}"
+                  for n in ("web", "envoy"))
+    pod_rel, tier = f"{own_pods.root}/{pod.rel}", own_pods.tier_rel("burstable")
+    (tmp_path / "pods.json").write_text(json.dumps(_podlist(uid, ids)))
+    # koordlet's formulas (qos/memory_qos.py): min 50 %, low 80 % of the request, high 80 % of the way to the
+    # limit; the pod, its tier and the kubepods slice the sums; in whole pages, as the kernel reads them back
+    on = {web: (128 * MI, _paged(256 * MI * 80 // 100), str(_paged(256 * MI + 256 * MI * 80 // 100))),
+          envoy: (32 * MI, _paged(64 * MI * 80 // 100), str(_paged(64 * MI + 64 * MI * 80 // 100))),
+          pod_rel: (160 * MI, 256 * MI, "max"), tier: (160 * MI, 256 * MI, "max"),
+          own_pods.root: (160 * MI, 256 * MI, "max")}
+    return Scene(own_pods, layout, tmp_path / "pods.json", web, envoy, on)
+
+
+def test_memory_qos_a_killed_agent_left_is_given_back_where_it_is_still_its_own(
+        scene: Scene, tmp_path: Path) -> None:
+    root, on, envoy = scene.pods.root, scene.on, scene.envoy
+    sections = {"cgroups": {"root": root, "driver": "systemd"}, "batch_limits": {"enabled": False}}
+    record = tmp_path / "state.json.memqos"
+    recorded = lambda: json.loads(record.read_text())["cgroups"] if record.exists() else []  # noqa: E731
+    with FakeKubelet(scene.podlist) as kubelet:
+        held = kubelet_node_config(tmp_path, root, kubelet.url, resync_s=1,
+                                   resource_qos={"resync_s": 1, "memory_qos": {"ls": LS}}, **sections)
+        with running_agent(held, tmp_path / "agent.log") as agent:
+            assert wait(lambda: scene.found() == on, 30), (scene.found(),
+                                                           (tmp_path / "agent.log").read_text()[-3000:])
+            # the kubepods slice, both tiers, the pod, its two containers
+            assert wait(lambda: len(recorded()) == 6, 10), "the record was not written"
+            agent.send_signal(signal.SIGKILL)
+            agent.wait(timeout=10)
+        assert scene.found() == on, "the values went with the agent"
+        # another writer (the kubelet's MemoryQoS gate sets a container's memory.min to its request)
+        systemctl("set-property", "--runtime", envoy.rsplit("/", 1)[-1], f"MemoryMin={64 * MI}")
+        assert _memory(envoy)[0] == 64 * MI
+        # memory QoS turned off while the agent was down: the next run gives back what is still its own
+        off = kubelet_node_config(tmp_path, root, kubelet.url, resync_s=1, resource_qos={"resync_s": 1},
+                                  **sections)
+        log = tmp_path / "agent-off.log"
+        want = {**dict.fromkeys(on, DEFAULTS), envoy: (64 * MI, *on[envoy][1:])}
+        with running_agent(off, log) as again:
+            assert wait(lambda: scene.found() == want, 30), (scene.found(), log.read_text()[-3000:])
+            assert wait(lambda: recorded() == [], 10), record.read_text()
+            assert again.poll() is None
+            said = "memory QoS: 5 of 6 cgroups an earlier run recorded still hold its values"
+            assert said in log.read_text()
+        # systemd too holds the defaults, so a daemon-reload does not bring the old values back
+        systemctl("daemon-reload")
+        assert scene.found() == want
+        assert (CGROUP2 / scene.web).is_dir()
+
+
+async def test_the_record_is_written_before_the_values_it_names(scene: Scene, tmp_path: Path) -> None:
+    """A run killed between its writes and the record's next update: the values are in the record already."""
+    root = scene.pods.root
+    on_settings = ResourceQos(MemoryQosSettings(ls=MemoryQosClass(**LS)), CpuBurstSettings())
+    off_settings = ResourceQos(MemoryQosSettings(), CpuBurstSettings())
+    with FakeKubelet(scene.podlist) as kubelet_http:
+        kubelet = QosKubeletSource(KubeletConfig(url=kubelet_http.url, token_file="", timeout_s=2.0,
+                                                 resync_s=60.0, stale_after_s=120.0, min_resync_gap_s=0.0),
+                                   scene.layout)
+        await kubelet.refresh()
+
+        writers: list[CgroupWriter] = []
+
+        def runner(settings: ResourceQos) -> ResourceQosRunner:
+            writer = CgroupWriter(Hierarchy.v2(CGROUP2), root, units=SystemdUnits("/" + root))
+            writers.append(writer)
+            return ResourceQosRunner(kubelet, lambda: settings, writer, scene.layout, 4 << 30,
+                                     record=HeldMemoryRecord(tmp_path / "state.json", read_boot_id()))
+
+        try:
+            first = runner(on_settings)
+            plans = first.plan()
+            first.save_record(first.record_ahead(plans))
+            assert scene.found() == dict.fromkeys(scene.on, DEFAULTS), "written before the record"
+            assert first.apply(plans) > 0
+            assert scene.found() == scene.on
+            # killed here: the record was not written again after the values
+            second = runner(off_settings)
+            second.pass_once()
+            assert scene.found() == dict.fromkeys(scene.on, DEFAULTS)
+            assert second.executor.restores == 5  # all but the besteffort tier, which held 0 already
+            assert second.executor.memory == {}
+            assert HeldMemoryRecord(tmp_path / "state.json", read_boot_id()).load() == {}
+        finally:
+            for w in writers:
+                if w.units is not None:
+                    w.units.close()

@@ -1,0 +1,90 @@
+"""The memory QoS record beside the state file (agent/state/held_memory.py): what one run writes, the next
+run of the same boot reads back; another boot's, a damaged or a hostile record gives nothing back, and says
+why."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from pathlib import Path
+
+import pytest
+
+from agent.state.held_memory import FORMAT, HeldMemoryRecord
+from qos.memory_qos import MemoryValues
+
+HELD = {
+    "kubepods.slice": MemoryValues("kubepods.slice", 96 << 20, 120 << 20),
+    "kubepods.slice/kubepods-burstable.slice/kubepods-burstable-podab.slice/cri-containerd-1.scope":
+        MemoryValues("kubepods.slice/kubepods-burstable.slice/kubepods-burstable-podab.slice/cri-containerd-1.scope",
+                     32 << 20, 48 << 20, 400 << 20, sets_high=True),
+    "kubepods.slice/kubepods-besteffort.slice/x.scope":
+        MemoryValues("kubepods.slice/kubepods-besteffort.slice/x.scope", 0, 0, None, sets_high=True),
+}
+
+
+def test_what_one_run_records_the_next_run_of_the_same_boot_reads_back(tmp_path: Path) -> None:
+    state = tmp_path / "state.json"
+    HeldMemoryRecord(state, "boot-1").save(HELD)
+    path = tmp_path / "state.json.memqos"
+    assert oct(path.stat().st_mode & 0o777) == "0o600"
+    assert not list(tmp_path.glob(".state.json.memqos.tmp-*")), "a temporary file was left"
+    assert HeldMemoryRecord(state, "boot-1").load() == HELD
+    assert json.loads(path.read_text())["format"] == FORMAT
+    HeldMemoryRecord(state, "boot-1").save({})
+    assert HeldMemoryRecord(state, "boot-1").load() == {}
+
+
+def test_another_boots_record_gives_nothing_back(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    HeldMemoryRecord(tmp_path / "state.json", "boot-1").save(HELD)
+    with caplog.at_level(logging.INFO, "coloc.state"):
+        assert HeldMemoryRecord(tmp_path / "state.json", "boot-2").load() == {}
+        assert HeldMemoryRecord(tmp_path / "state.json", "").load() == {}, "an unknown boot is not this one"
+    assert caplog.records == []  # another boot's record is expected after a reboot, not a fault
+    assert HeldMemoryRecord(tmp_path / "nothing.json", "boot-1").load() == {}
+
+
+def _entry(**fields: object) -> dict[str, object]:
+    return {"rel": "kubepods.slice", "min": 1, "low": 2, "high": None, "sets_high": False, **fields}
+
+
+@pytest.mark.parametrize(("body", "named"), [
+    (b"{not json", "memqos is unusable"),
+    (json.dumps({"format": "other/v1", "boot_id": "boot-1", "cgroups": []}).encode(), "format"),
+    (json.dumps({"format": FORMAT, "boot_id": "boot-1", "cgroups": {}}).encode(), "cgroups a list"),
+    (json.dumps({"format": FORMAT, "boot_id": "boot-1", "cgroups": [_entry(rel="../../etc")]}).encode(),
+     "cgroups[0].rel"),
+    (json.dumps({"format": FORMAT, "boot_id": "boot-1", "cgroups": [_entry(rel="/sys/fs/cgroup")]}).encode(),
+     "absolute"),
+    (json.dumps({"format": FORMAT, "boot_id": "boot-1", "cgroups": [_entry(), _entry(min=-1)]}).encode(),
+     "cgroups[1].min"),
+    (json.dumps({"format": FORMAT, "boot_id": "boot-1", "cgroups": [_entry(high="max")]}).encode(),
+     "cgroups[0].high"),
+    (json.dumps({"format": FORMAT, "boot_id": "boot-1", "cgroups": [_entry(sets_high=1)]}).encode(),
+     "cgroups[0].sets_high"),
+    (json.dumps({"format": FORMAT, "boot_id": "boot-1", "cgroups": [{"rel": "a"}]}).encode(), "cgroups[0]"),
+])
+def test_a_damaged_or_hostile_record_gives_nothing_back_and_says_what_is_wrong(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture, body: bytes, named: str) -> None:
+    (tmp_path / "state.json.memqos").write_bytes(body)
+    with caplog.at_level(logging.ERROR, "coloc.state"):
+        assert HeldMemoryRecord(tmp_path / "state.json", "boot-1").load() == {}
+    assert len(caplog.records) == 1
+    line = caplog.records[0].getMessage()
+    assert "state.json.memqos" in line and named in line, line
+    assert (tmp_path / "state.json.memqos").read_bytes() == body, "the record was changed"
+
+
+def test_a_record_that_cannot_be_written_is_said_and_does_not_raise(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    if os.geteuid() == 0:
+        blocked = tmp_path / "file"
+        blocked.write_text("")
+        state = blocked / "state.json"  # a directory that is a file: refused even to root
+    else:
+        (tmp_path / "ro").mkdir(mode=0o500)
+        state = tmp_path / "ro" / "state.json"
+    with caplog.at_level(logging.WARNING, "coloc.state"):
+        HeldMemoryRecord(state, "boot-1").save(HELD)
+    assert any("memory QoS record not written" in r.getMessage() for r in caplog.records)
