@@ -329,8 +329,6 @@ async def fanout(sock: str, agent: subprocess.Popen[str], subscribers: int, even
     }
 
 
-
-
 async def client_main(args: argparse.Namespace, sock: str, agent: subprocess.Popen[str],
                       workdir: str) -> dict[str, object]:
     assert agent.stdout is not None

@@ -77,8 +77,6 @@ time.sleep(3600)
 """
 
 
-
-
 class Node:
     def __init__(self, h: Hierarchy, node_mib: int) -> None:
         self.h = h

@@ -20,7 +20,6 @@ from qos.model import Resources, Source, Tier, Workload
 log = logging.getLogger("coloc.standalone")
 
 
-
 def parse_yarn_container(name: str) -> tuple[str, int] | None:
     """`container_…` → (application id, container sequence), or None when the name is not a container id."""
     try:

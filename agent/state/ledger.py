@@ -87,7 +87,6 @@ class LedgerConfig:
             raise ValueError(f"epoch_clock_skew_s: must be in [0, 86400], got {self.epoch_clock_skew_s}")
 
 
-
 def read_boot_id(path: str = BOOT_ID_PATH) -> str:
     try:
         return Path(path).read_text().strip()

@@ -52,8 +52,6 @@ async def ack(c: AgentClient, epoch: int = 1) -> LedgerView:
     return view
 
 
-
-
 async def churn(agent: Agent, c: AgentClient, stop: asyncio.Event, rng: random.Random,
                 n: dict[str, int] | None = None) -> dict[str, int]:
     """Containers come and go under the agent's root; launches are admitted through the API and start.

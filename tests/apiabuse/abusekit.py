@@ -45,8 +45,6 @@ GRPC_HEADERS = [(":method", "POST"), (":scheme", "http"), (":authority", "agent"
 EMPTY_REQUEST = b"\x00\x00\x00\x00\x00"  # a gRPC message prefix of an empty message
 
 
-
-
 @dataclass
 class Figures:
     """What one abuse window measured."""

@@ -101,10 +101,6 @@ def test_tcp_without_tls_and_client_certificates_is_refused_at_start_up(tmp_path
     assert "Traceback" not in run.stderr
 
 
-
-
-
-
 async def _call(address: str, d: Path, client: str | None) -> dict[str, str]:
     creds = grpc.ssl_channel_credentials(
         (d / "ca.pem").read_bytes(),

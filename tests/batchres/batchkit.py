@@ -67,8 +67,6 @@ def controller(url: str, writer: CgroupWriter, *, resync_s: float = 30.0, watch:
     return ctl, kubelet
 
 
-
-
 def read(path: Path) -> str:
     return path.read_text().strip()
 

@@ -30,8 +30,6 @@ BUSY = [sys.executable, "-c", "while True: pass"]
 SLEEP = ["sleep", "60"]
 
 
-
-
 @pytest.mark.xdist_group("cpu")
 def test_busy_process_usage_rises_then_quota_throttles_it(real_root: RealRoot) -> None:
     need_v1(real_root, "cpu", "cpuacct")

@@ -32,10 +32,6 @@ pytestmark = pytest.mark.cgroups
 GIB = 1 << 30
 
 
-
-
-
-
 class OtherWriters:
     """The kubelet, the container runtime and the NodeManager, by the writes they make (cgroupfs, v1)."""
 

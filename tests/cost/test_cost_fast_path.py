@@ -42,10 +42,6 @@ def _config(root: str, trigger: str) -> AgentConfig:
     )
 
 
-
-
-
-
 def _unified_only_v1() -> RealRoot:
     """A root made in the v1 hierarchies only: the cgroup2 tree has no such directory, so no PSI for it."""
     return real_root_or_skip(dataclasses.replace(discover(), unified=None))

@@ -246,8 +246,6 @@ def be_knobs(state: dict[str, str], real_root: RealRoot) -> dict[str, str]:
     return {k: v for k, v in state.items() if any(k.startswith(b + "/") for b in be)}
 
 
-
-
 def root_mount_options(pid: int) -> list[str]:
     for line in Path(f"/proc/{pid}/mountinfo").read_text().splitlines():
         fields = line.split()
@@ -265,8 +263,6 @@ def wait_alive(pred: Callable[[], bool], timeout: float, proc: subprocess.Popen[
             return
         time.sleep(0.1)
     raise AssertionError(f"timed out after {timeout} s:\n{log.read_text()[-4000:]}")
-
-
 
 
 def kubelet_layout(real_root: RealRoot) -> None:

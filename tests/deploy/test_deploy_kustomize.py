@@ -48,7 +48,6 @@ def test_the_validator_catches_a_broken_daemonset(breakage: str) -> None:
         kv.validate(ds, NEWEST, strict=True)
 
 
-
 @pytest.fixture(autouse=True)
 def _host_ip(monkeypatch: pytest.MonkeyPatch) -> None:
     """What the downward API gives the pod (`metrics.bind: env:HOST_IP`)."""

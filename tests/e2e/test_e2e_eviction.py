@@ -46,8 +46,6 @@ async def _settle(real_root: RealRoot, rels: list[str], mib: dict[str, int]) -> 
         reader.close()
 
 
-
-
 def _layout(real_root: RealRoot) -> tuple[dict[str, int], dict[str, int]]:
     mib = {"besteffort/low-small": 40, "besteffort/low-big": 200, "besteffort/high": 60, "hp": 60}
     pids = {rel: _hold(real_root, rel, m) for rel, m in mib.items()}

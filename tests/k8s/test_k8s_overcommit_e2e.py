@@ -52,10 +52,6 @@ FIX = Path(__file__).resolve().parent.parent / "fixtures"
 GIB = 1 << 30
 
 
-
-
-
-
 def _snapshot(*results: object, at: float) -> NodeSnapshot:
     workloads = tuple(w for r in results for w in r.workloads)  # type: ignore[attr-defined]
     stale = {

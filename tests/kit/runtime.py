@@ -57,11 +57,8 @@ def start_runtime(real_root: RealRoot, **kw: object) -> Runtime:
     return build(runtime_config(real_root.name, **kw))  # type: ignore[arg-type]
 
 
-
-
 def spawn_hp(real_root: RealRoot, rel: str, threads: int, counter: Path) -> None:
     real_root.spawn(rel, workload_argv("hp", threads, counter))
-
 
 
 def quota_file(real_root: RealRoot) -> Path:

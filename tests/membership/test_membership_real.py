@@ -37,8 +37,6 @@ YARN_C = f"{YARN_DIR}/container_1700000000000_0001_01_000002"
 SLEEP = ["sleep", "60"]
 
 
-
-
 def _write(real_root: RealRoot, ctrl: str, rel: str, name: str, value: str) -> None:
     (real_root.path(ctrl, rel) / name).write_text(value)
 

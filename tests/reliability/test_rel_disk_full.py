@@ -55,8 +55,6 @@ def fill(d: Path) -> Path:
     return blob
 
 
-
-
 async def admit(sock: str, i: int) -> tuple[str, str]:
     """The Admit's outcome: ("accepted"|"refused"|<status code>, message)."""
     req = AdmitRequest(f"local/batch/disk-{i}", "app-disk", Source.LOCAL, Resources(1, 1 << 20),

@@ -34,12 +34,6 @@ PORT = 19316  # the shipped config's
 KNOBS = ("cpuset.cpus", "cpu.max", "cpu.weight", "cpu.idle", "memory.max", "memory.high")
 
 
-
-
-
-
-
-
 def _below(tier: str) -> dict[str, str]:
     """Every knob file of every cgroup below the tier."""
     out = {}

@@ -50,8 +50,6 @@ def _uid(n: int, k: int) -> str:
     return f"0a1b2c3d-0000-4000-8000-{n:06d}{k:06d}"
 
 
-
-
 def _podlist(n: int) -> dict[str, Any]:
     """The checked-in kubelet payload's BE pod twice: with batch requests, and asking for nothing."""
     items = [batch_pod(f"exec-{n}-1", _uid(n, 1), cpu="300", memory="256Mi"),
@@ -79,8 +77,6 @@ def _admitted(n: int) -> list[AdmitRequest]:
                      source=Source.YARN, resources=Resources(100, 64 << 20), request_id=f"am-{n}",
                      tags=(("yunikorn.apache.org/username", "bob"),)),
     ]
-
-
 
 
 def _start(root: RealRoot, d: Path, n: int, kubelet_url: str, nm_url: str) -> subprocess.Popen[bytes]:

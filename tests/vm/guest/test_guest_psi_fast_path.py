@@ -46,8 +46,6 @@ def _quota_milli(cpu_max: str) -> int | None:
     return None if quota == "max" else int(quota) * 1000 // int(period)
 
 
-
-
 async def test_psi_trigger_mode_cuts_be_after_an_hp_stall_on_the_systemd_layout(
         systemd_pods: SystemdPods) -> None:
     hp = systemd_pods.pod("burstable", CPUWeight=80)

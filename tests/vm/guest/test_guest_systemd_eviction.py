@@ -26,8 +26,6 @@ pytestmark = [pytest.mark.guest, pytest.mark.cgroups, pytest.mark.slow]
 MIB = 1 << 20
 
 
-
-
 async def test_a_be_memory_hog_in_a_systemd_scope_is_evicted_and_hp_is_untouched(
         systemd_pods: SystemdPods, tmp_path: Path) -> None:
     hp = systemd_pods.pod("burstable", CPUWeight=40)

@@ -20,8 +20,6 @@ pytestmark = [pytest.mark.guest, pytest.mark.cgroups]
 BUSY = [sys.executable, "-c", "while True: pass"]
 
 
-
-
 def test_cpu_max_is_written_in_the_kernel_format_and_caps_a_busy_loop(real_root: RealRoot) -> None:
     rel = real_root.mkcg("besteffort/busy")
     real_root.spawn(rel, BUSY)

@@ -28,8 +28,6 @@ MIB = 1 << 20
 HOG = "import time\nkeep = [b'x' * (1 << 20) for _ in range({mib})]\ntime.sleep(60)"
 
 
-
-
 def _events(real_root: RealRoot, rel: str, name: str) -> dict[str, int]:
     path = real_root.path("unified", rel) / name
     return parse_kv(path.read_bytes(), str(path))
