@@ -354,6 +354,13 @@ class CgroupWriter:
                                                                                     low_bytes)
         return same and (not high or MEM_HIGH.equal(MEM_HIGH.read(self, rel), high_bytes))
 
+    def memory_cap_is(self, rel: str, high_bytes: int | None, max_bytes: int | None) -> bool:
+        """Whether `memory.high` (v1: the soft limit) and `memory.max` (v1: `memory.limit_in_bytes`) read as
+        these values (None: unlimited), in whole pages as the kernel keeps them. A read, never a write."""
+        rel = check_rel(rel)
+        return (MEM_HIGH.equal(MEM_HIGH.read(self, rel), high_bytes)
+                and MEM_LIMIT.equal(MEM_LIMIT.read(self, rel), max_bytes))
+
     def set_cpu_burst(self, rel: str, burst_us: int) -> bool:
         """`cpu.cfs_burst_us` (v1) / `cpu.max.burst` (v2); a file write (systemd has no property for it)."""
         if burst_us < 0:

@@ -95,7 +95,7 @@ def build_limits(rt: Runtime) -> Limits:
     layout = make_layout(rt.cfg, rt.hierarchy)
     limits = batch_limits.build(rt.cfg.batch_limits, rt.sources.kubelet, rt.writer, layout,
                                 lambda: policy_settings(rt)[0].suppression, rt.sources.yarn,
-                                lambda: batch_memory(rt))
+                                lambda: batch_memory(rt), state_path=rt.cfg.state.path)
     wanted = rt.cfg.resource_qos.turned_on or rt.cfg.sources.nodeslo.enabled
     return limits, resource_qos.build(rt.sources.kubelet, rt.writer, layout, wanted=wanted,
                                       state_path=rt.cfg.state.path)

@@ -24,6 +24,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from agent.config.batch_limits import BatchLimitsConfig
+from agent.daemon.tier_cap import TierCapRunner
 from agent.executors.batch_limits import (
     BatchLimitsExecutor,
     PassReport,
@@ -33,13 +34,15 @@ from agent.executors.batch_limits import (
 )
 from agent.sources.kubelet import KubeletSource
 from agent.sources.yarn import NodeManagerSource
+from agent.state.held_memory import tier_cap_record
+from agent.state.ledger import read_boot_id
 from cgroups.errors import CgroupError
 from cgroups.layout import Layout
 from cgroups.watch import DirEvent, DirWatcher
 from cgroups.writer import CgroupWriter
 from qos.batch_limits import CFS_PERIOD_US, plan, pod_quota_allowed
 from qos.suppression import SuppressionConfig
-from qos.tier_memory import TierCap, tier_memory_cap
+from qos.tier_memory import tier_memory_cap
 from qos.yarn_limits import yarn_plan
 
 if TYPE_CHECKING:
@@ -56,11 +59,11 @@ class BatchLimitsController:
                  cfs_quota: Callable[[], bool] = lambda: True,
                  clock: Callable[[], float] = time.monotonic,
                  yarn: tuple[NodeManagerSource, YarnLimitsExecutor, bool] | None = None,
-                 tier: tuple[TierMemoryExecutor, Callable[[], TierCap | None]] | None = None) -> None:
+                 tier: TierCapRunner | None = None) -> None:
         self._kubelet = kubelet
         self.yarn = yarn  # the NodeManager, the YARN executor, whether containers get a CFS quota too
         self.yarn_last: YarnReport | None = None
-        self.tier = tier  # the BE tier's memory cap: its executor and the cap in force now
+        self.tier = tier  # the BE tier's memory cap
         self.executor = executor
         self._layout = layout
         self._dir_of = dir_of  # rel -> absolute directory in the hierarchy watched (cpu)
@@ -270,7 +273,7 @@ class BatchLimitsController:
 
     async def _pass_async(self) -> PassReport:
         if self.tier is not None:
-            self.tier[0].apply(self.tier[1]())
+            await self.tier.pass_async()
         self.yarn_pass()
         return self.pass_once()
 
@@ -299,18 +302,22 @@ async def _first(stop: asyncio.Event, kick: asyncio.Event, timeout: float) -> bo
 def build(cfg: BatchLimitsConfig, kubelet: KubeletSource | None, writer: CgroupWriter, layout: Layout,
           suppression: Callable[[], SuppressionConfig],
           nodemanager: NodeManagerSource | None = None,
-          batch_memory: Callable[[], int | None] = lambda: None) -> BatchLimitsController | None:
+          batch_memory: Callable[[], int | None] = lambda: None,
+          state_path: str = "") -> BatchLimitsController | None:
     """The controller the daemon runs (None when off, or with neither the kubelet nor the NodeManager).
-    `suppression` gives the suppression settings in force (the NodeSLO's, else the YAML's)."""
+    `suppression` gives the suppression settings in force (the NodeSLO's, else the YAML's). The BE tier's
+    cap is recorded beside `state_path` ("" keeps no record); where no controller runs, a cap an earlier
+    run recorded is lifted here, once, if it is still in place."""
     yarn = None
     if cfg.yarn and nodemanager is not None:
         yarn = (nodemanager, YarnLimitsExecutor(writer, layout.yarn_root()), cfg.yarn_cpu_quota)
+    record = tier_cap_record(state_path, read_boot_id()) if state_path else None
+    tier = TierCapRunner(
+        TierMemoryExecutor(writer, layout.tier("besteffort")),
+        lambda: tier_memory_cap(batch_memory(), cfg.tier_memory, cfg.tier_memory_high_percent), record)
     if not cfg.enabled or (kubelet is None and yarn is None and cfg.tier_memory == "off"):
+        tier.give_back()
         return None
-    tier = None
-    if cfg.tier_memory != "off":
-        tier = (TierMemoryExecutor(writer, layout.tier("besteffort")),
-                lambda: tier_memory_cap(batch_memory(), cfg.tier_memory, cfg.tier_memory_high_percent))
 
     def cfs_quota() -> bool:
         if cfg.cfs_quota != "auto":
@@ -322,7 +329,8 @@ def build(cfg: BatchLimitsConfig, kubelet: KubeletSource | None, writer: CgroupW
                  "(a v1 parent's quota may not be below a child's); their shares and the tier bound them")
     return BatchLimitsController(kubelet, BatchLimitsExecutor(writer), layout,
                                  lambda rel: writer.path("cpu", rel), resync_s=cfg.resync_s,
-                                 watch=cfg.on_creation, cfs_quota=cfs_quota, yarn=yarn, tier=tier)
+                                 watch=cfg.on_creation, cfs_quota=cfs_quota, yarn=yarn,
+                                 tier=tier if cfg.tier_memory != "off" or record is not None else None)
 
 
 MAX_SERIES_PODS = 1000  # per-pod series beyond this many BE pods are left out (the counts still cover all)

@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING
 from agent.executors.resource_qos import HeldLimits, ResourceQosExecutor
 from agent.sources.nodeslo_map import ResourceQos
 from agent.sources.qos_pods import QosKubeletSource
-from agent.state.held_memory import HeldMemoryRecord
+from agent.state.held_memory import Held, memory_record
+from agent.state.held_record import HeldRecord
 from agent.state.ledger import read_boot_id
 from cgroups.errors import CgroupError
 from cgroups.layout import Layout
@@ -61,7 +62,7 @@ class Plans:
 class ResourceQosRunner:
     def __init__(self, source: QosKubeletSource, settings: Callable[[], ResourceQos], writer: CgroupWriter,
                  layout: Layout, node_allocatable_memory: int, announce: bool = True,
-                 record: HeldMemoryRecord | None = None) -> None:
+                 record: HeldRecord[Held] | None = None) -> None:
         self._source = source
         self._settings = settings
         self._layout = layout
@@ -171,7 +172,7 @@ def build(source: object, writer: CgroupWriter, layout: Layout, *, wanted: bool,
     QoS an earlier run recorded beside `state_path` ("" keeps no record)."""
     if not isinstance(source, QosKubeletSource) or source.resource_qos is None:
         return None
-    record = HeldMemoryRecord(state_path, read_boot_id()) if state_path else None
+    record = memory_record(state_path, read_boot_id()) if state_path else None
     return ResourceQosRunner(source, source.resource_qos, writer, layout,  # type: ignore[arg-type]
                              node_allocatable_memory(), announce=wanted, record=record)
 

@@ -270,9 +270,24 @@ class TierMemoryExecutor:
 
     def __init__(self, writer: CgroupWriter, tier: str) -> None:
         self._writer = writer
-        self._tier = tier
+        self.tier = tier
         self.cap: TierCap | None = None  # what this executor has in place (None: nothing of ours)
         self.error = ""
+
+    def adopt(self, caps: tuple[TierCap, ...]) -> bool:
+        """Take as this executor's the cap of `caps` (what an earlier run of this boot recorded as possibly
+        in place) the tier's limits still read as; False when none does (gone, or another writer's since)."""
+        if self.cap is not None:
+            return False
+        for cap in caps:
+            try:
+                if cap != TierCap(None, None) and self._writer.memory_cap_is(self.tier, cap.high_bytes,
+                                                                             cap.max_bytes):
+                    self.cap = cap
+                    return True
+            except CgroupError:
+                return False
+        return False
 
     def apply(self, cap: TierCap | None) -> bool:
         """True when something was written."""
@@ -284,15 +299,15 @@ class TierMemoryExecutor:
             wrote = False
             if cap.max_bytes is None or (self.cap is not None and self.cap.max_bytes is not None
                                          and cap.max_bytes >= self.cap.max_bytes):
-                wrote |= self._writer.set_memory_limit(self._tier, cap.max_bytes)
-                wrote |= self._writer.set_memory_high(self._tier, cap.high_bytes)
+                wrote |= self._writer.set_memory_limit(self.tier, cap.max_bytes)
+                wrote |= self._writer.set_memory_high(self.tier, cap.high_bytes)
             else:
-                wrote |= self._writer.set_memory_high(self._tier, cap.high_bytes)
-                wrote |= self._writer.set_memory_limit(self._tier, cap.max_bytes)
+                wrote |= self._writer.set_memory_high(self.tier, cap.high_bytes)
+                wrote |= self._writer.set_memory_limit(self.tier, cap.max_bytes)
         except CgroupError as err:
             self.error = str(err)
             log.warning("BE tier memory cap not in place", extra={"fields": {
-                "cgroup": self._tier, "high": cap.high_bytes, "max": cap.max_bytes, "error": self.error}})
+                "cgroup": self.tier, "high": cap.high_bytes, "max": cap.max_bytes, "error": self.error}})
             return False
         self.error = ""
         self.cap = None if cap == TierCap(None, None) else cap

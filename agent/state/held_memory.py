@@ -1,39 +1,40 @@
-"""The memory QoS values the agent has put in place, kept on disk beside the state file (`<state>.memqos`).
+"""Memory values the agent has put in place, recorded beside the state file (`agent/state/held_record.py`).
 
-The executor gives back the kernel's defaults where a plan stops naming a cgroup it holds; what it holds
-lived only in memory, so memory QoS turned off while the agent was down (a NodeSLO changed, the YAML
-edited for the restart) left the values of the run before in place for good. A sweep of every pod's
-`memory.min` would fight the kubelet, whose MemoryQoS gate writes the same files; this record lets the
-next run give back only what it can tell is still its own: a cgroup whose files still hold the values
-recorded here (`ResourceQosExecutor.adopt_memory`). A value changed since is another writer's and is left.
-
-Cgroups do not outlive a boot, so the record names the boot it was made in; another boot's is ignored.
-A file that is damaged or not ours gives nothing back (said once): the cost is a leftover, never a write.
+`<state>.memqos`, memory QoS: the next run of the same boot takes as its own each recorded cgroup whose
+`memory.min` / `memory.low` (and a container's `memory.high`) still read as recorded
+(`ResourceQosExecutor.adopt_memory`), so memory QoS turned off while the agent was down is given back there,
+and nowhere the kubelet's MemoryQoS gate (which writes the same files) has written since.
+`<state>.tiercap`, the BE tier's memory cap: taken as the agent's when the tier's limits still read as one of
+the recorded caps (`TierMemoryExecutor.adopt`), so a run with the cap off lifts it.
 """
 
 from __future__ import annotations
 
-import json
-import logging
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from agent.state.errors import StateFileError
-from agent.state.persist import StateStore
+from agent.state.held_record import HeldRecord
 from cgroups.errors import PathOutsideRoot
 from cgroups.paths import check_rel
 from qos.memory_qos import MemoryValues
+from qos.tier_memory import TierCap
 
-log = logging.getLogger("coloc.state")
-
-FORMAT = "coloc-agent/memory-qos/v1"
-MAX_BYTES = 16 << 20  # ~100 bytes a cgroup: far beyond any node's pods and containers
+Held = dict[str, MemoryValues]
 
 
-def _entry(v: MemoryValues) -> dict[str, Any]:
-    return {"rel": v.rel, "min": v.min_bytes, "low": v.low_bytes, "high": v.high_bytes,
-            "sets_high": v.sets_high}
+def checked_rel(value: Any, where: str) -> str:
+    """A recorded cgroup path, refused (ValueError naming `where`) when it is not inside the root."""
+    try:
+        return check_rel(value, where)
+    except PathOutsideRoot as err:
+        raise ValueError(str(err)) from None
+
+
+def optional_bytes(value: Any, where: str) -> int | None:
+    if value is not None and (type(value) is not int or value < 0):
+        raise ValueError(f"{where}: must be null or an integer >= 0, got {value!r}")
+    return value
 
 
 def _value(d: Any, i: int) -> MemoryValues:
@@ -43,62 +44,75 @@ def _value(d: Any, i: int) -> MemoryValues:
     for key in ("min", "low"):
         if type(d[key]) is not int or d[key] < 0:
             raise ValueError(f"{where}.{key}: must be an integer >= 0, got {d[key]!r}")
-    if d["high"] is not None and (type(d["high"]) is not int or d["high"] < 0):
-        raise ValueError(f"{where}.high: must be null or an integer >= 0, got {d['high']!r}")
+    high = optional_bytes(d["high"], f"{where}.high")
     if type(d["sets_high"]) is not bool:
         raise ValueError(f"{where}.sets_high: must be true or false, got {d['sets_high']!r}")
-    try:
-        rel = check_rel(d["rel"], f"{where}.rel")
-    except PathOutsideRoot as err:
-        raise ValueError(str(err)) from None
-    return MemoryValues(rel, d["min"], d["low"], d["high"], d["sets_high"])
+    return MemoryValues(checked_rel(d["rel"], f"{where}.rel"), d["min"], d["low"], high, d["sets_high"])
 
 
-def decode(data: bytes, boot_id: str) -> dict[str, MemoryValues]:
-    """The recorded values by cgroup; {} for another boot's record; ValueError naming what is wrong."""
-    body = json.loads(data)
-    if not isinstance(body, dict) or body.get("format") != FORMAT:
-        raise ValueError(f"format: not {FORMAT!r}")
-    if not isinstance(body.get("boot_id"), str) or not isinstance(body.get("cgroups"), list):
-        raise ValueError("boot_id must be a string and cgroups a list")
-    if not boot_id or body["boot_id"] != boot_id:
+class MemoryCodec:
+    format = "coloc-agent/memory-qos/v1"
+    key = "cgroups"
+    what = "memory QoS"
+
+    def empty(self) -> Held:
         return {}
-    values = [_value(d, i) for i, d in enumerate(body["cgroups"])]
-    return {v.rel: v for v in values}
+
+    def encode(self, value: Mapping[str, MemoryValues]) -> Any:
+        return [{"rel": v.rel, "min": v.min_bytes, "low": v.low_bytes, "high": v.high_bytes,
+                 "sets_high": v.sets_high} for v in (value[rel] for rel in sorted(value))]
+
+    def decode(self, payload: Any) -> Held:
+        if not isinstance(payload, list):
+            raise ValueError("cgroups: must be a list")
+        values = [_value(d, i) for i, d in enumerate(payload)]
+        return {v.rel: v for v in values}
 
 
-def encode(held: Mapping[str, MemoryValues], boot_id: str) -> bytes:
-    body = {"format": FORMAT, "boot_id": boot_id, "cgroups": [_entry(held[rel]) for rel in sorted(held)]}
-    return json.dumps(body, sort_keys=True, separators=(",", ":")).encode() + b"\n"
+FORMAT = MemoryCodec.format
 
 
-class HeldMemoryRecord:
-    """`<state file>.memqos`: read once at start, replaced whenever what the executor holds changes."""
+def memory_record(state_path: str | Path, boot_id: str) -> HeldRecord[Held]:
+    """`<state file>.memqos`."""
+    return HeldRecord(state_path, "memqos", boot_id, MemoryCodec())
 
-    def __init__(self, state_path: str | Path, boot_id: str) -> None:
-        state = Path(state_path)
-        self.path = state.with_name(f"{state.name}.memqos")
-        self._boot_id = boot_id
-        self._store = StateStore(self.path)
 
-    def load(self) -> dict[str, MemoryValues]:
-        """What the run before held in this boot; {} when there is no record or it cannot be trusted."""
-        try:
-            with open(self.path, "rb") as f:
-                data = f.read(MAX_BYTES + 1)
-            if len(data) > MAX_BYTES:
-                raise ValueError(f"larger than {MAX_BYTES} bytes")
-            return decode(data, self._boot_id)
-        except FileNotFoundError:
-            return {}
-        except (OSError, ValueError) as err:
-            log.error("memory QoS record %s is unusable (%s): values an earlier run left are not given back",
-                      self.path, err)
-            return {}
+HeldCaps = tuple[str, tuple[TierCap, ...]] | None  # the tier's cgroup and the caps that may be ours there
 
-    def save(self, held: Mapping[str, MemoryValues]) -> None:
-        """Durably replace the record (an empty `held` removes nothing: it records that nothing is held)."""
-        try:
-            self._store.write_bytes(encode(held, self._boot_id))
-        except StateFileError as err:
-            log.warning("memory QoS record not written: %s", err)
+
+def _cap(d: Any, i: int) -> TierCap:
+    where = f"tier_cap.caps[{i}]"
+    if not isinstance(d, dict) or set(d) != {"high", "max"}:
+        raise ValueError(f"{where}: must be an object with high, max")
+    return TierCap(optional_bytes(d["high"], f"{where}.high"), optional_bytes(d["max"], f"{where}.max"))
+
+
+class TierCapCodec:
+    """The BE tier's memory cap: null (none of ours), or the tier and the caps that may be in place (the one
+    held, and, recorded before a change is written, the one about to be)."""
+
+    format = "coloc-agent/tier-cap/v1"
+    key = "tier_cap"
+    what = "BE tier memory cap"
+
+    def empty(self) -> HeldCaps:
+        return None
+
+    def encode(self, value: HeldCaps) -> Any:
+        if value is None:
+            return None
+        rel, caps = value
+        return {"rel": rel, "caps": [{"high": c.high_bytes, "max": c.max_bytes} for c in caps]}
+
+    def decode(self, payload: Any) -> HeldCaps:
+        if payload is None:
+            return None
+        caps = payload.get("caps") if isinstance(payload, dict) else None
+        if not isinstance(payload, dict) or set(payload) != {"rel", "caps"} or not isinstance(caps, list):
+            raise ValueError("tier_cap: must be null or an object with rel and a list caps")
+        return checked_rel(payload["rel"], "tier_cap.rel"), tuple(_cap(d, i) for i, d in enumerate(caps))
+
+
+def tier_cap_record(state_path: str | Path, boot_id: str) -> HeldRecord[HeldCaps]:
+    """`<state file>.tiercap`."""
+    return HeldRecord(state_path, "tiercap", boot_id, TierCapCodec())

@@ -4,15 +4,23 @@ only ours."""
 
 from __future__ import annotations
 
+import json
+import signal
 import sys
 import time
+from pathlib import Path
 
 import pytest
+from kit.agentproc import kubelet_node_config, running_agent
+from kit.fakes.kubelet import FakeKubelet
+from kit.poll import holds, wait
 from kit.realcg import RealRoot
 
+from agent.daemon.tier_cap import TierCapRunner
 from agent.executors.batch_limits import TierMemoryExecutor
+from agent.state.held_memory import tier_cap_record
 from cgroups.writer import CgroupWriter
-from qos.tier_memory import HIGH, HIGH_MAX, OFF, tier_memory_cap
+from qos.tier_memory import HIGH, HIGH_MAX, OFF, TierCap, tier_memory_cap
 
 pytestmark = [pytest.mark.cgroups]
 MI = 1 << 20
@@ -45,3 +53,97 @@ def test_tier_cap_modes_on_v1(real_root: RealRoot) -> None:
     assert ex.apply(tier_memory_cap(1024 * MI, OFF))
     assert int((mem / "memory.soft_limit_in_bytes").read_text()) == UNLIMITED_V1
     assert ex.cap is None and not ex.apply(tier_memory_cap(0, OFF)), "nothing of ours left to lift"
+
+
+def _limit(real_root: RealRoot) -> int:
+    return int((real_root.path("memory", "besteffort") / "memory.limit_in_bytes").read_text())
+
+
+def test_a_cap_a_killed_agent_left_is_lifted_by_the_next_run_unless_another_writer_changed_it(
+        real_root: RealRoot, tmp_path: Path) -> None:
+    """Real `coloc-agent run` processes on real v1 cgroups; the kubelet is a local HTTP server serving an
+    empty PodList in the kubelet's format. A run capping the BE tier (`high+max`) is SIGKILLed; the next run,
+    with the cap off (batch limits off altogether, then the cap alone off), lifts the cap it finds still its
+    own, and leaves one another writer set meanwhile."""
+    if not real_root.hierarchy.is_v1("memory"):
+        pytest.skip("v1 memory files (the cap on v2: test_batchres_v2.py)")
+    real_root.mkcg("besteffort")
+    pods = tmp_path / "pods.json"
+    pods.write_text(json.dumps({"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": []}))
+    log = tmp_path / "agent.log"
+
+    def config(**batch_limits: object) -> Path:
+        return kubelet_node_config(tmp_path, real_root.name, fake.url, resync_s=1,
+                                   batch_limits={"resync_s": 1, **batch_limits})
+
+    def capped_then_killed() -> int:
+        with running_agent(config(tier_memory="high+max"), log) as agent:
+            assert wait(lambda: _limit(real_root) < UNLIMITED_V1, 30), log.read_text()[-3000:]
+            cap = _limit(real_root)
+            assert wait((tmp_path / "state.json.tiercap").exists, 10), "the cap was not recorded"
+            agent.send_signal(signal.SIGKILL)
+            agent.wait(timeout=10)
+        assert _limit(real_root) == cap, "the cap went with the agent"
+        return cap
+
+    with FakeKubelet(pods) as fake:
+        capped_then_killed()
+        with running_agent(config(enabled=False), log) as again:  # batch limits off: no controller at all
+            assert wait(lambda: _limit(real_root) == UNLIMITED_V1, 30), log.read_text()[-3000:]
+            assert again.poll() is None
+        cap = capped_then_killed()
+        theirs = cap // 2 // 4096 * 4096  # another writer (an operator, a kubelet reservation) meanwhile
+        (real_root.path("memory", "besteffort") / "memory.limit_in_bytes").write_text(str(theirs))
+        with running_agent(config(tier_memory="off"), log) as again:
+            assert holds(lambda: _limit(real_root) == theirs, 3.0), "another writer's limit was lifted"
+            assert again.poll() is None
+
+
+class _Killed(Exception):
+    pass
+
+
+class _KilledAfterWriting(TierMemoryExecutor):
+    def apply(self, cap: TierCap | None) -> bool:
+        super().apply(cap)
+        raise _Killed  # the agent dies here: after the write, before the record's next update
+
+
+async def test_a_cap_is_recorded_before_it_is_written(real_root: RealRoot, tmp_path: Path) -> None:
+    """A run killed between its write of a new cap and the record's next update: the next run still
+    knows the cap for its own (real v1 cgroups)."""
+    if not real_root.hierarchy.is_v1("memory"):
+        pytest.skip("v1 memory files")
+    real_root.mkcg("besteffort")
+    writer = CgroupWriter(real_root.hierarchy, real_root.name)
+    record = tier_cap_record(tmp_path / "state.json", "boot-1")
+    first = TierCapRunner(TierMemoryExecutor(writer, "besteffort"),
+                          lambda: tier_memory_cap(512 * MI, HIGH_MAX), record)
+    assert await first.pass_async()
+    assert _limit(real_root) == 512 * MI
+    assert record.load() == ("besteffort", (tier_memory_cap(512 * MI, HIGH_MAX),))
+    # the budget grows; the run dies once the looser cap is written
+    second = TierCapRunner(_KilledAfterWriting(writer, "besteffort"),
+                           lambda: tier_memory_cap(768 * MI, HIGH_MAX), record)
+    with pytest.raises(_Killed):
+        await second.pass_async()
+    assert _limit(real_root) == 768 * MI
+    # the next run, with the cap off, finds the cap in the record and lifts it
+    third = TierCapRunner(TierMemoryExecutor(writer, "besteffort"), lambda: tier_memory_cap(None, OFF),
+                          record)
+    assert await third.pass_async()
+    assert _limit(real_root) == UNLIMITED_V1
+    assert record.load() is None
+    assert not await third.pass_async(), "nothing of ours left"
+    # a record of another boot, or one naming another cgroup, lifts nothing
+    writer.set_memory_limit("besteffort", 256 * MI)
+    tier_cap_record(tmp_path / "state.json", "boot-2").save(("besteffort", (TierCap(None, 256 * MI),)))
+    foreign = TierCapRunner(TierMemoryExecutor(writer, "besteffort"), lambda: tier_memory_cap(None, OFF),
+                            tier_cap_record(tmp_path / "state.json", "boot-1"))
+    assert not await foreign.pass_async()
+    assert _limit(real_root) == 256 * MI
+    record.save(("burstable", (TierCap(None, 256 * MI),)))
+    elsewhere = TierCapRunner(TierMemoryExecutor(writer, "besteffort"), lambda: tier_memory_cap(None, OFF),
+                              record)
+    assert not await elsewhere.pass_async()
+    assert _limit(real_root) == 256 * MI

@@ -32,7 +32,7 @@ from agent.config.sources import KubeletConfig
 from agent.daemon.resource_qos import ResourceQosRunner
 from agent.sources.nodeslo_map import ResourceQos
 from agent.sources.qos_pods import QosKubeletSource
-from agent.state.held_memory import HeldMemoryRecord
+from agent.state.held_memory import memory_record
 from agent.state.ledger import read_boot_id
 from cgroups.discovery import Hierarchy
 from cgroups.layout import Layout
@@ -169,7 +169,7 @@ async def test_the_record_is_written_before_the_values_it_names(scene: Scene, tm
             writer = CgroupWriter(Hierarchy.v2(CGROUP2), root, units=SystemdUnits("/" + root))
             writers.append(writer)
             return ResourceQosRunner(kubelet, lambda: settings, writer, scene.layout, 4 << 30,
-                                     record=HeldMemoryRecord(tmp_path / "state.json", read_boot_id()))
+                                     record=memory_record(tmp_path / "state.json", read_boot_id()))
 
         try:
             first = runner(on_settings)
@@ -184,7 +184,7 @@ async def test_the_record_is_written_before_the_values_it_names(scene: Scene, tm
             assert scene.found() == dict.fromkeys(scene.on, DEFAULTS)
             assert second.executor.restores == 5  # all but the besteffort tier, which held 0 already
             assert second.executor.memory == {}
-            assert HeldMemoryRecord(tmp_path / "state.json", read_boot_id()).load() == {}
+            assert memory_record(tmp_path / "state.json", read_boot_id()).load() == {}
         finally:
             for w in writers:
                 if w.units is not None:

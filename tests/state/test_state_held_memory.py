@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from agent.state.held_memory import FORMAT, HeldMemoryRecord
+from agent.state.held_memory import FORMAT, memory_record, tier_cap_record
 from qos.memory_qos import MemoryValues
+from qos.tier_memory import TierCap
 
 HELD = {
     "kubepods.slice": MemoryValues("kubepods.slice", 96 << 20, 120 << 20),
@@ -26,23 +27,23 @@ HELD = {
 
 def test_what_one_run_records_the_next_run_of_the_same_boot_reads_back(tmp_path: Path) -> None:
     state = tmp_path / "state.json"
-    HeldMemoryRecord(state, "boot-1").save(HELD)
+    memory_record(state, "boot-1").save(HELD)
     path = tmp_path / "state.json.memqos"
     assert oct(path.stat().st_mode & 0o777) == "0o600"
     assert not list(tmp_path.glob(".state.json.memqos.tmp-*")), "a temporary file was left"
-    assert HeldMemoryRecord(state, "boot-1").load() == HELD
+    assert memory_record(state, "boot-1").load() == HELD
     assert json.loads(path.read_text())["format"] == FORMAT
-    HeldMemoryRecord(state, "boot-1").save({})
-    assert HeldMemoryRecord(state, "boot-1").load() == {}
+    memory_record(state, "boot-1").save({})
+    assert memory_record(state, "boot-1").load() == {}
 
 
 def test_another_boots_record_gives_nothing_back(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    HeldMemoryRecord(tmp_path / "state.json", "boot-1").save(HELD)
+    memory_record(tmp_path / "state.json", "boot-1").save(HELD)
     with caplog.at_level(logging.INFO, "coloc.state"):
-        assert HeldMemoryRecord(tmp_path / "state.json", "boot-2").load() == {}
-        assert HeldMemoryRecord(tmp_path / "state.json", "").load() == {}, "an unknown boot is not this one"
+        assert memory_record(tmp_path / "state.json", "boot-2").load() == {}
+        assert memory_record(tmp_path / "state.json", "").load() == {}, "an unknown boot is not this one"
     assert caplog.records == []  # another boot's record is expected after a reboot, not a fault
-    assert HeldMemoryRecord(tmp_path / "nothing.json", "boot-1").load() == {}
+    assert memory_record(tmp_path / "nothing.json", "boot-1").load() == {}
 
 
 def _entry(**fields: object) -> dict[str, object]:
@@ -52,7 +53,7 @@ def _entry(**fields: object) -> dict[str, object]:
 @pytest.mark.parametrize(("body", "named"), [
     (b"{not json", "memqos is unusable"),
     (json.dumps({"format": "other/v1", "boot_id": "boot-1", "cgroups": []}).encode(), "format"),
-    (json.dumps({"format": FORMAT, "boot_id": "boot-1", "cgroups": {}}).encode(), "cgroups a list"),
+    (json.dumps({"format": FORMAT, "boot_id": "boot-1", "cgroups": {}}).encode(), "cgroups: must be a list"),
     (json.dumps({"format": FORMAT, "boot_id": "boot-1", "cgroups": [_entry(rel="../../etc")]}).encode(),
      "cgroups[0].rel"),
     (json.dumps({"format": FORMAT, "boot_id": "boot-1", "cgroups": [_entry(rel="/sys/fs/cgroup")]}).encode(),
@@ -69,7 +70,7 @@ def test_a_damaged_or_hostile_record_gives_nothing_back_and_says_what_is_wrong(
         tmp_path: Path, caplog: pytest.LogCaptureFixture, body: bytes, named: str) -> None:
     (tmp_path / "state.json.memqos").write_bytes(body)
     with caplog.at_level(logging.ERROR, "coloc.state"):
-        assert HeldMemoryRecord(tmp_path / "state.json", "boot-1").load() == {}
+        assert memory_record(tmp_path / "state.json", "boot-1").load() == {}
     assert len(caplog.records) == 1
     line = caplog.records[0].getMessage()
     assert "state.json.memqos" in line and named in line, line
@@ -86,5 +87,29 @@ def test_a_record_that_cannot_be_written_is_said_and_does_not_raise(
         (tmp_path / "ro").mkdir(mode=0o500)
         state = tmp_path / "ro" / "state.json"
     with caplog.at_level(logging.WARNING, "coloc.state"):
-        HeldMemoryRecord(state, "boot-1").save(HELD)
+        memory_record(state, "boot-1").save(HELD)
     assert any("memory QoS record not written" in r.getMessage() for r in caplog.records)
+
+
+def test_the_tier_cap_record_round_trips_and_refuses_what_is_not_a_cap(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    state = tmp_path / "state.json"
+    held = ("kubepods/besteffort", (TierCap(460 << 20, 512 << 20), TierCap(None, 768 << 20)))
+    tier_cap_record(state, "boot-1").save(held)
+    assert tier_cap_record(state, "boot-1").load() == held
+    assert tier_cap_record(state, "boot-2").load() is None
+    tier_cap_record(state, "boot-1").save(None)
+    assert tier_cap_record(state, "boot-1").load() is None
+    path = tmp_path / "state.json.tiercap"
+    bad = (({"rel": "../../memory", "caps": []}, "tier_cap.rel"),
+           ({"rel": "besteffort", "caps": [{"high": None, "max": -1}]}, "tier_cap.caps[0].max"),
+           ({"rel": "besteffort", "caps": [{"max": 1}]}, "tier_cap.caps[0]"),
+           ({"rel": "besteffort"}, "tier_cap: must be null or an object"))
+    for payload, named in bad:
+        body = {"format": "coloc-agent/tier-cap/v1", "boot_id": "boot-1", "tier_cap": payload}
+        path.write_text(json.dumps(body))
+        caplog.clear()
+        with caplog.at_level(logging.ERROR, "coloc.state"):
+            assert tier_cap_record(state, "boot-1").load() is None
+        assert len(caplog.records) == 1 and named in caplog.records[0].getMessage(), caplog.records
+        assert "BE tier memory cap record" in caplog.records[0].getMessage()
