@@ -14,6 +14,7 @@ class ActionKind(enum.StrEnum):
     SET_BE_CPU_QUOTA = "set_be_cpu_quota"
     SET_BE_CPU_IDLE = "set_be_cpu_idle"
     BE_KNOB_MEMBERS = "be_knob_members"
+    RELEASE_BE_LEFT = "release_be_left"  # suppression an earlier, killed run left, released (executor only)
     EVICT = "evict"
     SET_BE_EGRESS_CEILING = "set_be_egress_ceiling"
     SET_BE_EGRESS_SOURCES = "set_be_egress_sources"

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from agent.api.server import ApiStartError, start_api_server
 from agent.config.agent import ConfigError, load_config
 from agent.daemon import batch_limits, resource_qos
+from agent.daemon.be_marker import SuppressionMarker
 from agent.daemon.logs import setup_logging
 from agent.daemon.runtime import Runtime, build, make_layout
 from agent.state import StateFileError
@@ -151,6 +152,8 @@ async def serve(config_path: str, dry_run: bool = False, ready: asyncio.Event | 
             loop.add_signal_handler(sig, stop.set)
     log.info("agent started", extra={"fields": {"node": cfg.node.node_name, "root": cfg.cgroups.root,
                                                   "dry_run": cfg.eviction.dry_run}})
+    marker = SuppressionMarker(cfg.state.path, rt.executor.be_tier)
+    marker.start(rt.executor, cfg.policies.suppression.enabled)
     sources = asyncio.create_task(rt.sources.run(stop))
     reports = asyncio.create_task(rt.reports.run(stop))
     trim = loop.call_later(STARTUP_TRIM_AFTER_S, release_startup_memory)
@@ -167,7 +170,7 @@ async def serve(config_path: str, dry_run: bool = False, ready: asyncio.Event | 
         await _settle(reports, "node reports")
         await _settle_each(limit_tasks)
         await rt.executor.drain(timeout_s=cfg.eviction.grace_period_s + 2)
-        rt.executor.release_be()
+        marker.exit(rt.executor.release_be())
         if network is not None:  # removes our egress tree (network.remove_on_exit) once `stop` is set
             await _settle(network, "network shaper")
         await api.stop(2.0)

@@ -114,6 +114,11 @@ class ActionExecutor:
         self._ended: list[ActionRecord] = []  # evictions that ended since `ended` was last read
         self._try_next: set[str] = set()
         self._network = network  # BE egress actions go here (when network control is on)
+        self._release_left = False  # at the first tick: release BE suppression an earlier run may have left
+
+    @property
+    def be_tier(self) -> str:
+        return self._be_tier
 
     @property
     def cgroup_writes(self) -> int:
@@ -170,6 +175,8 @@ class ActionExecutor:
     def _execute(self, actions: Sequence[Action], snapshot: NodeSnapshot) -> list[ActionRecord]:
         records: list[ActionRecord] = []
         members = self._be.decide(snapshot)
+        if self._release_left:
+            records.extend(self._released_left())
         for action in actions:
             if isinstance(action, Hold):
                 self.holds[(action.policy, action.reason)] += 1
@@ -349,16 +356,37 @@ class ActionExecutor:
         ended = Outcome.DONE if outcome.ok else Outcome.FAILED
         self._ended.append(self._record(policy, ActionKind.EVICT, w.key, ended, outcome.detail, numbers))
 
-    def release_be(self) -> None:
-        """At shutdown, after `drain`: lift every BE suppression this executor applied."""
+    def release_be(self) -> bool:
+        """At shutdown, after `drain`: lift every BE suppression this executor applied; False when a write
+        failed (or under dry run, where nothing is written)."""
         if self.dry_run:
-            return
+            return False
         try:
             if self._be.release():
                 log.info("BE knobs released", extra={"fields": {"tier": self._be_tier}})
         except CgroupError as err:
             self.cgroup_write_errors += 1
             log.warning("releasing BE knobs failed", extra={"fields": {"error": str(err)}})
+            return False
+        return True
+
+    def release_left(self) -> None:
+        """At the first tick, release the BE suppression an earlier, killed run may have left on the tier
+        (`agent/state/held_be.py`: only where this run does not suppress); nothing under dry run."""
+        self._release_left = not self.dry_run
+
+    def _released_left(self) -> list[ActionRecord]:
+        self._release_left = False
+        try:
+            changed = self._be.release_left()
+        except CgroupError as err:
+            self.cgroup_write_errors += 1
+            return [self._record("suppression", ActionKind.RELEASE_BE_LEFT, self._be_tier, Outcome.FAILED,
+                                 str(err))]
+        if not changed:
+            return []
+        why = "suppression is off: released what an earlier run, killed while suppressing, left on the tier"
+        return [self._record("suppression", ActionKind.RELEASE_BE_LEFT, self._be_tier, Outcome.APPLIED, why)]
 
     async def drain(self, timeout_s: float) -> None:
         """Wait for in-flight evictions (at shutdown)."""

@@ -171,6 +171,19 @@ class BeKnobs:
             changed = self.set_idle(False, tier) or changed
         return changed
 
+    def release_left(self) -> bool:
+        """Release what an earlier run may have left (it was killed before its own `release`): the tier's
+        quota lifted, the tier (v1: and its subtree) on every CPU, `cpu.idle` 0 on a tier the agent lays out
+        itself (on the kubelet's it is never set). Needs `full` (after `decide`). Each write is a
+        read-compare-write: a knob already at its default is not written."""
+        self.quota_known, self.quota_us = True, None
+        self.cpuset = self.full
+        if self.tier_owned:
+            self.idle = False
+        changed = self.release()
+        self.quota_known, self.cpuset, self.idle = False, None, None
+        return changed
+
     def follow(self, m: Membership) -> list[ActionKind]:
         """Move every knob with a wanted value onto `m` if the members changed; the kinds that changed."""
         if m == self.applied:

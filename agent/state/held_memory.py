@@ -14,27 +14,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from agent.state.held_record import HeldRecord
-from cgroups.errors import PathOutsideRoot
-from cgroups.paths import check_rel
+from agent.state.held_record import HeldRecord, checked_rel, optional_bytes
 from qos.memory_qos import MemoryValues
 from qos.tier_memory import TierCap
 
 Held = dict[str, MemoryValues]
-
-
-def checked_rel(value: Any, where: str) -> str:
-    """A recorded cgroup path, refused (ValueError naming `where`) when it is not inside the root."""
-    try:
-        return check_rel(value, where)
-    except PathOutsideRoot as err:
-        raise ValueError(str(err)) from None
-
-
-def optional_bytes(value: Any, where: str) -> int | None:
-    if value is not None and (type(value) is not int or value < 0):
-        raise ValueError(f"{where}: must be null or an integer >= 0, got {value!r}")
-    return value
 
 
 def _value(d: Any, i: int) -> MemoryValues:

@@ -20,11 +20,27 @@ from typing import Any, Generic, Protocol, TypeVar
 
 from agent.state.errors import StateFileError
 from agent.state.persist import StateStore
+from cgroups.errors import PathOutsideRoot
+from cgroups.paths import check_rel
 
 log = logging.getLogger("coloc.state")
 
 T = TypeVar("T")
 MAX_BYTES = 16 << 20  # ~100 bytes a cgroup: far beyond any node's pods and containers
+
+
+def checked_rel(value: Any, where: str) -> str:
+    """A recorded cgroup path, refused (ValueError naming `where`) when it is not inside the root."""
+    try:
+        return check_rel(value, where)
+    except PathOutsideRoot as err:
+        raise ValueError(str(err)) from None
+
+
+def optional_bytes(value: Any, where: str) -> int | None:
+    if value is not None and (type(value) is not int or value < 0):
+        raise ValueError(f"{where}: must be null or an integer >= 0, got {value!r}")
+    return value
 
 
 class Codec(Protocol[T]):

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from agent.state.held_be import suppression_record
 from agent.state.held_memory import FORMAT, memory_record, tier_cap_record
 from qos.memory_qos import MemoryValues
 from qos.tier_memory import TierCap
@@ -113,3 +114,20 @@ def test_the_tier_cap_record_round_trips_and_refuses_what_is_not_a_cap(
             assert tier_cap_record(state, "boot-1").load() is None
         assert len(caplog.records) == 1 and named in caplog.records[0].getMessage(), caplog.records
         assert "BE tier memory cap record" in caplog.records[0].getMessage()
+
+
+def test_the_suppression_mark_round_trips_and_a_hostile_tier_is_refused(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    state = tmp_path / "state.json"
+    suppression_record(state, "boot-1").save("kubepods/besteffort")
+    assert suppression_record(state, "boot-1").load() == "kubepods/besteffort"
+    assert suppression_record(state, "boot-2").load() is None
+    suppression_record(state, "boot-1").save(None)
+    assert suppression_record(state, "boot-1").load() is None
+    body = {"format": "coloc-agent/be-suppression/v1", "boot_id": "boot-1", "tier": "../../cpu"}
+    (tmp_path / "state.json.besuppress").write_text(json.dumps(body))
+    with caplog.at_level(logging.ERROR, "coloc.state"):
+        assert suppression_record(state, "boot-1").load() is None
+    assert len(caplog.records) == 1, caplog.records
+    line = caplog.records[0].getMessage()
+    assert "BE CPU suppression record" in line and "tier '../../cpu'" in line, line

@@ -1,0 +1,55 @@
+"""BE CPU suppression a killed agent left on the tier, with real `coloc-agent run` processes on real v1
+cgroups: the next run, with suppression off, releases the tier at its first tick; a clean exit clears the
+mark; a run that finds no mark of a run that suppressed writes nothing to the tier."""
+
+from __future__ import annotations
+
+import json
+import signal
+from pathlib import Path
+
+import pytest
+from kit.agentproc import agent_config, metric, running_agent
+from kit.poll import holds, wait
+from kit.ports import free_port
+from kit.realcg import RealRoot
+
+pytestmark = [pytest.mark.cgroups, pytest.mark.slow]
+
+
+def _quota(real_root: RealRoot) -> int:
+    return int((real_root.path("cpu", "agent/besteffort") / "cpu.cfs_quota_us").read_text())
+
+
+def test_suppression_a_killed_agent_left_is_released_by_a_run_with_suppression_off(
+        real_root: RealRoot, tmp_path: Path) -> None:
+    port = free_port()
+
+    def config(**suppression: object) -> Path:
+        return agent_config(tmp_path, f"{real_root.name}/agent", port, node={"cpus": 2},
+                            cgroups={"cleanup_on_exit": False},
+                            policies={"suppression": {"policy": "cfsQuota", **suppression}})
+
+    log = tmp_path / "agent.log"
+    mark = tmp_path / "state" / "state.json.besuppress"
+    with running_agent(config(), log) as agent:
+        tier = real_root.path("cpu", "agent/besteffort")
+        assert wait(lambda: tier.is_dir() and _quota(real_root) > 0, 30), log.read_text()[-3000:]
+        assert json.loads(mark.read_text())["tier"] == "besteffort"
+        agent.send_signal(signal.SIGKILL)
+        agent.wait(timeout=10)
+    held = _quota(real_root)
+    assert held > 0, "the quota went with the agent"
+    # suppression turned off while the agent was down: the next run releases what the killed one left
+    with running_agent(config(enabled=False), log) as again:
+        assert wait(lambda: _quota(real_root) == -1, 30), log.read_text()[-3000:]
+        assert wait(lambda: metric(port, "coloc_ticks_total") >= 2, 30)
+        again.send_signal(signal.SIGTERM)
+        assert again.wait(timeout=30) == 0, log.read_text()[-3000:]
+    assert "earlier run of this boot was killed while it suppressed" in log.read_text()
+    assert json.loads(mark.read_text())["tier"] is None, "a clean exit left the mark"
+    # a run with suppression off and no mark of a run that suppressed writes nothing to the tier
+    (real_root.path("cpu", "agent/besteffort") / "cpu.cfs_quota_us").write_text("50000")  # someone else's
+    with running_agent(config(enabled=False), log):
+        assert wait(lambda: metric(port, "coloc_ticks_total") >= 2, 30), log.read_text()[-3000:]
+        assert holds(lambda: _quota(real_root) == 50_000, 1.5), "a quota the agent never set was lifted"
