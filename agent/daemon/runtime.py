@@ -399,9 +399,9 @@ def _hooks(cfg: AgentConfig, ledger: Ledger, drain: DrainController, evictors: d
     k8s = evictors.get(Source.K8S)
     if isinstance(k8s, K8sEvictor):
         hooks += (DrainPodEvents(ledger, k8s).on_tick,)
-    if cfg.drain.cordon:
-        hooks += (DrainCordon(ledger, api_client, cfg.node.node_name,
-                              cfg.sources.kube_api.timeout_s).on_tick,)
+    # also with cordoning off: a cordon an earlier run left (its annotation says so) is lifted
+    hooks += (DrainCordon(ledger, api_client, cfg.node.node_name, cfg.sources.kube_api.timeout_s,
+                          cordon=cfg.drain.cordon).on_tick,)
     return hooks
 
 

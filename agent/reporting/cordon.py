@@ -1,13 +1,17 @@
 """Optionally cordon the Kubernetes Node while it is decommissioning, and uncordon it on recommission.
 
 Only a cordon the agent set is ever lifted: a Node an operator cordoned by hand stays cordoned. A failed
-patch is logged and retried on the next tick, never fatal.
+patch is logged and retried on the next tick, never fatal. The cordon carries the annotation
+`coloc.io/cordoned-by-agent`, and that is its record: a run that knows of no cordon of its own reads the
+Node once when the node is schedulable, and lifts a cordon that carries it (the run before was killed
+between the recommission and its uncordon, or cordoning was turned off in the config meanwhile).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -28,30 +32,55 @@ class DrainCordon:
     """A tick hook: cordon on DECOMMISSIONING/DECOMMISSIONED, uncordon when back to SCHEDULABLE."""
 
     def __init__(self, ledger: Ledger, api_client: client.ApiClient, node_name: str,
-                 timeout_s: float = 5.0) -> None:
+                 timeout_s: float = 5.0, *, cordon: bool = True) -> None:
         from kubernetes import client  # lazy: docs/dependencies.md
         self._ledger = ledger
         self._api = client.CoreV1Api(api_client)
         self._node = node_name
         self._timeout = timeout_s
-        self._cordoned: bool | None = None  # what we last set; None: nothing yet
+        self._cordon = cordon  # `drain.cordon`: off, only a cordon an earlier run left is lifted
+        self._cordoned: bool | None = None  # what we last set, or found of ours; None: nothing yet
+        self._looked = False  # whether the Node was read for a cordon an earlier run left
         self._busy = False
 
     def wanted(self) -> bool | None:
         state = self._ledger.node.lifecycle
-        if state in (Lifecycle.DECOMMISSIONING, Lifecycle.DECOMMISSIONED):
+        if self._cordon and state in (Lifecycle.DECOMMISSIONING, Lifecycle.DECOMMISSIONED):
             return True
         if state is Lifecycle.SCHEDULABLE and self._cordoned:
             return False
         return None
 
     def on_tick(self, _snap: NodeSnapshot, _outputs: NodeOutputs, _records: list[ActionRecord]) -> None:
-        want = self.wanted()
-        if want is None or want == self._cordoned or self._busy:
+        if self._busy:
             return
+        want = self.wanted()
+        if want is None and self._cordoned is None and not self._looked and \
+                self._ledger.node.lifecycle is Lifecycle.SCHEDULABLE:
+            self._start(self.look)
+        elif want is not None and want != self._cordoned:
+            self._start(lambda: self.patch(want))
+
+    def _start(self, blocking: Callable[[], object]) -> None:
         self._busy = True
-        task = asyncio.get_running_loop().create_task(asyncio.to_thread(self.patch, want))
+        task = asyncio.get_running_loop().create_task(asyncio.to_thread(blocking))
         task.add_done_callback(lambda _t: setattr(self, "_busy", False))
+
+    def look(self) -> None:
+        """Blocking: read the Node once; a cordon carrying our annotation is ours to lift. A failed read is
+        tried again at the next tick."""
+        from kubernetes.client.exceptions import ApiException  # lazy: docs/dependencies.md
+        try:
+            node = self._api.read_node(self._node, _request_timeout=self._timeout)
+        except (ApiException, HTTPError, OSError) as err:
+            log.warning("could not read node %s for a cordon an earlier run left: %s", self._node, err)
+            return
+        self._looked = True
+        annotations = (node.metadata.annotations if node.metadata is not None else None) or {}
+        if node.spec is not None and node.spec.unschedulable and annotations.get(CORDON_ANNOTATION) == "true":
+            log.info("node %s: a cordon an earlier run set is still there; lifted (the node is schedulable)",
+                     self._node)
+            self._cordoned = True
 
     def patch(self, unschedulable: bool) -> bool:
         """Blocking; True when the API server took the patch."""

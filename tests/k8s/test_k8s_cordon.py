@@ -64,3 +64,36 @@ def test_cordon_needs_the_kubernetes_api(tmp_path: Path) -> None:
     p.write_text("drain: {cordon: true}")
     with pytest.raises(ConfigError, match=r"drain\.cordon"):
         load_config(p)
+
+
+async def test_a_cordon_a_killed_run_left_is_lifted_by_the_next_run_and_an_operators_is_kept() -> None:
+    """The recommission was saved, then the agent was killed before its uncordon patch went out: the next
+    run (nothing of its own in memory) reads the Node once, finds the cordon carrying our annotation and
+    lifts it; also with cordoning turned off in its config. A cordon without the annotation is left."""
+    for cordon in (True, False):
+        with FakeApiServer(FIX / "apiserver" / "node.json", {}) as api:
+            conf = client.Configuration()
+            conf.host = api.url
+            ledger = Ledger(LedgerConfig(node_id="node-a", state_path=None))
+            killed = DrainCordon(ledger, make_api_client(KubeApiConfig(), conf), "node-a", 2.0)
+            request_drain(ledger, 1, graceful=True, timeout_s=600)
+            await _tick(killed)
+            assert api.node["spec"]["unschedulable"] is True
+            request_recommission(ledger, 1)  # saved; the run is killed before its next tick
+            again = DrainCordon(ledger, make_api_client(KubeApiConfig(), conf), "node-a", 2.0, cordon=cordon)
+            for _ in range(3):
+                await _tick(again)
+            assert api.node["spec"]["unschedulable"] is False, cordon
+            assert CORDON_ANNOTATION not in api.annotations
+
+        with FakeApiServer(FIX / "apiserver" / "node.json", {}) as api:
+            conf = client.Configuration()
+            conf.host = api.url
+            api.node["spec"]["unschedulable"] = True  # an operator's `kubectl cordon`
+            ledger = Ledger(LedgerConfig(node_id="node-a", state_path=None))
+            request_drain(ledger, 1, graceful=True, timeout_s=600)
+            request_recommission(ledger, 1)
+            again = DrainCordon(ledger, make_api_client(KubeApiConfig(), conf), "node-a", 2.0, cordon=cordon)
+            for _ in range(3):
+                await _tick(again)
+            assert api.node["spec"]["unschedulable"] is True and api.patches == []
