@@ -18,6 +18,8 @@ import platform
 import struct
 
 BPF_PROG_LOAD, BPF_PROG_ATTACH, BPF_PROG_DETACH = 5, 8, 9
+BPF_PROG_GET_FD_BY_ID, BPF_OBJ_GET_INFO_BY_FD, BPF_PROG_QUERY = 13, 15, 16
+PROG_INFO_NAME_OFFSET, PROG_INFO_LEN = 64, 80  # struct bpf_prog_info: name[16] after map_ids
 BPF_PROG_TYPE_CGROUP_SKB, BPF_CGROUP_INET_EGRESS, BPF_F_ALLOW_MULTI = 8, 1, 2
 SKB_PRIORITY_OFFSET = 32  # offsetof(struct __sk_buff, priority)
 _SYS_BPF = {"x86_64": 321, "aarch64": 280}
@@ -28,7 +30,8 @@ class BpfError(OSError):
     """bpf(2) failed; the message says which step and, for a load, what the verifier said."""
 
 
-def _bpf(cmd: int, attr: bytes) -> int:
+def _bpf_attr(cmd: int, attr: bytes) -> tuple[int, bytes]:
+    """bpf(2) with `attr`; its result and the attr as the kernel left it (a query writes counts back)."""
     nr = _SYS_BPF.get(platform.machine())
     if nr is None:
         raise BpfError(f"bpf(2): no syscall number known for {platform.machine()}")
@@ -38,7 +41,11 @@ def _bpf(cmd: int, attr: bytes) -> int:
     if r < 0:
         e = ctypes.get_errno()
         raise BpfError(e, os.strerror(e))
-    return r
+    return r, buf.raw
+
+
+def _bpf(cmd: int, attr: bytes) -> int:
+    return _bpf_attr(cmd, attr)[0]
 
 
 def load_priority_program(classid: int) -> int:
@@ -64,8 +71,69 @@ def load_priority_program(classid: int) -> int:
                        + (f"; verifier: {verifier}" if verifier else "")) from None
 
 
+def _attached_ids(cgroup_fd: int) -> list[int]:
+    """The ids of the egress programs attached to the cgroup (`BPF_PROG_QUERY`)."""
+    ids = (ctypes.c_uint32 * 64)()
+    attr = struct.pack("<IIIIQI", cgroup_fd, BPF_CGROUP_INET_EGRESS, 0, 0, ctypes.addressof(ids), len(ids))
+    try:
+        _, back = _bpf_attr(BPF_PROG_QUERY, attr)
+    except BpfError as err:
+        raise BpfError(err.errno, f"querying the programs attached: {err.strerror}") from None
+    count = struct.unpack_from("<I", back, 24)[0]  # prog_cnt, written back by the kernel
+    return list(ids[:min(count, len(ids))])
+
+
+def _is_ours(prog_id: int) -> int | None:
+    """An fd of the program `prog_id` when it is one of ours (by its name), else None."""
+    try:
+        fd = _bpf(BPF_PROG_GET_FD_BY_ID, struct.pack("<III", prog_id, 0, 0))
+    except BpfError:
+        return None  # gone meanwhile
+    info = ctypes.create_string_buffer(PROG_INFO_LEN)
+    try:
+        _bpf(BPF_OBJ_GET_INFO_BY_FD, struct.pack("<IIQ", fd, PROG_INFO_LEN, ctypes.addressof(info)))
+        name = info.raw[PROG_INFO_NAME_OFFSET:PROG_INFO_NAME_OFFSET + 16].rstrip(b"\0")
+    except BpfError:
+        name = b""
+    if name == PROG_NAME:
+        return fd
+    os.close(fd)
+    return None
+
+
+def _ours(cgroup_fd: int) -> list[int]:
+    return [fd for fd in map(_is_ours, _attached_ids(cgroup_fd)) if fd is not None]
+
+
+def ours_attached(cgroup_dir: str) -> int:
+    """How many programs of ours (by name) are attached to the cgroup's egress."""
+    cg = os.open(cgroup_dir, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fds = _ours(cg)
+        for fd in fds:
+            os.close(fd)
+        return len(fds)
+    finally:
+        os.close(cg)
+
+
+def _detach_left(cgroup_fd: int) -> int:
+    """Detach the programs of ours an earlier run left attached (it was killed before its `detach`)."""
+    n = 0
+    for fd in _ours(cgroup_fd):
+        try:
+            _bpf(BPF_PROG_DETACH, struct.pack("<IIII", cgroup_fd, fd, BPF_CGROUP_INET_EGRESS, 0))
+            n += 1
+        except BpfError:
+            pass  # detached meanwhile
+        finally:
+            os.close(fd)
+    return n
+
+
 class CgroupPriority:
-    """The program attached to one cgroup2 directory; `detach` takes it off again (idempotent)."""
+    """The program attached to one cgroup2 directory; `detach` takes it off again (idempotent). Programs of
+    ours (by name) an earlier, killed run left attached there are taken off first (`replaced` counts them)."""
 
     def __init__(self, cgroup_dir: str, classid: int) -> None:
         self.cgroup_dir = cgroup_dir
@@ -76,6 +144,7 @@ class CgroupPriority:
             os.close(self._prog)
             raise
         try:
+            self.replaced = _detach_left(self._cg)  # one program of ours, not one per crash
             _bpf(BPF_PROG_ATTACH, struct.pack("<IIII", self._cg, self._prog, BPF_CGROUP_INET_EGRESS,
                                               BPF_F_ALLOW_MULTI))
         except BpfError as err:

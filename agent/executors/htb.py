@@ -220,7 +220,8 @@ class EgressShaper:
         except (BpfError, OSError) as err:
             self._warn_once(f"egress: cannot classify YARN by cgroup at {path}: {err}")
             return
-        log.info("egress: YARN sockets classified BE by cgroup", extra={"fields": {"cgroup": str(path)}})
+        log.info("egress: YARN sockets classified BE by cgroup", extra={"fields": {
+            "cgroup": str(path), "left_by_an_earlier_run_replaced": self._yarn.replaced}})
 
     def _warn_once(self, text: str) -> None:
         if text not in self._warned:

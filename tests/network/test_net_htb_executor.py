@@ -18,6 +18,7 @@ from kit.snapshot import workload
 from net14kit import BE4, BE6, FAR4, FAR6, HP4, HP6, SENDER, Topo, topology
 
 from agent.config.network import NetworkConfig
+from agent.executors.cgroup_skb import CgroupPriority, ours_attached
 from agent.executors.htb import EgressShaper, be_addresses
 from agent.published import ActionRecord, Outcome
 from agent.sources.result import PodInfo
@@ -250,3 +251,23 @@ def test_yarn_classified_by_cgroup_with_a_cgroup_skb_program(real_root: RealRoot
 
     with topology() as t:
         asyncio.run(go(t))
+
+
+@pytest.mark.cgroups
+def test_a_program_a_killed_run_left_is_replaced_not_piled_up(real_root: RealRoot) -> None:
+    """A killed agent never detaches its cgroup_skb program (the cgroup keeps it attached after the process
+    is gone): the next run's attach takes the old one off first, so one program of ours stays, not one per
+    crash. Real bpf(2) on a real cgroup2 directory."""
+    if real_root.hierarchy.unified is None:
+        pytest.skip("no cgroup2 mount")
+    real_root.mkcg("hadoop-yarn")
+    path = str(real_root.hierarchy.unified / real_root.name / "hadoop-yarn")
+    left = CgroupPriority(path, 0x10020)
+    left._close()  # the killed run's process is gone: its fds are closed, its attachment stays
+    assert ours_attached(path) == 1
+    again = CgroupPriority(path, 0x10020)
+    try:
+        assert ours_attached(path) == 1, "a second program of ours was attached beside the old one"
+    finally:
+        again.detach()
+    assert ours_attached(path) == 0
