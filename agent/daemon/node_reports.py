@@ -35,6 +35,7 @@ class NodeReports:
         self.nodeslo = nodeslo
         self.origin_annotation: str | None = None
         self.third_party_annotation: str | None = None  # other allocators' batch holdings (and ours)
+        self._withdrawn = False  # without the YARN source: our own entry taken out (or there was none)
 
     def usage_report_age(self) -> float | None:
         """Seconds since our last NodeMetric write; None when none was written (or it is off)."""
@@ -69,6 +70,8 @@ class NodeReports:
             self.origin_annotation = read.origin
             self.third_party_annotation = read.third_party
         if self._yarn is None:
+            if not self._withdrawn and read is not None:  # our entry, left by a run that reported YARN
+                self._withdrawn = await self._annotations.awithdraw()
             return read is not None
         res = self._yarn.workloads()
         if not math.isfinite(res.age_s) or res.stale_reason:

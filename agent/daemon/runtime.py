@@ -380,9 +380,10 @@ def _egress_reader(shaper: EgressShaper | None,
 
 def yarn_entries(cfg: AgentConfig) -> tuple[str, ...]:
     """The thirdPartyAllocations entries that report the YARN this agent counts itself from its NodeManager
-    (its own entry and koord-yarn-operator's): not other allocators. None without the YARN source."""
+    (its own entry and koord-yarn-operator's): not other allocators. Without the YARN source, its own entry
+    only: one an earlier run left is stale and being withdrawn (`NodeReports`), not another allocator's."""
     if not cfg.sources.yarn.enabled:
-        return ()
+        return (cfg.sources.reporting.allocation_name,)
     return cfg.sources.reporting.allocation_name, cfg.sources.reporting.operator_entry
 
 

@@ -100,16 +100,17 @@ class NodeReporter:
                                                       self.cfg.priority_class))
         return dict(one["allocations"][0])
 
-    def merged(self, current: str | None, yarn: Resources) -> tuple[str | None, bool]:
-        """The annotation value with our entry set (None: remove the annotation) and whether a yarn-operator
-        entry is there. The value is read as koord-manager reads it (`qos.koord_annotations`: `{}` and
-        `{"allocations":null}` are no entries). Raises BatchAnnotationError for a value koord-manager cannot
-        read either: we do not overwrite it (it would erase other allocators' entries)."""
+    def merged(self, current: str | None, yarn: Resources | None) -> tuple[str | None, bool]:
+        """The annotation value with our entry set (`yarn` None: taken out; None: remove the annotation) and
+        whether a yarn-operator entry is there. The value is read as koord-manager reads it
+        (`qos.koord_annotations`: `{}` and `{"allocations":null}` are no entries). Raises BatchAnnotationError
+        for a value koord-manager cannot read either: we do not overwrite it (it would erase other
+        allocators' entries)."""
         entries = allocation_entries(current) if current is not None else []
         names = [name for name, _ in entries]
         operator = self.cfg.operator_entry in names
         mine = self.cfg.allocation_name
-        if operator and self.cfg.yarn == "unless-operator":
+        if yarn is None or (operator and self.cfg.yarn == "unless-operator"):
             kept = [e for name, e in entries if name != mine]
         elif mine in names:  # ours in its place; a second one (koord-manager would sum both) dropped
             first = names.index(mine)
@@ -121,7 +122,7 @@ class NodeReporter:
             return None, operator
         return json.dumps({"allocations": kept}, separators=(",", ":")), operator
 
-    def report(self, yarn_allocated: Resources) -> ReportOutcome:
+    def report(self, yarn_allocated: Resources | None) -> ReportOutcome:
         """Blocking; never raises for API or network errors (the next call retries)."""
         if self.cfg.mode == "off":
             return ReportOutcome.OFF
@@ -135,7 +136,12 @@ class NodeReporter:
                     self.cfg.max_conflict_retries)
         return ReportOutcome.FAILED
 
-    def _report_once(self, yarn: Resources) -> ReportOutcome:
+    def withdraw(self) -> ReportOutcome:
+        """Blocking: take our entry out (the YARN source is off: an entry an earlier run left is stale);
+        UNCHANGED when there is none. Never raises for API or network errors (the next call retries)."""
+        return self.report(None)
+
+    def _report_once(self, yarn: Resources | None) -> ReportOutcome:
         got = self._get()
         if got is None:
             return ReportOutcome.FAILED
@@ -147,6 +153,15 @@ class NodeReporter:
             log.warning("node %s: not writing %s: the value there cannot be read, and rewriting it would "
                         "drop the other allocators' entries: %s", self._node, THIRD_PARTY_ANNOTATION, err)
             return ReportOutcome.FAILED
+        if yarn is None:
+            if value == current:
+                return ReportOutcome.UNCHANGED
+            body = {"metadata": {"resourceVersion": version, "annotations": {THIRD_PARTY_ANNOTATION: value}}}
+            if not self._patch(body):
+                return ReportOutcome.FAILED
+            log.info("node %s: the YARN source is off: our entry %s, left by an earlier run, withdrawn "
+                     "from %s", self._node, self.cfg.allocation_name, THIRD_PARTY_ANNOTATION)
+            return ReportOutcome.PATCHED
         deferred = operator and self.cfg.yarn == "unless-operator"
         if value == current and (deferred or not self.due(value or "")):
             return ReportOutcome.DEFERRED if deferred else ReportOutcome.UNCHANGED
@@ -218,6 +233,10 @@ class NodeReporter:
 
     async def areport(self, yarn_allocated: Resources) -> ReportOutcome:
         return await asyncio.to_thread(self.report, yarn_allocated)
+
+    async def awithdraw(self) -> bool:
+        """`withdraw` off the event loop; True once nothing of ours is left there."""
+        return await asyncio.to_thread(self.withdraw) in (ReportOutcome.PATCHED, ReportOutcome.UNCHANGED)
 
     async def aread(self) -> NodeAnnotations | None:
         return await asyncio.to_thread(self.read)

@@ -4,18 +4,23 @@ server does. Other allocators' entries survive; a conflict is retried; the yarn-
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 
 import pytest
 from kit.fakes.apiserver import FakeApiServer
+from kit.snapshot import node_snapshot
 from kubernetes import client
 
+from agent.config.agent import AgentConfig
 from agent.config.load import ConfigError
 from agent.config.sources import KubeApiConfig, ReportingConfig
+from agent.daemon.node_reports import NodeReports
+from agent.daemon.runtime import yarn_entries
 from agent.reporting.node_annotations import NodeReporter, ReportOutcome
 from agent.sources.kubeapi import make_api_client
-from qos.batch import THIRD_PARTY_ANNOTATION, parse_third_party_allocations
+from qos.batch import THIRD_PARTY_ANNOTATION, other_allocations, parse_third_party_allocations
 from qos.model import Resources
 
 FIX = Path(__file__).resolve().parent.parent / "fixtures"
@@ -116,3 +121,28 @@ def test_persistent_conflicts_give_up(api: FakeApiServer) -> None:
 def test_our_name_may_not_be_the_operators() -> None:
     with pytest.raises(ConfigError, match="allocation_name"):
         ReportingConfig(allocation_name="hadoop-yarn")
+
+
+OURS_STALE = {"name": "coloc-agent-yarn", "priority": "koord-batch",
+              "resources": {"kubernetes.io/batch-cpu": "8000", "kubernetes.io/batch-memory": "8589934592"}}
+
+
+def test_our_entry_is_withdrawn_once_the_yarn_source_is_off(api: FakeApiServer) -> None:
+    """An agent that reported YARN is started with its YARN source off: its entry is nobody's to keep up to
+    date, and koord-manager would subtract it from the node's batch allocatable for good. The next run takes
+    it out (the others' entries kept), and, until then, does not count it as another allocator's."""
+    _set(api, [OPERATOR, OURS_STALE, OTHER])
+    # the operator's entry only (OTHER is koord-free, which koord-manager does not subtract)
+    assert other_allocations(
+        node_snapshot(third_party_annotation=api.annotations[THIRD_PARTY_ANNOTATION]),
+        yarn_entries(AgentConfig())) == Resources(3000, 3 * GIB), "our own stale entry counted as another's"
+    reports = NodeReports(_reporter(api), 300.0, yarn=None)
+    assert asyncio.run(reports._report())
+    assert _entries(api) == [OPERATOR, OTHER]
+    ((_, body),) = api.patches
+    assert body["metadata"]["resourceVersion"], "the write is conditional on what was read"
+    assert asyncio.run(reports._report())
+    assert len(api.patches) == 1, "nothing of ours left: no second write"
+    _set(api, [OURS_STALE])
+    assert asyncio.run(NodeReports(_reporter(api), 300.0, yarn=None)._report())
+    assert THIRD_PARTY_ANNOTATION not in api.annotations, "an annotation with no entry left is removed"
