@@ -159,7 +159,7 @@ class EgressShaper:
             elif root.kind == "ours":
                 if not self.owned:  # our previous incarnation's tree: the root handle is the record
                     self.owned = True
-                    log.info("egress: adopted our existing HTB tree on %s", self.cfg.device)
+                    await self._adopt(ipr)
             elif root.kind == "degraded" and self.owned:
                 added = await tree.repair(ipr, self._index, self.rates)
                 log.warning("egress: classes of our tree were missing, re-added: %s",
@@ -170,6 +170,17 @@ class EgressShaper:
             reading = await self.read()
         self._hist.append(reading)
         return reading
+
+    async def _adopt(self, ipr: AsyncIPRoute) -> None:
+        """Take over the tree an earlier run left: its classes get this run's rates in place (counters
+        kept) where its link rate is not this config's (`link_mbit` changed across the restart)."""
+        link = (await tree.classes(ipr, self._index)).get(tree.LINK)
+        found = link.rate_bps if link is not None else None
+        if found is not None and abs(found - self.rates.link_bps) > self.rates.link_bps // 1000:
+            for cls in (tree.LINK, tree.HP, tree.BE):  # parent first
+                await tree.change_class(ipr, self._index, cls, self.rates)
+        log.info("egress: adopted our existing HTB tree on %s", self.cfg.device, extra={"fields": {
+            "link_bps_found": found, "link_bps": self.rates.link_bps}})
 
     async def _foreign(self, root: tree.RootState) -> None:
         note = f"foreign root qdisc {root.qdisc} {tree.fmt_handle(root.handle)} on {self.cfg.device}"

@@ -134,6 +134,11 @@ async def add_leaves(ipr: AsyncIPRoute, index: int, kind: str) -> None:
         await ipr.tc("add", kind, index, handle(cls & 0xFFFF, 0), parent=cls)
 
 
+async def change_class(ipr: AsyncIPRoute, index: int, cls: int, rates: Rates) -> None:
+    """One class's rates in place (its byte counters kept)."""
+    await _add_class(ipr, index, cls, rates, op="change-class")
+
+
 async def set_be(ipr: AsyncIPRoute, index: int, rates: Rates, rate_changed: bool) -> None:
     """The BE class's rate and ceiling in place (byte counters kept); HP's rate too when BE's changed."""
     await _add_class(ipr, index, BE, rates, op="change-class")

@@ -271,3 +271,30 @@ def test_a_program_a_killed_run_left_is_replaced_not_piled_up(real_root: RealRoo
     finally:
         again.detach()
     assert ours_attached(path) == 0
+
+
+def test_a_tree_taken_over_from_an_earlier_run_gets_this_runs_link_rate() -> None:
+    """A run killed with its tree in place (the root handle says it is ours), then started with another
+    `link_mbit`: the tree is taken over with its counters, and its link and HP classes get the new link."""
+    async def go(t: Topo) -> None:
+        killed = EgressShaper(config(t), window_s=1.0)
+        await killed.open()
+        await killed.reconcile()
+        t.ping(HP4, FAR4, count=10)
+        await killed.close()  # never removed: it was killed
+        again = EgressShaper(config(t, link_mbit=900.0), window_s=1.0)
+        await again.open()
+        try:
+            reading = await again.reconcile()
+            assert again.owned and reading.hp_bytes > 0, "not taken over with its counters"
+            assert "rate 900Mbit ceil 900Mbit" in t.tc("class", "show", "dev", t.dev, "classid", "c01c:1")
+            assert "ceil 900Mbit" in t.tc("class", "show", "dev", t.dev, "classid", "c01c:10")
+            again.submit(SetBeEgressCeiling(500 * MBIT, 50 * MBIT, "HP idle"), False, recorder([]))
+            await wait_tasks(again)
+            assert (await again.reconcile()).be_ceil_bps == 500 * MBIT
+        finally:
+            await again.remove()
+            await again.close()
+
+    with topology() as t:
+        asyncio.run(go(t))
