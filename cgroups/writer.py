@@ -327,6 +327,7 @@ class CgroupWriter:
         weight = self._weights.pop(rel, None)
         if not self._set(IDLE, rel, False):
             return False
+        self._cache.pop((SHARES.name, rel), None)  # the kernel's reset of the weight is not another writer's
         self._set(SHARES, rel, weight if weight is not None else self._shares_value(BESTEFFORT_SHARES))
         return True
 

@@ -88,6 +88,23 @@ def test_memory_limit_caps_usage(real_root: RealRoot) -> None:
     assert "oom_kill 1" in (mem / "memory.oom_control").read_text()
 
 
+def test_leaving_idle_gives_the_weight_back_without_taking_the_kernels_reset_for_another_writer(
+        real_root: RealRoot) -> None:
+    """Leaving `cpu.idle`, the kernel resets the weight to its default (shares 1024); the writer sets the
+    weight it held again. That reset is the kernel's, not another writer's: no override may be noted (a
+    warning and a count in /metrics at every agent shutdown on a tier it laid out itself, before)."""
+    rel = real_root.mkcg("besteffort")
+    writer = CgroupWriter(real_root.hierarchy, real_root.name)
+    if not writer.has_file("cpu", rel, "cpu.idle"):
+        pytest.skip("this kernel has no cpu.idle")
+    assert writer.set_cpu_shares(rel, 2)  # the kubelet's BestEffort weight
+    assert writer.set_cpu_idle(rel, True, keep_weight=True)
+    assert writer.set_cpu_idle(rel, False, keep_weight=True)
+    knobs = CgroupReader(real_root.hierarchy, real_root.name).read_knobs(rel)
+    assert knobs.shares == 2 if real_root.hierarchy.is_v1("cpu") else knobs.weight == 1  # v2: shares 2 → 1
+    assert list(writer.overrides) == [] and not writer.override_counts
+
+
 def test_v1_knobs_round_trip(real_root: RealRoot) -> None:
     need_v1(real_root, "cpu", "memory", "cpuset")
     rel = real_root.mkcg("besteffort")
