@@ -16,6 +16,7 @@ from agent.api.server import ApiStartError, start_api_server
 from agent.config.agent import ConfigError, load_config
 from agent.daemon import batch_limits, resource_qos
 from agent.daemon.be_marker import SuppressionMarker
+from agent.daemon.egress_left import LeftEgress
 from agent.daemon.logs import setup_logging
 from agent.daemon.runtime import Runtime, build, make_layout
 from agent.state import StateFileError
@@ -154,6 +155,8 @@ async def serve(config_path: str, dry_run: bool = False, ready: asyncio.Event | 
                                                   "dry_run": cfg.eviction.dry_run}})
     marker = SuppressionMarker(cfg.state.path, rt.executor.be_tier)
     marker.start(rt.executor, cfg.policies.suppression.enabled)
+    egress = LeftEgress(cfg.state.path, cfg.network, rt.hierarchy.unified)
+    egress.start()
     sources = asyncio.create_task(rt.sources.run(stop))
     reports = asyncio.create_task(rt.reports.run(stop))
     trim = loop.call_later(STARTUP_TRIM_AFTER_S, release_startup_memory)
@@ -173,6 +176,7 @@ async def serve(config_path: str, dry_run: bool = False, ready: asyncio.Event | 
         marker.exit(rt.executor.release_be())
         if network is not None:  # removes our egress tree (network.remove_on_exit) once `stop` is set
             await _settle(network, "network shaper")
+        await egress.exit(rt.network)
         await api.stop(2.0)
         if metrics is not None:
             metrics.stop()

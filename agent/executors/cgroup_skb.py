@@ -131,6 +131,16 @@ def _detach_left(cgroup_fd: int) -> int:
     return n
 
 
+def detach_left_at(cgroup_dir: str) -> int:
+    """Detach every program of ours attached to the cgroup's egress; how many (a run with network control
+    off, for what a killed run left)."""
+    cg = os.open(cgroup_dir, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        return _detach_left(cg)
+    finally:
+        os.close(cg)
+
+
 class CgroupPriority:
     """The program attached to one cgroup2 directory; `detach` takes it off again (idempotent). Programs of
     ours (by name) an earlier, killed run left attached there are taken off first (`replaced` counts them)."""

@@ -78,6 +78,7 @@ class EgressShaper:
         self._yarn: CgroupPriority | None = None
         self._warned: set[str] = set()
         self.owned = False
+        self.removed = False  # our tree removed at the end of `run`
         self.leaf = "pfifo (HTB default)"
         self.ceiling_changes = 0
         self.errors = 0
@@ -255,6 +256,19 @@ class EgressShaper:
             self.owned = False
             return True
 
+    async def remove_left(self) -> bool:
+        """Delete a tree an earlier run left (its root handle says it is ours; a run with network control
+        off calls this once): True when there was one; a foreign root is never touched."""
+        async with self._lock:
+            root = await tree.root_state(self._require(), self._index)
+            if root.kind not in ("ours", "degraded"):
+                log.info("egress: no tree of ours left on %s (%s)", self.cfg.device, root.describe())
+                return False
+            await tree.remove(self._require(), self._index)
+            log.info("egress: removed the tree an earlier run left on %s (network control is off)",
+                     self.cfg.device)
+            return True
+
     async def run(self, stop: asyncio.Event) -> None:
         """Open, then reconcile and read every `poll_s` until `stop`; remove (if configured) and close."""
         try:
@@ -275,7 +289,7 @@ class EgressShaper:
             await self.drain()
             if self.cfg.remove_on_exit:
                 try:
-                    await self.remove()
+                    self.removed = await self.remove()
                 except (NetlinkError, OSError) as err:
                     self._failed("remove", err)
             await self.close()
