@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pyroute2 import AsyncIPRoute
+from pyroute2 import config as pyroute2_config
 from pyroute2.netlink.exceptions import NetlinkError
 
 from agent.config.network import NetworkConfig
@@ -33,6 +34,11 @@ from qos.actions import ActionKind, SetBeEgressCeiling, SetBeEgressSources
 from qos.model import NetworkSample, Workload
 
 log = logging.getLogger("coloc.network")
+# pyroute2 opens a socket in a netns through a forked child and stops it with SIGTERM. Unless the child sets
+# SIGTERM to its default first, the signal runs the handler it inherited from the agent's event loop, which
+# writes to the loop's wakeup fd, shared with the agent: the agent read it as its own SIGTERM and stopped
+# (tests/network/test_net_htb_executor.py::test_opening_the_netns_socket_never_hands_the_agent_a_sigterm).
+pyroute2_config.disable_mp_signal = True
 
 Recorder = Callable[[str, str, str, Outcome, str, Mapping[str, float]], ActionRecord]
 
@@ -159,8 +165,8 @@ class EgressShaper:
                 await self._build(replace=False)
             elif root.kind == "ours":
                 if not self.owned:  # our previous incarnation's tree: the root handle is the record
+                    await self._adopt(ipr)  # a failure is tried again at the next reconcile
                     self.owned = True
-                    await self._adopt(ipr)
             elif root.kind == "degraded" and self.owned:
                 added = await tree.repair(ipr, self._index, self.rates)
                 log.warning("egress: classes of our tree were missing, re-added: %s",

@@ -6,6 +6,7 @@ clean removal, and YARN classified by cgroup (a cgroup_skb BPF program on a real
 from __future__ import annotations
 
 import asyncio
+import signal
 import subprocess
 import sys
 import time
@@ -295,6 +296,29 @@ def test_a_tree_taken_over_from_an_earlier_run_gets_this_runs_link_rate() -> Non
         finally:
             await again.remove()
             await again.close()
+
+    with topology() as t:
+        asyncio.run(go(t))
+
+
+def test_opening_the_netns_socket_never_hands_the_agent_a_sigterm() -> None:
+    """pyroute2 opens a netlink socket in a namespace through a forked child, which it stops with SIGTERM.
+    The child inherits the asyncio loop's signal wakeup fd: a SIGTERM that reached it before it exited was
+    read by the agent's loop as the agent's own, and the agent stopped (seen in a test run: "agent stopped"
+    30 ms after the fork). Real forks, a real namespace, the loop's real signal handling."""
+    async def go(t: Topo) -> None:
+        loop = asyncio.get_running_loop()
+        got: list[int] = []
+        loop.add_signal_handler(signal.SIGTERM, lambda: got.append(1))
+        try:
+            for _ in range(40):
+                shaper = EgressShaper(config(t), window_s=1.0)
+                await shaper.open()
+                await shaper.close()
+            await asyncio.sleep(0.2)
+        finally:
+            loop.remove_signal_handler(signal.SIGTERM)
+        assert got == [], f"{len(got)} SIGTERMs of the netns child reached the loop"
 
     with topology() as t:
         asyncio.run(go(t))
