@@ -8,6 +8,9 @@ _ = object()
 # Read by the tests, which check on real bpf(2) how many programs of ours are attached.
 _.ours_attached  # agent/executors/cgroup_skb.py
 
+# Read by a library: pyroute2's forked netns child (agent/executors/htb.py says why it is set).
+_.disable_mp_signal
+
 # Called by a framework, not by our code.
 _.et, _.tb  # agent/api/client.py: the __aexit__ signature
 _.denied  # agent/api/authz.py: set on the servicer context, read by the audit log record

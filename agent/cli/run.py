@@ -173,7 +173,7 @@ async def serve(config_path: str, dry_run: bool = False, ready: asyncio.Event | 
         await _settle(reports, "node reports")
         await _settle_each(limit_tasks)
         await rt.executor.drain(timeout_s=cfg.eviction.grace_period_s + 2)
-        marker.exit(rt.executor.release_be())
+        marker.exit(rt.executor.release_be() and not rt.executor.release_left_pending)
         if network is not None:  # removes our egress tree (network.remove_on_exit) once `stop` is set
             await _settle(network, "network shaper")
         await egress.exit(rt.network)

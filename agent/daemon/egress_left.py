@@ -1,5 +1,5 @@
 """An egress tree (and YARN's cgroup_skb program) a run left on a device, removed by a run with network
-control off.
+control off, or by one that shapes another device (or YARN directory) now.
 
 A run that shapes egress records where at start (`<state>.egress`, agent/state/held_be.py); a clean exit
 that removed its tree clears the record. A run with `network.enabled: false` that finds a record of this boot
@@ -27,36 +27,44 @@ if TYPE_CHECKING:
 log = logging.getLogger("coloc.network")
 
 
-async def remove_left(record: HeldRecord[NetworkConfig | None], cgroup2: Path | None) -> bool:
-    """Once, at start, where network control is off; True when a tree was removed."""
-    where = await asyncio.to_thread(record.load)
-    if where is None:
-        return False
+async def remove_left(where: NetworkConfig, cgroup2: Path | None, *, tree: bool = True,
+                      yarn: bool = True) -> bool:
+    """Remove what a run that shaped `where` left: the tree on its device if its root is still ours (`tree`),
+    our programs on its YARN directory (`yarn`). False when it could not be done (tried at the next start)."""
     from pyroute2.netlink.exceptions import NetlinkError  # only when there is something to remove
 
     from agent.executors.cgroup_skb import BpfError, detach_left_at
     from agent.executors.htb import EgressShaper
 
-    removed = False
-    shaper = EgressShaper(where, 1.0, cgroup2)
-    try:
-        await shaper.open()
-        removed = await shaper.remove_left()
-    except LookupError:
-        log.info("egress: the device %s an earlier run shaped is gone, and its tree with it", where.device)
-    except (NetlinkError, OSError) as err:
-        log.warning("egress: the tree an earlier run left on %s could not be removed: %s", where.device, err)
-        return False
-    finally:
-        await shaper.close()
-    if where.yarn_cgroup2 and cgroup2 is not None and (cgroup2 / where.yarn_cgroup2).is_dir():
+    if tree:
+        shaper = EgressShaper(where, 1.0, cgroup2)
         try:
-            if detach_left_at(str(cgroup2 / where.yarn_cgroup2)):
+            await shaper.open()
+            await shaper.remove_left()
+        except LookupError:
+            log.info("egress: the device %s an earlier run shaped is gone, its tree with it", where.device)
+        except (NetlinkError, OSError) as err:
+            log.warning("egress: the tree an earlier run left on %s could not be removed: %s",
+                        where.device, err)
+            return False
+        finally:
+            await shaper.close()
+    path = where.yarn_cgroup2.strip("/")  # as the shaper joins it: inside the mount (no '..', checked)
+    if yarn and path and cgroup2 is not None and (cgroup2 / path).is_dir():
+        try:
+            if detach_left_at(str(cgroup2 / path)):
                 log.info("egress: YARN's classifier an earlier run left detached")
         except (BpfError, OSError) as err:
             log.warning("egress: YARN's classifier an earlier run left could not be detached: %s", err)
-    await asyncio.to_thread(record.save, None)
-    return removed
+            return False
+    return True
+
+
+async def _left(record: HeldRecord[NetworkConfig | None], cgroup2: Path | None) -> None:
+    """Where network control is off: what the recorded run left, then the record cleared."""
+    where = await asyncio.to_thread(record.load)
+    if where is not None and await remove_left(where, cgroup2):
+        await asyncio.to_thread(record.save, None)
 
 
 class LeftEgress:
@@ -67,16 +75,22 @@ class LeftEgress:
         self._record = egress_record(state_path, read_boot_id()) if state_path else None
         self._network = network
         self._cgroup2 = cgroup2
-        self._task: asyncio.Task[bool] | None = None
+        self._task: asyncio.Task[object] | None = None
 
     def start(self) -> None:
         """Before the shaper runs (file I/O with fsync, once)."""
         if self._record is None:
             return
-        if self._network.enabled:
-            self._record.save(self._network)  # where this run's tree is, before it is built
-        else:
-            self._task = asyncio.create_task(remove_left(self._record, self._cgroup2))
+        if not self._network.enabled:
+            self._task = asyncio.create_task(_left(self._record, self._cgroup2))
+            return
+        old, new = self._record.load(), self._network
+        self._record.save(new)  # where this run's tree is, before it is built
+        if old is not None:  # the device or YARN's directory changed: what is left on the old one goes
+            moved = (old.device, old.netns) != (new.device, new.netns)
+            if moved or old.yarn_cgroup2 != new.yarn_cgroup2:
+                self._task = asyncio.create_task(remove_left(old, self._cgroup2, tree=moved,
+                                                             yarn=old.yarn_cgroup2 != new.yarn_cgroup2))
 
     async def exit(self, shaper: EgressShaper | None) -> None:
         """After the shaper's task ended."""

@@ -85,10 +85,14 @@ class ResourceQosRunner:
 
     def plan(self) -> Plans:
         """This pass's plans, from the settings in force and the kubelet's pods. The first also takes over
-        what an earlier run of this boot recorded and still holds (`ResourceQosExecutor.adopt_memory`)."""
+        what an earlier run of this boot recorded and still holds (`ResourceQosExecutor.adopt_memory`).
+        Nothing is planned until the kubelet has listed its pods and the settings are known (the NodeSLO
+        read once, where it is on): before, every pod would look gone and its values given back."""
+        mplan, memory_due, bplan, owned = None, False, None, frozenset[str]()
+        if not (self._source.listed and self._source.resource_qos_known()):
+            return Plans(mplan, memory_due, bplan, owned)
         s = self.last = self._settings()
         pods = self._source.qos_pods()
-        mplan, memory_due, bplan, owned = None, False, None, frozenset[str]()
         if self.memory_supported:
             if self._record is not None and self._recorded is None:
                 self._recorded = self._record.load()
@@ -112,7 +116,7 @@ class ResourceQosRunner:
         written = 0
         if plans.memory_due:
             written += self.executor.apply_memory(plans.memory, self._tiers())
-        if self.burst_supported:
+        if self.burst_supported and self.last is not None:
             written += self.executor.apply_burst(plans.burst, plans.owned)
         return written
 
@@ -135,8 +139,7 @@ class ResourceQosRunner:
     def save_record(self, held: dict[str, MemoryValues] | None) -> None:
         """Write `held` (from `record_ahead` / `record_due`; None: nothing) to the record: I/O with fsync,
         off the event loop in `run`."""
-        if self._record is not None and held is not None:
-            self._record.save(held)
+        if self._record is not None and held is not None and self._record.save(held):
             self._recorded = held
 
     def pass_once(self) -> int:

@@ -228,6 +228,7 @@ def wire_resource_qos(cfg: AgentConfig, sources: WorkloadSources, reports: NodeR
         held = slo.resource_qos if slo is not None else None
         return held if held is not None else yaml
     sources.kubelet.resource_qos = current
+    sources.kubelet.resource_qos_known = lambda: slo is None or slo.read_once
 
 
 def make_evictors(cfg: AgentConfig, layout: Layout, reader: CgroupReader, writer: CgroupWriter,

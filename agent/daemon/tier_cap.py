@@ -54,8 +54,7 @@ class TierCapRunner:
         return self._record is not None and held != self._recorded
 
     def _save(self, held: HeldCaps) -> None:
-        if self._record is not None:
-            self._record.save(held)
+        if self._record is not None and self._record.save(held):
             self._recorded = held
 
     async def pass_async(self) -> bool:
@@ -65,6 +64,8 @@ class TierCapRunner:
         if self._due(ahead := self._held(self.executor.cap, cap)):
             await asyncio.to_thread(self._save, ahead)
         wrote = self.executor.apply(cap)
+        if self.executor.error:  # partly written, perhaps: the record keeps both caps until a pass succeeds
+            return wrote
         if self._due(after := self._held(self.executor.cap)):
             await asyncio.to_thread(self._save, after)
         return wrote

@@ -115,6 +115,7 @@ class ActionExecutor:
         self._try_next: set[str] = set()
         self._network = network  # BE egress actions go here (when network control is on)
         self._release_left = False  # at the first tick: release BE suppression an earlier run may have left
+        self._left_failed = False
 
     @property
     def be_tier(self) -> str:
@@ -375,14 +376,22 @@ class ActionExecutor:
         (`agent/state/held_be.py`: only where this run does not suppress); nothing under dry run."""
         self._release_left = not self.dry_run
 
+    @property
+    def release_left_pending(self) -> bool:
+        """Whether the release of what an earlier run left has not succeeded yet (tried at each tick)."""
+        return self._release_left
+
     def _released_left(self) -> list[ActionRecord]:
-        self._release_left = False
         try:
             changed = self._be.release_left()
         except CgroupError as err:
             self.cgroup_write_errors += 1
+            if self._left_failed:  # tried again at each tick, recorded once
+                return []
+            self._left_failed = True
             return [self._record("suppression", ActionKind.RELEASE_BE_LEFT, self._be_tier, Outcome.FAILED,
                                  str(err))]
+        self._release_left = False
         if not changed:
             return []
         why = "suppression is off: released what an earlier run, killed while suppressing, left on the tier"

@@ -180,9 +180,10 @@ class BeKnobs:
         self.cpuset = self.full
         if self.tier_owned:
             self.idle = False
-        changed = self.release()
-        self.quota_known, self.cpuset, self.idle = False, None, None
-        return changed
+        try:
+            return self.release()
+        finally:  # nothing of this run's is held: a policy that is off must not have knobs followed
+            self.quota_known, self.cpuset, self.idle = False, None, None
 
     def follow(self, m: Membership) -> list[ActionKind]:
         """Move every knob with a wanted value onto `m` if the members changed; the kinds that changed."""

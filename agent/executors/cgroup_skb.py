@@ -13,6 +13,8 @@ its cgroup before it opens any socket.
 from __future__ import annotations
 
 import ctypes
+import errno
+import logging
 import os
 import platform
 import struct
@@ -24,6 +26,7 @@ BPF_PROG_TYPE_CGROUP_SKB, BPF_CGROUP_INET_EGRESS, BPF_F_ALLOW_MULTI = 8, 1, 2
 SKB_PRIORITY_OFFSET = 32  # offsetof(struct __sk_buff, priority)
 _SYS_BPF = {"x86_64": 321, "aarch64": 280}
 PROG_NAME = b"coloc_be_prio"
+log = logging.getLogger("coloc.network")
 
 
 class BpfError(OSError):
@@ -87,7 +90,9 @@ def _is_ours(prog_id: int) -> int | None:
     """An fd of the program `prog_id` when it is one of ours (by its name), else None."""
     try:
         fd = _bpf(BPF_PROG_GET_FD_BY_ID, struct.pack("<III", prog_id, 0, 0))
-    except BpfError:
+    except BpfError as err:
+        if err.errno in (errno.EPERM, errno.EACCES):  # CAP_BPF without CAP_SYS_ADMIN, or an LSM: say so
+            raise BpfError(err.errno, f"looking at attached program {prog_id}: {err.strerror}") from None
         return None  # gone meanwhile
     info = ctypes.create_string_buffer(PROG_INFO_LEN)
     try:
@@ -102,7 +107,17 @@ def _is_ours(prog_id: int) -> int | None:
 
 
 def _ours(cgroup_fd: int) -> list[int]:
-    return [fd for fd in map(_is_ours, _attached_ids(cgroup_fd)) if fd is not None]
+    fds: list[int] = []
+    try:
+        for prog_id in _attached_ids(cgroup_fd):
+            fd = _is_ours(prog_id)
+            if fd is not None:
+                fds.append(fd)
+    except BpfError:
+        for fd in fds:
+            os.close(fd)
+        raise
+    return fds
 
 
 def ours_attached(cgroup_dir: str) -> int:
@@ -155,6 +170,11 @@ class CgroupPriority:
             raise
         try:
             self.replaced = _detach_left(self._cg)  # one program of ours, not one per crash
+        except BpfError as err:  # not fatal: the attach below still classifies YARN
+            self.replaced = 0
+            log.warning("egress: programs an earlier run left on %s could not be looked at or taken off: %s",
+                        cgroup_dir, err)
+        try:
             _bpf(BPF_PROG_ATTACH, struct.pack("<IIII", self._cg, self._prog, BPF_CGROUP_INET_EGRESS,
                                               BPF_F_ALLOW_MULTI))
         except BpfError as err:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -26,6 +27,7 @@ from qos.registry import NodeOutputs
 log = logging.getLogger("coloc.cordon")
 MERGE_PATCH = "application/merge-patch+json"
 CORDON_ANNOTATION = "coloc.io/cordoned-by-agent"
+LOOK_RETRY_S = 30.0
 
 
 class DrainCordon:
@@ -41,6 +43,7 @@ class DrainCordon:
         self._cordon = cordon  # `drain.cordon`: off, only a cordon an earlier run left is lifted
         self._cordoned: bool | None = None  # what we last set, or found of ours; None: nothing yet
         self._looked = False  # whether the Node was read for a cordon an earlier run left
+        self._look_after = 0.0  # monotonic: a failed read is tried again from then on
         self._busy = False
 
     def wanted(self) -> bool | None:
@@ -56,7 +59,7 @@ class DrainCordon:
             return
         want = self.wanted()
         if want is None and self._cordoned is None and not self._looked and \
-                self._ledger.node.lifecycle is Lifecycle.SCHEDULABLE:
+                self._ledger.node.lifecycle is Lifecycle.SCHEDULABLE and time.monotonic() >= self._look_after:
             self._start(self.look)
         elif want is not None and want != self._cordoned:
             self._start(lambda: self.patch(want))
@@ -73,7 +76,9 @@ class DrainCordon:
         try:
             node = self._api.read_node(self._node, _request_timeout=self._timeout)
         except (ApiException, HTTPError, OSError) as err:
-            log.warning("could not read node %s for a cordon an earlier run left: %s", self._node, err)
+            self._look_after = time.monotonic() + LOOK_RETRY_S
+            log.warning("could not read node %s for a cordon an earlier run left (again in %.0f s): %s",
+                        self._node, LOOK_RETRY_S, err)
             return
         self._looked = True
         annotations = (node.metadata.annotations if node.metadata is not None else None) or {}

@@ -73,6 +73,7 @@ class NodeSloSource:
         self.sources = settings_sources(base)
         self._qos_base = resource_qos
         self.resource_qos = resource_qos  # memory QoS and CPU burst in force (None: not asked for)
+        self.read_once = False  # whether a NodeSLO (or its absence) was read yet
 
     def fetch(self) -> object | None:
         """Blocking GET; None when there is no NodeSLO (404), FETCH_FAILED when it cannot be read (logged:
@@ -93,6 +94,7 @@ class NodeSloSource:
 
     def update(self, doc: object | None) -> bool:
         """Apply a NodeSLO (None: none there, the YAML is in force); whether the settings changed."""
+        self.read_once = True
         qos_changed = self._update_resource_qos(doc)
         try:
             new, sources = (

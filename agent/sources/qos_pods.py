@@ -4,6 +4,7 @@ pod list the kubelet source keeps (`KubeletSource`, same fetch, same validation)
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -113,6 +114,8 @@ class QosKubeletSource(KubeletSource):
         self._containers: Containers = {}
         self._parsed: tuple[Containers, bool | None] = ({}, None)
         self.kubelet_resizes: bool | None = None  # None: not known yet (no running container seen)
+        # whether those settings are known (the NodeSLO read once, where it is on): set by the runtime too
+        self.resource_qos_known: Callable[[], bool] = lambda: True
 
     def _parse(self, doc: object) -> tuple[list[ParsedPod], list[str]]:
         pods, rejected = super()._parse(doc)
@@ -126,6 +129,11 @@ class QosKubeletSource(KubeletSource):
             self._containers, shown = self._parsed
             if shown is not None:  # a kubelet that resizes stays one until a list shows otherwise
                 self.kubelet_resizes = shown
+
+    @property
+    def listed(self) -> bool:
+        """Whether the kubelet has answered a pod list yet (before it, no pod is known: none is gone)."""
+        return math.isfinite(self.workloads().age_s)
 
     def qos_pods(self) -> tuple[QosPod, ...]:
         """Every pod of the last good list, protected ones marked (the policies leave them alone)."""

@@ -62,7 +62,7 @@ class EgressCodec:
         try:  # the record can only name what a config could: an interface name, a netns name, a cgroup2 path
             return NetworkConfig(enabled=True, device=payload["device"], netns=payload["netns"],
                                  link_mbit=1.0, leaf="none", yarn_cgroup2=payload["yarn_cgroup2"])
-        except (ConfigError, TypeError) as err:
+        except (ConfigError, TypeError, AttributeError) as err:
             raise ValueError(f"egress: {err}") from None
 
 

@@ -91,16 +91,19 @@ class HeldRecord(Generic[T]):
             return self.decode(data)
         except FileNotFoundError:
             return self._codec.empty()
-        except (OSError, ValueError) as err:
+        except (OSError, ValueError, RecursionError, TypeError, AttributeError) as err:  # a crafted file too
             log.error("%s record %s is unusable (%s): values an earlier run left are not given back",
                       self._codec.what, self.path, err)
             return self._codec.empty()
 
-    def save(self, value: T) -> None:
-        """Durably replace the record (an empty value records that nothing is held)."""
+    def save(self, value: T) -> bool:
+        """Durably replace the record (an empty value records that nothing is held); False (said) when it
+        could not be written."""
         c = self._codec
         body = {"format": c.format, "boot_id": self._boot_id, c.key: c.encode(value)}
         try:
             self._store.write_bytes(json.dumps(body, sort_keys=True, separators=(",", ":")).encode() + b"\n")
         except StateFileError as err:
             log.warning("%s record not written: %s", c.what, err)
+            return False
+        return True

@@ -21,9 +21,15 @@ POD, CTR = "burstable/pod1111", "burstable/pod1111/ctr"
 
 
 class _Pods:
+    """The kubelet source as the runner reads it (`QosKubeletSource`): its pods, listed or not yet."""
+
     def __init__(self, pods: tuple[QosPod, ...]) -> None:
         self.pods = pods
         self.kubelet_resizes = False  # a kubelet without in-place resize: pods hold their bursts too
+        self.listed = True
+
+    def resource_qos_known(self) -> bool:
+        return True
 
     def qos_pods(self) -> tuple[QosPod, ...]:
         return self.pods
@@ -91,8 +97,13 @@ def test_a_burst_an_earlier_run_left_is_given_back_once_and_protected_pods_are_n
     for cg in every:  # what an earlier run (or, on the protected and LSR pods, someone else) left
         left(cg, 50_000)
     off = ResourceQos(MemoryQosSettings(), CpuBurstSettings("none"))
-    runner = ResourceQosRunner(_Pods(tuple(pods)), lambda: off,  # type: ignore[arg-type]
+    source = _Pods(tuple(pods))
+    runner = ResourceQosRunner(source, lambda: off,  # type: ignore[arg-type]
                                CgroupWriter(real_root.hierarchy, real_root.name), Layout("cgroupfs"), 8 << 30)
+    source.listed = False  # the kubelet has not answered yet: no pod is known, none is taken for gone
+    assert runner.pass_once() == 0 and runner.executor.restores == 0
+    assert [burst(cg) for cg in every] == [50_000] * 6
+    source.listed = True
     runner.pass_once()
     assert [burst(cg) for cg in every] == [0, 0, 50_000, 50_000, 50_000, 50_000]
     assert runner.executor.restores == 2 and runner.executor.burst == {}

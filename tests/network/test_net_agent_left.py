@@ -13,7 +13,7 @@ from kit.agentproc import agent_config, metric, running_agent
 from kit.poll import wait
 from kit.ports import free_port
 from kit.realcg import RealRoot
-from net14kit import topology
+from net14kit import Topo, topology
 
 from agent.executors.cgroup_skb import ours_attached
 
@@ -56,3 +56,23 @@ def test_a_tree_a_killed_agent_left_is_removed_by_a_run_with_network_control_off
         with running_agent(config(False), log):
             assert wait(lambda: json.loads(record.read_text())["egress"] is None, 30), log.read_text()[-3000:]
             assert "pfifo 9:" in t.root_qdisc()
+
+
+def test_the_tree_on_a_device_no_longer_configured_is_removed(real_root: RealRoot, tmp_path: Path) -> None:
+    """A killed agent's tree on one device; the next run shapes another device: the old tree goes, the new
+    one is built (real agents, two real namespaces with a veth each)."""
+    port = free_port()
+    log = tmp_path / "agent.log"
+    with topology() as old, topology() as new:
+        def config(t: Topo) -> Path:
+            network = {"enabled": True, "device": t.dev, "netns": t.node, "link_mbit": 100, "leaf": "none"}
+            return agent_config(tmp_path, f"{real_root.name}/agent", port, network=network)
+
+        with running_agent(config(old), log) as agent:
+            assert wait(lambda: "htb c01c:" in old.root_qdisc(), 30), log.read_text()[-3000:]
+            agent.send_signal(signal.SIGKILL)
+            agent.wait(timeout=10)
+        with running_agent(config(new), log) as again:
+            moved = lambda: "htb c01c:" in new.root_qdisc() and "htb c01c:" not in old.root_qdisc()  # noqa: E731
+            assert wait(moved, 30), log.read_text()[-3000:]
+            assert again.poll() is None

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.state.held_be import suppression_record
+from agent.state.held_be import egress_record, suppression_record
 from agent.state.held_memory import FORMAT, memory_record, tier_cap_record
 from qos.memory_qos import MemoryValues
 from qos.tier_memory import TierCap
@@ -131,3 +131,15 @@ def test_the_suppression_mark_round_trips_and_a_hostile_tier_is_refused(
     assert len(caplog.records) == 1, caplog.records
     line = caplog.records[0].getMessage()
     assert "BE CPU suppression record" in line and "tier '../../cpu'" in line, line
+
+
+def test_a_record_nested_too_deep_for_the_parser_gives_nothing_back(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    (tmp_path / "state.json.memqos").write_text("[" * 100_000)  # RecursionError in json.loads
+    (tmp_path / "state.json.egress").write_text(json.dumps(
+        {"format": "coloc-agent/egress/v1", "boot_id": "boot-1",
+         "egress": {"device": "eth0", "netns": "", "yarn_cgroup2": 7}}))  # not a path: AttributeError inside
+    with caplog.at_level(logging.ERROR, "coloc.state"):
+        assert memory_record(tmp_path / "state.json", "boot-1").load() == {}
+        assert egress_record(tmp_path / "state.json", "boot-1").load() is None
+    assert len(caplog.records) == 2, caplog.records
