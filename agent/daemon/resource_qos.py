@@ -28,7 +28,7 @@ from cgroups.layout import Layout
 from cgroups.writer import CgroupWriter
 from qos import cpu_burst, memory_qos
 from qos.cpu_burst import CpuBurstPlan
-from qos.memory_qos import MemoryQosPlan, MemoryValues
+from qos.memory_qos import MemoryQosPlan
 
 if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
@@ -73,7 +73,7 @@ class ResourceQosRunner:
         self.last: ResourceQos | None = None
         self._noted: object = _NOT_NOTED
         self._record = record if self.memory_supported else None
-        self._recorded: dict[str, MemoryValues] | None = None  # what the record holds (None: not read yet)
+        self._recorded: Held | None = None  # what the record holds (None: not read yet)
         if announce and not self.memory_supported:
             log.info("memory QoS skipped: cgroup v1 has no memory.min / memory.low (upstream kernel)")
         if announce and not self.burst_supported:
@@ -120,23 +120,29 @@ class ResourceQosRunner:
             written += self.executor.apply_burst(plans.burst, plans.owned)
         return written
 
-    def record_ahead(self, plans: Plans) -> dict[str, MemoryValues] | None:
+    def record_ahead(self, plans: Plans) -> Held | None:
         """What the record must hold before `plans` are written (None: it does already): what is held and
-        what is about to be, so that a kill between a write and its record leaves no value unknown."""
+        what is about to be, both where a held value changes, so that a kill between a write and its record
+        leaves no value unknown."""
         if self._record is None or self._recorded is None or plans.memory is None:
             return None
-        ahead = {**self.executor.memory, **self.executor.wanted_memory(plans.memory, self._tiers())}
-        if all(self._recorded.get(rel) == v for rel, v in ahead.items()):
+        ahead: Held = {rel: (v,) for rel, v in self.executor.memory.items()}
+        for rel, v in self.executor.wanted_memory(plans.memory, self._tiers()).items():
+            if v not in ahead.get(rel, ()):
+                ahead[rel] = (*ahead.get(rel, ()), v)
+        recorded = self._recorded
+        if all(set(vs) <= set(recorded.get(rel, ())) for rel, vs in ahead.items()):
             return None
         return ahead
 
-    def record_due(self) -> dict[str, MemoryValues] | None:
+    def record_due(self) -> Held | None:
         """What the executor holds, when the record says otherwise (None: nothing to write)."""
-        if self._record is None or self._recorded is None or self.executor.memory == self._recorded:
+        if self._record is None or self._recorded is None:
             return None
-        return dict(self.executor.memory)
+        held: Held = {rel: (v,) for rel, v in self.executor.memory.items()}
+        return None if held == self._recorded else held
 
-    def save_record(self, held: dict[str, MemoryValues] | None) -> None:
+    def save_record(self, held: Held | None) -> None:
         """Write `held` (from `record_ahead` / `record_due`; None: nothing) to the record: I/O with fsync,
         off the event loop in `run`."""
         if self._record is not None and held is not None and self._record.save(held):

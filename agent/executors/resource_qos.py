@@ -103,23 +103,24 @@ class ResourceQosExecutor:
         self.writes += written
         return written
 
-    def adopt_memory(self, recorded: Mapping[str, MemoryValues]) -> int:
-        """Take as held each cgroup of `recorded` (what an earlier run of this boot put in place,
-        `agent.state.held_memory`) whose files still hold those values; how many. A cgroup gone, or changed
-        since by another writer (the kubelet's MemoryQoS gate writes the same files), is not taken: the
-        next `apply_memory` then gives back only values that are still the agent's own."""
+    def adopt_memory(self, recorded: Mapping[str, tuple[MemoryValues, ...]]) -> int:
+        """Take as held each cgroup of `recorded` (the values an earlier run of this boot may have put in
+        place, `agent.state.held_memory`) whose files still hold one of them; how many. A cgroup gone, or
+        changed since by another writer (the kubelet's MemoryQoS gate writes the same files), is not taken:
+        the next `apply_memory` then gives back only values that are still the agent's own."""
         taken = 0
-        for rel, v in recorded.items():
-            if rel in self.memory:
+        for rel, candidates in recorded.items():
+            if rel in self.memory or not self._exists("memory", rel):
                 continue
-            try:
-                if not self._exists("memory", rel) or not self._writer.memory_protection_is(
-                        rel, v.min_bytes, v.low_bytes, v.high_bytes, high=v.sets_high):
-                    continue
-            except CgroupError:
-                continue
-            self.memory[rel] = v
-            taken += 1
+            for v in candidates:
+                try:
+                    if self._writer.memory_protection_is(rel, v.min_bytes, v.low_bytes, v.high_bytes,
+                                                         high=v.sets_high):
+                        self.memory[rel] = v
+                        taken += 1
+                        break
+                except CgroupError:
+                    break
         return taken
 
     def apply_burst(self, plan: CpuBurstPlan | None, owned: frozenset[str] = frozenset()) -> int:

@@ -18,7 +18,8 @@ from agent.state.held_record import HeldRecord, checked_rel, optional_bytes
 from qos.memory_qos import MemoryValues
 from qos.tier_memory import TierCap
 
-Held = dict[str, MemoryValues]
+Held = dict[str, tuple[MemoryValues, ...]]  # cgroup -> the values that may be in place there (the one held,
+# and, recorded before a change is written, the next one)
 
 
 def _value(d: Any, i: int) -> MemoryValues:
@@ -42,15 +43,18 @@ class MemoryCodec:
     def empty(self) -> Held:
         return {}
 
-    def encode(self, value: Mapping[str, MemoryValues]) -> Any:
+    def encode(self, value: Mapping[str, tuple[MemoryValues, ...]]) -> Any:
         return [{"rel": v.rel, "min": v.min_bytes, "low": v.low_bytes, "high": v.high_bytes,
-                 "sets_high": v.sets_high} for v in (value[rel] for rel in sorted(value))]
+                 "sets_high": v.sets_high} for rel in sorted(value) for v in value[rel]]
 
     def decode(self, payload: Any) -> Held:
         if not isinstance(payload, list):
             raise ValueError("cgroups: must be a list")
-        values = [_value(d, i) for i, d in enumerate(payload)]
-        return {v.rel: v for v in values}
+        held: Held = {}
+        for i, d in enumerate(payload):  # a cgroup may be named twice: before and after a change
+            v = _value(d, i)
+            held[v.rel] = (*held.get(v.rel, ()), v)
+        return held
 
 
 FORMAT = MemoryCodec.format

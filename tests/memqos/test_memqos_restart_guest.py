@@ -157,6 +157,8 @@ async def test_the_record_is_written_before_the_values_it_names(scene: Scene, tm
     root = scene.pods.root
     on_settings = ResourceQos(MemoryQosSettings(ls=MemoryQosClass(**LS)), CpuBurstSettings())
     off_settings = ResourceQos(MemoryQosSettings(), CpuBurstSettings())
+    half = ResourceQos(MemoryQosSettings(ls=MemoryQosClass(**{**LS, "min_limit_percent": 25})),
+                       CpuBurstSettings())
     with FakeKubelet(scene.podlist) as kubelet_http:
         kubelet = QosKubeletSource(KubeletConfig(url=kubelet_http.url, token_file="", timeout_s=2.0,
                                                  resync_s=60.0, stale_after_s=120.0, min_resync_gap_s=0.0),
@@ -185,6 +187,18 @@ async def test_the_record_is_written_before_the_values_it_names(scene: Scene, tm
             assert second.executor.restores == 5  # all but the besteffort tier, which held 0 already
             assert second.executor.memory == {}
             assert memory_record(tmp_path / "state.json", read_boot_id()).load() == {}
+
+            # values a run holds, to be changed (a NodeSLO's new percents): killed after the record of the new
+            # values and before their write, so the files hold the old ones, which the record names too
+            third = runner(on_settings)
+            third.pass_once()
+            assert scene.found() == scene.on
+            third._settings = lambda: half  # type: ignore[method-assign]  # min 25 % of the requests now
+            third.save_record(third.record_ahead(third.plan()))
+            assert scene.found() == scene.on
+            fourth = runner(off_settings)
+            fourth.pass_once()
+            assert scene.found() == dict.fromkeys(scene.on, DEFAULTS), "a changed value was not known"
         finally:
             for w in writers:
                 if w.units is not None:

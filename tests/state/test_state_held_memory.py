@@ -16,13 +16,14 @@ from agent.state.held_memory import FORMAT, memory_record, tier_cap_record
 from qos.memory_qos import MemoryValues
 from qos.tier_memory import TierCap
 
+CTR = "kubepods.slice/kubepods-burstable.slice/kubepods-burstable-podab.slice/cri-containerd-1.scope"
 HELD = {
-    "kubepods.slice": MemoryValues("kubepods.slice", 96 << 20, 120 << 20),
-    "kubepods.slice/kubepods-burstable.slice/kubepods-burstable-podab.slice/cri-containerd-1.scope":
-        MemoryValues("kubepods.slice/kubepods-burstable.slice/kubepods-burstable-podab.slice/cri-containerd-1.scope",
-                     32 << 20, 48 << 20, 400 << 20, sets_high=True),
+    "kubepods.slice": (MemoryValues("kubepods.slice", 96 << 20, 120 << 20),),
+    # a container held at one value and recorded, before the write, with the next one too
+    CTR: (MemoryValues(CTR, 32 << 20, 48 << 20, 400 << 20, sets_high=True),
+          MemoryValues(CTR, 64 << 20, 96 << 20, 400 << 20, sets_high=True)),
     "kubepods.slice/kubepods-besteffort.slice/x.scope":
-        MemoryValues("kubepods.slice/kubepods-besteffort.slice/x.scope", 0, 0, None, sets_high=True),
+        (MemoryValues("kubepods.slice/kubepods-besteffort.slice/x.scope", 0, 0, None, sets_high=True),),
 }
 
 
