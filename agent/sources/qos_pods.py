@@ -133,7 +133,7 @@ class QosKubeletSource(KubeletSource):
     @property
     def listed(self) -> bool:
         """Whether the kubelet has answered a pod list yet (before it, no pod is known: none is gone)."""
-        return math.isfinite(self.workloads().age_s)
+        return math.isfinite(self._fresh.age_s())
 
     def qos_pods(self) -> tuple[QosPod, ...]:
         """Every pod of the last good list, protected ones marked (the policies leave them alone)."""
