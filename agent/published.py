@@ -73,6 +73,10 @@ class Counters:
     knob_overrides: Mapping[tuple[str, str], int] = field(default_factory=dict)  # (knob, writer) -> n
     systemd_sets: int = 0  # knobs also set as systemd unit properties
     systemd_errors: int = 0  # systemd calls that failed (the file alone was written)
+    journal_writes: int = 0  # the journal of holdings replaced (cgroups/holdings.py): 0 at a steady tick
+    holdings: Mapping[str, int] = field(default_factory=dict)  # holder -> holdings now (a gauge)
+    given_back: Mapping[str, int] = field(default_factory=dict)  # holder -> an earlier run's, given back
+    left_to_others: Mapping[tuple[str, str], int] = field(default_factory=dict)  # (knob, writer) -> n
 
 
 @dataclass(frozen=True, slots=True)

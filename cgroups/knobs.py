@@ -6,7 +6,7 @@ A knob talks to the files through `KnobIO` (the writer), which owns path checks 
 from __future__ import annotations
 
 import os
-from typing import Generic, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from cgroups.discovery import Hierarchy
 from cgroups.errors import InvalidValue
@@ -52,6 +52,14 @@ class Knob(Generic[V]):
         """The loosest of both values, or None if this knob has no parent/child constraint."""
         return None
 
+    def dump(self, value: V) -> Any:
+        """The value in JSON form (the journal of holdings, `cgroups/holdings.py`)."""
+        return value
+
+    def load(self, data: Any) -> V:
+        """A value from its JSON form; ValueError naming what is wrong."""
+        return data  # type: ignore[no-any-return]
+
 
 class _Quota(Knob[CpuMax]):
     name, ctrl = "cpu_quota", "cpu"
@@ -82,6 +90,15 @@ class _Quota(Knob[CpuMax]):
         if current.quota_us * wanted.period_us > wanted.quota_us * current.period_us:
             return CpuMax(-(-current.quota_us * wanted.period_us // current.period_us), wanted.period_us)
         return wanted
+
+    def dump(self, value: CpuMax) -> Any:
+        return [value.quota_us, value.period_us]
+
+    def load(self, data: Any) -> CpuMax:
+        if not (isinstance(data, list) and len(data) == 2 and all(v is None or type(v) is int for v in data)
+                and data[1] is not None):
+            raise ValueError(f"cpu_quota: must be [quota or null, period], got {data!r}")
+        return CpuMax(data[0], data[1])
 
 
 class _Shares(Knob[int]):
@@ -118,6 +135,14 @@ class _Cpuset(Knob[frozenset[int]]):
 
     def loosest(self, current: frozenset[int], wanted: frozenset[int]) -> frozenset[int]:
         return current | wanted
+
+    def dump(self, value: frozenset[int]) -> Any:
+        return sorted(value)
+
+    def load(self, data: Any) -> frozenset[int]:
+        if not isinstance(data, list) or not all(type(c) is int and c >= 0 for c in data):
+            raise ValueError(f"cpuset: must be a list of CPU numbers, got {data!r}")
+        return frozenset(data)
 
 
 class _Idle(Knob[bool]):
@@ -222,3 +247,5 @@ class _Burst(Knob[int]):
 MEM_MIN = _Protection("memory_min", "memory.min")
 MEM_LOW = _Protection("memory_low", "memory.low")
 BURST = _Burst()
+KNOBS: dict[str, Knob[Any]] = {k.name: k for k in (QUOTA, SHARES, CPUSET, IDLE, FREEZE, MEM_LIMIT, MEM_HIGH,
+                                                   MEM_MIN, MEM_LOW, BURST)}

@@ -16,17 +16,19 @@ import os
 import signal
 import time
 from collections import Counter, deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from cgroups.discovery import Hierarchy
 from cgroups.errors import CgroupError, CgroupGone, InvalidValue, from_oserror
+from cgroups.holdings import Holder, Holding, Journal
 from cgroups.knobs import (
     BURST,
     CPUSET,
     FREEZE,
     IDLE,
+    KNOBS,
     MEM_HIGH,
     MEM_LIMIT,
     MEM_LOW,
@@ -101,9 +103,12 @@ class CgroupWriter:
 
     def __init__(
         self, hierarchy: Hierarchy, root: str, *, controllers: Sequence[str] = DEFAULT_CONTROLLERS,
-        units: SystemdUnits | None = None,
+        units: SystemdUnits | None = None, journal: Journal | None = None,
     ) -> None:
         self.hierarchy = hierarchy
+        # What the holders hold (cgroups/holdings.py); in memory only when no state file is kept.
+        self.journal = journal if journal is not None else Journal(None, "")
+        self._holder: Holder | None = None
         self.units = units  # set: knobs of a systemd unit go through systemd too (cgroups/systemd.py)
         self.root = check_rel(root, "cgroup root")
         self.controllers = tuple(c for c in controllers if c in hierarchy.v1)
@@ -208,21 +213,120 @@ class CgroupWriter:
         if knob.equal(current, wanted):
             self._skipped += 1
             self._cache[key] = wanted
+            if self._holder is not None:
+                self.journal.claim(key, self._holder.name)
             if key in self._unheld:  # right in the file, but systemd did not take it when it was written
                 self._through_systemd(knob, rel, wanted)
             return False
         if key in self._cache and knob.equal(self._cache[key], wanted):
             self._reasserted += 1
             self._note_override(knob, rel, current, wanted)
+        given_back = self._hold(knob, rel, current, wanted)
         self._through_systemd(knob, rel, wanted)
         knob.write(self, rel, current, wanted)
         self._cache[key] = wanted
+        if given_back:
+            self.journal.drop([key])
         return True
 
-    def _note_override(self, knob: Knob[V], rel: str, current: V, wanted: V) -> None:
-        writer = "unknown"
+    # -- holdings (cgroups/holdings.py) ----------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def held_by(self, holder: Holder) -> Iterator[None]:
+        """The knobs set inside are `holder`'s holdings (journaled before they change). Synchronous code only:
+        an await inside would lend the holder to another task's writes."""
+        before, self._holder = self._holder, holder
+        try:
+            yield
+        finally:
+            self._holder = before
+
+    def _hold(self, knob: Knob[V], rel: str, current: V, wanted: V) -> bool:
+        """Journal the holding before its knob is written; True when `wanted` gives the knob back (the holding
+        ends once it is written)."""
+        h = self._holder
+        key = (knob.name, rel)
+        old = self.journal.held.get(key)
+        if h is None:
+            return False
+        if old is None:
+            ours = None if h.moving else (knob.dump(wanted),)
+            self.journal.hold(Holding(knob.name, rel, h.name, knob.dump(current), ours))
+            return False
+        if knob.equal(knob.load(old.give_back), wanted):
+            return True
+        ours = None
+        if not h.moving:
+            was = old.ours is not None and any(knob.equal(current, knob.load(o)) for o in old.ours)
+            new = knob.dump(wanted)
+            ours = (*([knob.dump(current)] if was and not knob.equal(current, wanted) else []), new)
+        self.journal.hold(Holding(knob.name, rel, h.name, old.give_back, ours))
+        return False
+
+    def settle(self, holder: Holder) -> int:
+        """Give back what an earlier run's `holder` held and this run has not claimed again (its first pass is
+        over, or it does not run): each knob that still reads as the holder's, parents first; one another
+        writer changed since is left and counted. How many were given back."""
+        due = sorted(self.journal.due(holder.name), key=lambda h: (h.cgroup.count("/"), h.knob != IDLE.name))
+        given, theirs = 0, self._changed_cgroups(due) if holder.together else set()
+        for h in due:
+            try:
+                given += self._give_back(holder, h, h.cgroup in theirs)
+            except (CgroupError, ValueError, TypeError) as err:  # gone, or a value the kernel refuses now
+                log.info("a holding an earlier run left was not given back",
+                         extra={"fields": {"knob": h.knob, "cgroup": h.cgroup, "error": str(err)}})
+                self.journal.drop([h.key])
+        if given:
+            self.journal.stats.given_back[holder.name] += given
+            log.info("what an earlier run held is given back", extra={"fields": {
+                "holder": holder.name, "given_back": given, "due": len(due)}})
+        return given
+
+    def _changed_cgroups(self, due: list[Holding]) -> set[str]:
+        """The cgroups of `due` where another writer changed at least one of the holder's knobs."""
+        out = set()
+        for h in due:
+            knob = KNOBS.get(h.knob)
+            try:
+                if knob is not None and not self._ours(knob, h, knob.read(self, h.cgroup)):
+                    out.add(h.cgroup)
+            except (CgroupError, ValueError, TypeError):
+                continue
+        return out
+
+    @staticmethod
+    def _ours(knob: Knob[Any], h: Holding, current: Any) -> bool:
+        """Whether the file reads as the holding's (or as the value to give back: nothing was changed)."""
+        values = (h.give_back,) if h.ours is None else (h.give_back, *h.ours)
+        return h.ours is None or any(knob.equal(current, knob.load(v)) for v in values)
+
+    def _give_back(self, holder: Holder, h: Holding, theirs: bool = False) -> int:
+        knob = KNOBS.get(h.knob)
+        if knob is None:
+            raise ValueError(f"no knob {h.knob!r}")
+        current, give = knob.read(self, h.cgroup), knob.load(h.give_back)
+        if knob.equal(current, give):
+            self.journal.drop([h.key])
+            return 0
+        if theirs or not self._ours(knob, h, current):
+            writer = self._writer_of(knob, h.cgroup)
+            self.journal.stats.left[(knob.name, writer)] += 1
+            log.warning("a knob an earlier run held was changed by another writer since: left as it is",
+                        extra={"fields": {"knob": knob.name, "cgroup": h.cgroup, "found": _show(current),
+                                          "writer": writer}})
+            self.journal.drop([h.key])
+            return 0
+        with self.held_by(holder):
+            self._set(knob, h.cgroup, give)
+        return 1
+
+    def _writer_of(self, knob: Knob[Any], rel: str) -> str:
         if self.units is not None and self.units.owns(rel) and not self._systemd_holds(knob):
-            writer = "systemd"  # systemd re-applies its own value of a knob it has no property of ours for
+            return "systemd"  # systemd re-applies its own value of a knob it has no property of ours for
+        return "unknown"
+
+    def _note_override(self, knob: Knob[V], rel: str, current: V, wanted: V) -> None:
+        writer = self._writer_of(knob, rel)
         event = Override(knob.name, rel, _show(current), _show(wanted), writer, time.monotonic())
         self.overrides.append(event)
         self.override_counts[(knob.name, writer)] += 1
@@ -322,7 +426,10 @@ class CgroupWriter:
         rel = check_rel(rel)
         if idle:
             if not IDLE.read(self, rel):
-                self._weights[rel] = SHARES.read(self, rel)
+                self._weights[rel] = before = SHARES.read(self, rel)
+                if self._holder is not None and (SHARES.name, rel) not in self.journal.held:
+                    # the weight to give back after idle (which the kernel resets): any value is the kernel's
+                    self.journal.hold(Holding(SHARES.name, rel, self._holder.name, before, None))
             return self._set(IDLE, rel, True)
         weight = self._weights.pop(rel, None)
         if not self._set(IDLE, rel, False):
@@ -345,22 +452,6 @@ class CgroupWriter:
             raise InvalidValue(f"memory protection must be >= 0, got min {min_bytes}, low {low_bytes}")
         wrote = self._set(MEM_MIN, rel, min_bytes)
         return self._set(MEM_LOW, rel, low_bytes) or wrote
-
-    def memory_protection_is(self, rel: str, min_bytes: int, low_bytes: int, high_bytes: int | None = None,
-                             *, high: bool = False) -> bool:
-        """Whether `memory.min` / `memory.low` (and `memory.high`, with `high`; None is "max") read as these
-        values, in whole pages as the kernel keeps them. A read, never a write."""
-        rel = check_rel(rel)
-        same = MEM_MIN.equal(MEM_MIN.read(self, rel), min_bytes) and MEM_LOW.equal(MEM_LOW.read(self, rel),
-                                                                                    low_bytes)
-        return same and (not high or MEM_HIGH.equal(MEM_HIGH.read(self, rel), high_bytes))
-
-    def memory_cap_is(self, rel: str, high_bytes: int | None, max_bytes: int | None) -> bool:
-        """Whether `memory.high` (v1: the soft limit) and `memory.max` (v1: `memory.limit_in_bytes`) read as
-        these values (None: unlimited), in whole pages as the kernel keeps them. A read, never a write."""
-        rel = check_rel(rel)
-        return (MEM_HIGH.equal(MEM_HIGH.read(self, rel), high_bytes)
-                and MEM_LIMIT.equal(MEM_LIMIT.read(self, rel), max_bytes))
 
     def set_cpu_burst(self, rel: str, burst_us: int) -> bool:
         """`cpu.cfs_burst_us` (v1) / `cpu.max.burst` (v2); a file write (systemd has no property for it)."""
@@ -446,6 +537,7 @@ class CgroupWriter:
         self._unheld = {k for k in self._unheld if not (k[1] == rel or k[1].startswith(prefix) or not rel)}
         for r in [r for r in self._weights if r == rel or r.startswith(prefix) or not rel]:
             del self._weights[r]
+        self.journal.drop_below(rel)
         if self.units is not None:
             self.units.forget(rel)
 

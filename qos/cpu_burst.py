@@ -94,14 +94,6 @@ def resize_safe(pod: QosPod, values: tuple[BurstValues, ...]) -> tuple[BurstValu
     return tuple(v if v.rel in restarts else BurstValues(v.rel, 0) for v in values)
 
 
-def owned(pods: Iterable[QosPod]) -> frozenset[str]:
-    """The cgroups whose burst this policy decides under any settings: every burstable pod's cgroup and its
-    made containers'. A burst found there that no plan wants was left by an earlier run (the policy turned
-    off, or the pod's burst changed, while the agent was down): the executor gives it back (0) once."""
-    return frozenset(rel for p in pods if burstable(p)
-                     for rel in (p.cgroup, *(c.cgroup for c in p.containers if c.cgroup is not None)))
-
-
 def plan(pods: Iterable[QosPod], settings: CpuBurstSettings, *, kubelet_resizes: bool | None) -> CpuBurstPlan:
     """Every burstable pod's values (none at all when the policy writes no burst); where the kubelet resizes
     pods in place, or may (None), only `resize_safe` ones."""

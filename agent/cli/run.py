@@ -15,7 +15,6 @@ from collections.abc import Mapping
 from agent.api.server import ApiStartError, start_api_server
 from agent.config.agent import ConfigError, load_config
 from agent.daemon import batch_limits, resource_qos
-from agent.daemon.be_marker import SuppressionMarker
 from agent.daemon.egress_left import LeftEgress
 from agent.daemon.logs import setup_logging
 from agent.daemon.runtime import Runtime, build, make_layout
@@ -97,10 +96,12 @@ def build_limits(rt: Runtime) -> Limits:
     layout = make_layout(rt.cfg, rt.hierarchy)
     limits = batch_limits.build(rt.cfg.batch_limits, rt.sources.kubelet, rt.writer, layout,
                                 lambda: policy_settings(rt)[0].suppression, rt.sources.yarn,
-                                lambda: batch_memory(rt), state_path=rt.cfg.state.path)
+                                lambda: batch_memory(rt))
     wanted = rt.cfg.resource_qos.turned_on or rt.cfg.sources.nodeslo.enabled
-    return limits, resource_qos.build(rt.sources.kubelet, rt.writer, layout, wanted=wanted,
-                                      state_path=rt.cfg.state.path)
+    runner = resource_qos.build(rt.sources.kubelet, rt.writer, layout, wanted=wanted)
+    if runner is None:  # memory QoS and CPU burst have no runner: what an earlier run held goes now
+        resource_qos.settle(rt.writer)
+    return limits, runner
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -153,9 +154,7 @@ async def serve(config_path: str, dry_run: bool = False, ready: asyncio.Event | 
             loop.add_signal_handler(sig, stop.set)
     log.info("agent started", extra={"fields": {"node": cfg.node.node_name, "root": cfg.cgroups.root,
                                                   "dry_run": cfg.eviction.dry_run}})
-    marker = SuppressionMarker(cfg.state.path, rt.executor.be_tier)
-    marker.start(rt.executor, cfg.policies.suppression.enabled)
-    egress = LeftEgress(cfg.state.path, cfg.network, rt.hierarchy.unified)
+    egress = LeftEgress(rt.writer.journal, cfg.network, rt.hierarchy.unified)
     egress.start()
     sources = asyncio.create_task(rt.sources.run(stop))
     reports = asyncio.create_task(rt.reports.run(stop))
@@ -173,7 +172,7 @@ async def serve(config_path: str, dry_run: bool = False, ready: asyncio.Event | 
         await _settle(reports, "node reports")
         await _settle_each(limit_tasks)
         await rt.executor.drain(timeout_s=cfg.eviction.grace_period_s + 2)
-        marker.exit(rt.executor.release_be() and not rt.executor.release_left_pending)
+        rt.executor.release_be()
         if network is not None:  # removes our egress tree (network.remove_on_exit) once `stop` is set
             await _settle(network, "network shaper")
         await egress.exit(rt.network)

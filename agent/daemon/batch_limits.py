@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import os
 import time
 from collections.abc import Callable
@@ -34,8 +35,6 @@ from agent.executors.batch_limits import (
 )
 from agent.sources.kubelet import KubeletSource
 from agent.sources.yarn import NodeManagerSource
-from agent.state.held_memory import tier_cap_record
-from agent.state.ledger import read_boot_id
 from cgroups.errors import CgroupError
 from cgroups.layout import Layout
 from cgroups.watch import DirEvent, DirWatcher
@@ -93,7 +92,10 @@ class BatchLimitsController:
         if only is not None:
             plans = tuple(p for p in plans if p.pod is not None and (
                 p.pod.rel in only or any(c.rel in only for c in p.containers)))
-        report = self.executor.apply(plans, restore=not (changed_only or only is not None))
+        whole = not (changed_only or only is not None)
+        report = self.executor.apply(plans, restore=whole)
+        if whole and (self._kubelet is None or math.isfinite(self._kubelet.workloads().age_s)):
+            self.executor.settle()  # a pass over a listed node: what an earlier run held and this one not
         self.last = report
         self.passes += 1
         self._expire()
@@ -104,7 +106,10 @@ class BatchLimitsController:
         if self.yarn is None:
             return None
         source, executor, cpu_quota = self.yarn
-        self.yarn_last = executor.apply(yarn_plan(source.workloads().workloads, cpu_quota=cpu_quota))
+        listed = source.workloads()
+        self.yarn_last = executor.apply(yarn_plan(listed.workloads, cpu_quota=cpu_quota))
+        if math.isfinite(listed.age_s):
+            executor.settle()
         return self.yarn_last
 
     def _placed(self) -> set[str]:
@@ -273,7 +278,7 @@ class BatchLimitsController:
 
     async def _pass_async(self) -> PassReport:
         if self.tier is not None:
-            await self.tier.pass_async()
+            self.tier.pass_once()
         self.yarn_pass()
         return self.pass_once()
 
@@ -302,22 +307,27 @@ async def _first(stop: asyncio.Event, kick: asyncio.Event, timeout: float) -> bo
 def build(cfg: BatchLimitsConfig, kubelet: KubeletSource | None, writer: CgroupWriter, layout: Layout,
           suppression: Callable[[], SuppressionConfig],
           nodemanager: NodeManagerSource | None = None,
-          batch_memory: Callable[[], int | None] = lambda: None,
-          state_path: str = "") -> BatchLimitsController | None:
+          batch_memory: Callable[[], int | None] = lambda: None) -> BatchLimitsController | None:
     """The controller the daemon runs (None when off, or with neither the kubelet nor the NodeManager).
-    `suppression` gives the suppression settings in force (the NodeSLO's, else the YAML's). The BE tier's
-    cap is recorded beside `state_path` ("" keeps no record); where no controller runs, a cap an earlier
-    run recorded is lifted here, once, if it is still in place."""
+    `suppression` gives the suppression settings in force (the NodeSLO's, else the YAML's). Where no
+    controller (or part of it) runs, what an earlier run held for it is given back here, once."""
     yarn = None
+    yarn_executor = YarnLimitsExecutor(writer, layout.yarn_root())
     if cfg.yarn and nodemanager is not None:
-        yarn = (nodemanager, YarnLimitsExecutor(writer, layout.yarn_root()), cfg.yarn_cpu_quota)
-    record = tier_cap_record(state_path, read_boot_id()) if state_path else None
+        yarn = (nodemanager, yarn_executor, cfg.yarn_cpu_quota)
     tier = TierCapRunner(
         TierMemoryExecutor(writer, layout.tier("besteffort")),
-        lambda: tier_memory_cap(batch_memory(), cfg.tier_memory, cfg.tier_memory_high_percent), record)
+        lambda: tier_memory_cap(batch_memory(), cfg.tier_memory, cfg.tier_memory_high_percent))
+    executor = BatchLimitsExecutor(writer)
     if not cfg.enabled or (kubelet is None and yarn is None and cfg.tier_memory == "off"):
-        tier.give_back()
+        tier.executor.settle()
+        executor.settle()
+        yarn_executor.settle()
         return None
+    if yarn is None:
+        yarn_executor.settle()
+    if kubelet is None:
+        executor.settle()
 
     def cfs_quota() -> bool:
         if cfg.cfs_quota != "auto":
@@ -327,10 +337,10 @@ def build(cfg: BatchLimitsConfig, kubelet: KubeletSource | None, writer: CgroupW
     if not cfs_quota():
         log.info("BE pods get no CFS quota of their own while the BE tier is suppressed by a quota "
                  "(a v1 parent's quota may not be below a child's); their shares and the tier bound them")
-    return BatchLimitsController(kubelet, BatchLimitsExecutor(writer), layout,
+    return BatchLimitsController(kubelet, executor, layout,
                                  lambda rel: writer.path("cpu", rel), resync_s=cfg.resync_s,
                                  watch=cfg.on_creation, cfs_quota=cfs_quota, yarn=yarn,
-                                 tier=tier if cfg.tier_memory != "off" or record is not None else None)
+                                 tier=tier)
 
 
 MAX_SERIES_PODS = 1000  # per-pod series beyond this many BE pods are left out (the counts still cover all)

@@ -172,6 +172,7 @@ class TickLoop:
                      started_wall: float, started_mono: float) -> Published:
         grant = decision.outputs.be_cpu
         ex = self._executor
+        journal = ex.journal
         return Published(
             tick=self._tick,
             tick_started_at=started_wall,
@@ -204,6 +205,10 @@ class TickLoop:
                 knob_overrides=ex.override_counts,
                 systemd_sets=ex.systemd_counts[0],
                 systemd_errors=ex.systemd_counts[1],
+                journal_writes=journal.stats.writes,
+                holdings=dict(journal.holders()),
+                given_back=dict(journal.stats.given_back),
+                left_to_others=dict(journal.stats.left),
             ),
             knob_overrides=tuple(ex.overrides),
         )

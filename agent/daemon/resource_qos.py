@@ -17,12 +17,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from agent.executors.resource_qos import HeldLimits, ResourceQosExecutor
+from agent.executors.resource_qos import CPU_BURST, MEMORY_QOS, HeldLimits, ResourceQosExecutor
 from agent.sources.nodeslo_map import ResourceQos
 from agent.sources.qos_pods import QosKubeletSource
-from agent.state.held_memory import Held, memory_record
-from agent.state.held_record import HeldRecord
-from agent.state.ledger import read_boot_id
 from cgroups.errors import CgroupError
 from cgroups.layout import Layout
 from cgroups.writer import CgroupWriter
@@ -51,18 +48,16 @@ _RESIZE_NOTE = {
 @dataclass(frozen=True, slots=True)
 class Plans:
     """One pass's decisions: the memory plan (None: hold nothing) and whether the executor has anything to
-    do for it, the burst plan and the cgroups whose burst the policy decides (`qos.cpu_burst.owned`)."""
+    do for it, and the burst plan."""
 
     memory: MemoryQosPlan | None
     memory_due: bool
     burst: CpuBurstPlan | None
-    owned: frozenset[str]
 
 
 class ResourceQosRunner:
     def __init__(self, source: QosKubeletSource, settings: Callable[[], ResourceQos], writer: CgroupWriter,
-                 layout: Layout, node_allocatable_memory: int, announce: bool = True,
-                 record: HeldRecord[Held] | None = None) -> None:
+                 layout: Layout, node_allocatable_memory: int, announce: bool = True) -> None:
         self._source = source
         self._settings = settings
         self._layout = layout
@@ -72,8 +67,7 @@ class ResourceQosRunner:
         self.burst_supported = _has_burst(writer)
         self.last: ResourceQos | None = None
         self._noted: object = _NOT_NOTED
-        self._record = record if self.memory_supported else None
-        self._recorded: Held | None = None  # what the record holds (None: not read yet)
+        self._writer = writer
         if announce and not self.memory_supported:
             log.info("memory QoS skipped: cgroup v1 has no memory.min / memory.low (upstream kernel)")
         if announce and not self.burst_supported:
@@ -84,22 +78,15 @@ class ResourceQosRunner:
         return {"": "", "burstable": tier("burstable"), "besteffort": tier("besteffort")}
 
     def plan(self) -> Plans:
-        """This pass's plans, from the settings in force and the kubelet's pods. The first also takes over
-        what an earlier run of this boot recorded and still holds (`ResourceQosExecutor.adopt_memory`).
-        Nothing is planned until the kubelet has listed its pods and the settings are known (the NodeSLO
-        read once, where it is on): before, every pod would look gone and its values given back."""
-        mplan, memory_due, bplan, owned = None, False, None, frozenset[str]()
+        """This pass's plans, from the settings in force and the kubelet's pods. Nothing is planned until the
+        kubelet has listed its pods and the settings are known (the NodeSLO read once, where it is on):
+        before, every pod would look gone and its values given back."""
+        mplan, memory_due, bplan = None, False, None
         if not (self._source.listed and self._source.resource_qos_known()):
-            return Plans(mplan, memory_due, bplan, owned)
+            return Plans(mplan, memory_due, bplan)
         s = self.last = self._settings()
         pods = self._source.qos_pods()
         if self.memory_supported:
-            if self._record is not None and self._recorded is None:
-                self._recorded = self._record.load()
-                taken = self.executor.adopt_memory(self._recorded)
-                if self._recorded:
-                    log.info("memory QoS: %d of %d cgroups an earlier run recorded still hold its values",
-                             taken, len(self._recorded))
             mplan = memory_qos.plan(pods, s.memory, self._allocatable) if s.memory.any_enabled else None
             memory_due = mplan is not None or bool(self.executor.memory)
         if self.burst_supported:
@@ -108,82 +95,50 @@ class ResourceQosRunner:
                 self._noted = resizes
                 log.info("CPU burst: %s", _RESIZE_NOTE[resizes])
             bplan = cpu_burst.plan(pods, s.burst, kubelet_resizes=resizes) if s.burst.enabled else None
-            owned = cpu_burst.owned(pods)
-        return Plans(mplan, memory_due, bplan, owned)
+        return Plans(mplan, memory_due, bplan)
 
     def apply(self, plans: Plans) -> int:
-        """Put `plans` in place; how many knobs were written."""
+        """Put `plans` in place; how many knobs were written. After a pass on the kubelet's pods, what an
+        earlier run held and this one does not is given back (`cgroups/holdings.py`)."""
         written = 0
         if plans.memory_due:
             written += self.executor.apply_memory(plans.memory, self._tiers())
         if self.burst_supported and self.last is not None:
-            written += self.executor.apply_burst(plans.burst, plans.owned)
+            written += self.executor.apply_burst(plans.burst)
+        if self.last is not None:
+            self._writer.settle(MEMORY_QOS)
+            self._writer.settle(CPU_BURST)
         return written
-
-    def record_ahead(self, plans: Plans) -> Held | None:
-        """What the record must hold before `plans` are written (None: it does already): what is held and
-        what is about to be, both where a held value changes, so that a kill between a write and its record
-        leaves no value unknown."""
-        if self._record is None or self._recorded is None or plans.memory is None:
-            return None
-        ahead: Held = {rel: (v,) for rel, v in self.executor.memory.items()}
-        for rel, v in self.executor.wanted_memory(plans.memory, self._tiers()).items():
-            if v not in ahead.get(rel, ()):
-                ahead[rel] = (*ahead.get(rel, ()), v)
-        recorded = self._recorded
-        if all(set(vs) <= set(recorded.get(rel, ())) for rel, vs in ahead.items()):
-            return None
-        return ahead
-
-    def record_due(self) -> Held | None:
-        """What the executor holds, when the record says otherwise (None: nothing to write)."""
-        if self._record is None or self._recorded is None:
-            return None
-        held: Held = {rel: (v,) for rel, v in self.executor.memory.items()}
-        return None if held == self._recorded else held
-
-    def save_record(self, held: Held | None) -> None:
-        """Write `held` (from `record_ahead` / `record_due`; None: nothing) to the record: I/O with fsync,
-        off the event loop in `run`."""
-        if self._record is not None and held is not None and self._record.save(held):
-            self._recorded = held
 
     def pass_once(self) -> int:
-        """One pass, the record written inline; how many knobs were written."""
-        plans = self.plan()
-        self.save_record(self.record_ahead(plans))
-        written = self.apply(plans)
-        self.save_record(self.record_due())
-        return written
+        """One pass; how many knobs were written."""
+        return self.apply(self.plan())
 
     async def run(self, stop: asyncio.Event, resync_s: float) -> None:
-        """A pass every `resync_s` until `stop`, the record written off the event loop; a failed pass is
-        logged and the next one runs."""
+        """A pass every `resync_s` until `stop`; a failed pass is logged and the next one runs."""
         while not stop.is_set():
             try:
-                plans = self.plan()
-                if (ahead := self.record_ahead(plans)) is not None:
-                    await asyncio.to_thread(self.save_record, ahead)
-                self.apply(plans)
-                if (held := self.record_due()) is not None:
-                    await asyncio.to_thread(self.save_record, held)
+                self.pass_once()
             except Exception:
                 log.exception("resource QoS pass failed")
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), resync_s)
 
 
-def build(source: object, writer: CgroupWriter, layout: Layout, *, wanted: bool,
-          state_path: str = "") -> ResourceQosRunner | None:
+def build(source: object, writer: CgroupWriter, layout: Layout, *, wanted: bool) -> ResourceQosRunner | None:
     """The runner (None: no kubelet source handed the settings in force). It runs also where nothing turns
-    the features on (`wanted` False, then without the start-up lines on what the kernel lacks): a burst an
-    earlier run left on a pod is given back however the feature was turned off meanwhile, and so is memory
-    QoS an earlier run recorded beside `state_path` ("" keeps no record)."""
+    the features on (`wanted` False, then without the start-up lines on what the kernel lacks): memory QoS
+    and bursts an earlier run held are given back however the features were turned off meanwhile."""
     if not isinstance(source, QosKubeletSource) or source.resource_qos is None:
         return None
-    record = memory_record(state_path, read_boot_id()) if state_path else None
     return ResourceQosRunner(source, source.resource_qos, writer, layout,  # type: ignore[arg-type]
-                             node_allocatable_memory(), announce=wanted, record=record)
+                             node_allocatable_memory(), announce=wanted)
+
+
+def settle(writer: CgroupWriter) -> None:
+    """Where no runner runs: memory QoS and bursts an earlier run held, given back."""
+    writer.settle(MEMORY_QOS)
+    writer.settle(CPU_BURST)
 
 
 def node_allocatable_memory() -> int:

@@ -43,10 +43,9 @@ from agent.sources.qos_pods import QosKubeletSource
 from agent.sources.standalone import StandaloneScanner
 from agent.sources.yarn import NodeManagerSource
 from agent.state import Ledger, LedgerConfig
-from agent.state.ledger import read_boot_id
-from agent.state.owned_root import RootMarker
 from cgroups.discovery import Hierarchy, detect_driver, discover, resolve_root
 from cgroups.errors import CgroupError
+from cgroups.holdings import Journal
 from cgroups.layout import Layout
 from cgroups.reader import CgroupReader
 from cgroups.writer import CgroupWriter
@@ -78,22 +77,48 @@ class Runtime:
     metrics: MetricsHub
     ledger: Ledger
     drain: DrainController
-    created_root: bool = False  # made by this agent, now or by an earlier incarnation (see RootMarker)
+    created_root: bool = False  # made by this agent, now or by an earlier incarnation (its mark: `RootMark`)
     network: EgressShaper | None = None  # BE egress control; its task is `network.run(stop)`
-    marker: RootMarker | None = None
 
     def close(self) -> None:
         self.collector.close()
         self.reader.close()
         self.audit.close()
         if self.created_root and self.cfg.cgroups.cleanup_on_exit:
-            _remove_root(self.writer, self.reader, self.marker)
+            _remove_root(self.writer, self.reader)
+        self.writer.journal.close()
 
 
-def _remove_root(writer: CgroupWriter, reader: CgroupReader, marker: RootMarker | None) -> None:
-    """Remove the agent's own root; its marker goes only with it (a root left half-removed stays ours)."""
-    if remove_tree(writer, reader, "") == 0 and marker is not None:
-        marker.clear()
+class RootMark:
+    """The cgroup root this agent made, a mark in the journal of holdings (`cgroups/holdings.py`).
+
+    A root the agent made is removed on a clean exit (`cgroups.cleanup_on_exit`); remembered only in memory,
+    a crash would lose that, and the next agent would adopt the root and leave it for good. The mark is made
+    before the root and goes once the root is gone; a root found already there (the kubelet's `kubepods`)
+    never gets one. A name is not an identity (someone else may make a directory of that name), so once the
+    root is made the mark also names its directory's inode; the journal is of this boot only. A mark made
+    just before a crash, with no inode yet, claims nothing: the root is then left, never wrongly removed."""
+
+    KIND = "root"
+
+    def __init__(self, journal: Journal, mount: str, root: str) -> None:
+        self._journal = journal
+        self._where = {"mount": mount, "root": root.strip("/")}
+
+    def claims(self, inode: int | None) -> bool:
+        """Whether an earlier run of this boot marked this very root, as the directory `inode`."""
+        marked = self._journal.marks_left.get(self.KIND)
+        return inode is not None and marked == {**self._where, "inode": inode}
+
+    def record(self, inode: int | None = None) -> None:
+        """The agent is about to make the root (no inode yet), or has made it as the directory `inode`."""
+        self._journal.mark(self.KIND, {**self._where, "inode": inode})
+
+
+def _remove_root(writer: CgroupWriter, reader: CgroupReader) -> None:
+    """Remove the agent's own root; its mark goes only with it (a root left half-removed stays ours)."""
+    if remove_tree(writer, reader, "") == 0:
+        writer.journal.unmark(RootMark.KIND)
 
 
 def machine_capacity() -> tuple[Resources, tuple[int, ...]]:
@@ -252,25 +277,25 @@ def build(cfg: AgentConfig, board: Board | None = None) -> Runtime:
     # The collector samples with it and uses neither the memory limit nor memory pressure.
     reader = CgroupReader(hierarchy, root, memory_psi=False, memory_limit=False)
     layout = make_layout(cfg, hierarchy)
-    writer = CgroupWriter(hierarchy, root, units=systemd_units(cfg, hierarchy, layout))
     capacity, cpus = node_capacity(cfg)
     # The ledger first: a state directory that cannot be used stops start-up before any cgroup is made.
     ledger = open_ledger(cfg)
-    marker = (RootMarker(cfg.state.path, cfg.cgroups.mount, root, read_boot_id())
-              if cfg.state.path else None)
+    writer = CgroupWriter(hierarchy, root, units=systemd_units(cfg, hierarchy, layout),
+                          journal=Journal.beside(cfg.state.path))
+    mark = RootMark(writer.journal, cfg.cgroups.mount, root)
     made: list[str] = []
     owned = False
     try:
         if cfg.cgroups.setup_tiers:
-            if marker is not None and not reader.exists(""):
-                marker.record()  # before the root exists: a crash in between leaves a marker, never an orphan
+            if not reader.exists(""):
+                mark.record()  # before the root exists: a crash in between leaves a mark, never an orphan
             created = setup_tiers(writer, reader, cpus, layout, made)
-            if marker is not None and "" in made:
-                marker.record(_root_inode(reader))  # now it names this very directory, in this boot
-            owned = created or (marker is not None and marker.claims(_root_inode(reader)))
-        return _assemble(cfg, board, hierarchy, reader, writer, layout, capacity, cpus, ledger, owned, marker)
+            if "" in made:
+                mark.record(_root_inode(reader))  # now it names this very directory, in this boot
+            owned = created or mark.claims(_root_inode(reader))
+        return _assemble(cfg, board, hierarchy, reader, writer, layout, capacity, cpus, ledger, owned)
     except BaseException:
-        _undo_setup(writer, reader, made, marker)
+        _undo_setup(writer, reader, made)
         raise
 
 
@@ -282,13 +307,12 @@ def _root_inode(reader: CgroupReader) -> int | None:
         return None
 
 
-def _undo_setup(writer: CgroupWriter, reader: CgroupReader, made: list[str],
-                marker: RootMarker | None) -> None:
+def _undo_setup(writer: CgroupWriter, reader: CgroupReader, made: list[str]) -> None:
     """Start-up failed after the tiers were laid out: remove what this start made, and no more. A root an
     earlier incarnation made (`owned` by its marker) keeps the work that survived that crash: a crash loop
     must not kill it at every failed restart; a clean exit removes it."""
     if "" in made:
-        _remove_root(writer, reader, marker)
+        _remove_root(writer, reader)
         return
     for rel in reversed(made):
         remove_tree(writer, reader, rel)
@@ -296,7 +320,7 @@ def _undo_setup(writer: CgroupWriter, reader: CgroupReader, made: list[str],
 
 def _assemble(cfg: AgentConfig, board: Board | None, hierarchy: Hierarchy, reader: CgroupReader,
               writer: CgroupWriter, layout: Layout, capacity: Resources, cpus: tuple[int, ...],
-              ledger: Ledger, owned: bool, marker: RootMarker | None) -> Runtime:
+              ledger: Ledger, owned: bool) -> Runtime:
     """`build` after the ledger and the tiers: sources, collector, executor, policies, the loop."""
     root = cfg.cgroups.root.strip("/")
     be_tier = layout.tier(BE_TIER)
@@ -340,7 +364,7 @@ def _assemble(cfg: AgentConfig, board: Board | None, hierarchy: Hierarchy, reade
                         cfg.loop.fast_hold_s)
     loop = TickLoop(inputs, settings.pipeline, executor, outputs, timing)
     return Runtime(cfg, hierarchy, reader, writer, collector, sources, reports, executor, loop, board, audit,
-                   capacity, cpus, hub, ledger, drain, owned, network=shaper, marker=marker)
+                   capacity, cpus, hub, ledger, drain, owned, network=shaper)
 
 
 def _pipeline_builder(cfg: AgentConfig) -> Callable[[PolicyConfig], Pipeline[NodeOutputs]]:

@@ -19,10 +19,11 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-from agent.executors.be_knobs import BeKnobs, IdleRefused
+from agent.executors.be_knobs import BE_CPU, BeKnobs, IdleRefused
 from agent.executors.ratelimit import TokenBucket
 from agent.published import ActionRecord, KnobOverride, Outcome
 from cgroups.errors import CgroupError
+from cgroups.holdings import Journal
 from cgroups.writer import CgroupWriter
 from qos.actions import (
     Action,
@@ -114,12 +115,15 @@ class ActionExecutor:
         self._ended: list[ActionRecord] = []  # evictions that ended since `ended` was last read
         self._try_next: set[str] = set()
         self._network = network  # BE egress actions go here (when network control is on)
-        self._release_left = False  # at the first tick: release BE suppression an earlier run may have left
-        self._left_failed = False
 
     @property
     def be_tier(self) -> str:
         return self._be_tier
+
+    @property
+    def journal(self) -> Journal:
+        """What the agent holds on the node (cgroups/holdings.py), for the counters."""
+        return self._writer.journal
 
     @property
     def cgroup_writes(self) -> int:
@@ -176,8 +180,14 @@ class ActionExecutor:
     def _execute(self, actions: Sequence[Action], snapshot: NodeSnapshot) -> list[ActionRecord]:
         records: list[ActionRecord] = []
         members = self._be.decide(snapshot)
-        if self._release_left:
+        with self._writer.held_by(BE_CPU):
+            self._knobs(actions, snapshot, members, records)
+        if not snapshot.stale and not self.dry_run:
             records.extend(self._released_left())
+        return records
+
+    def _knobs(self, actions: Sequence[Action], snapshot: NodeSnapshot, members: Membership,
+               records: list[ActionRecord]) -> None:
         for action in actions:
             if isinstance(action, Hold):
                 self.holds[(action.policy, action.reason)] += 1
@@ -193,7 +203,6 @@ class ActionExecutor:
                     records.append(rec)
         if not self.dry_run:
             records.extend(self._follow(members))
-        return records
 
     def _knob(self, action: Action, members: Membership) -> ActionRecord | None:
         """Apply one knob on the BE knobs' members; record it only when it changed something (or failed).
@@ -363,7 +372,9 @@ class ActionExecutor:
         if self.dry_run:
             return False
         try:
-            if self._be.release():
+            with self._writer.held_by(BE_CPU):
+                released = self._be.release()
+            if released:
                 log.info("BE knobs released", extra={"fields": {"tier": self._be_tier}})
         except CgroupError as err:
             self.cgroup_write_errors += 1
@@ -371,30 +382,12 @@ class ActionExecutor:
             return False
         return True
 
-    def release_left(self) -> None:
-        """At the first tick, release the BE suppression an earlier, killed run may have left on the tier
-        (`agent/state/held_be.py`: only where this run does not suppress); nothing under dry run."""
-        self._release_left = not self.dry_run
-
-    @property
-    def release_left_pending(self) -> bool:
-        """Whether the release of what an earlier run left has not succeeded yet (tried at each tick)."""
-        return self._release_left
-
     def _released_left(self) -> list[ActionRecord]:
-        try:
-            changed = self._be.release_left()
-        except CgroupError as err:
-            self.cgroup_write_errors += 1
-            if self._left_failed:  # tried again at each tick, recorded once
-                return []
-            self._left_failed = True
-            return [self._record("suppression", ActionKind.RELEASE_BE_LEFT, self._be_tier, Outcome.FAILED,
-                                 str(err))]
-        self._release_left = False
-        if not changed:
+        """After a tick on fresh data: give back the BE suppression an earlier, killed run left and this run
+        has not taken up (`cgroups/holdings.py`); what could not be is tried again at the next tick."""
+        if not self._writer.settle(BE_CPU):
             return []
-        why = "suppression is off: released what an earlier run, killed while suppressing, left on the tier"
+        why = "released what an earlier run, killed while suppressing, left on the tier (this run holds none)"
         return [self._record("suppression", ActionKind.RELEASE_BE_LEFT, self._be_tier, Outcome.APPLIED, why)]
 
     async def drain(self, timeout_s: float) -> None:

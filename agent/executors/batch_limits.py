@@ -19,6 +19,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from cgroups.errors import CgroupError, CgroupGone, from_oserror
+from cgroups.holdings import Holder
+from cgroups.knobs import MEM_HIGH, MEM_LIMIT
 from cgroups.parsers import parse_procs
 from cgroups.settings import CpuQuota, CpuShares, MemoryLimit, Setting
 from cgroups.writer import CgroupWriter
@@ -27,6 +29,9 @@ from qos.tier_memory import TierCap
 from qos.yarn_limits import YarnLimits, YarnPlan
 
 log = logging.getLogger("coloc.batch_limits")
+BATCH_LIMITS = Holder("batch_limits")  # BE pods' and containers' quota, shares and memory limit
+YARN_LIMITS = Holder("yarn_limits")  # YARN containers' and hadoop-yarn's
+TIER_CAP = Holder("be_tier_memory_cap")
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,7 +82,15 @@ class BatchLimitsExecutor:
         e = self.enforced.get(p.key)
         return e is not None and e.pod == p.pod and e.containers == p.containers and e.source == p.source
 
+    def settle(self) -> int:
+        """Give back what an earlier run held for BE pods and this run does not (after a whole pass)."""
+        return self._writer.settle(BATCH_LIMITS)
+
     def apply(self, plans: Sequence[PodPlan], *, restore: bool = True) -> PassReport:
+        with self._writer.held_by(BATCH_LIMITS):
+            return self._apply(plans, restore=restore)
+
+    def _apply(self, plans: Sequence[PodPlan], *, restore: bool = True) -> PassReport:
         """Put every plan's limits in place; with `restore` (a pass over every pod), restore the pods this
         executor held that no plan names."""
         pending: dict[str, str] = {}
@@ -223,7 +236,15 @@ class YarnLimitsExecutor:
         self.limited[lim.rel] = lim
         return self._move(lim.rel) if mirrored else 0
 
+    def settle(self) -> int:
+        """Give back what an earlier run held for YARN and this run does not (after a pass over them all)."""
+        return self._writer.settle(YARN_LIMITS)
+
     def apply(self, plan: YarnPlan) -> YarnReport:
+        with self._writer.held_by(YARN_LIMITS):
+            return self._apply(plan)
+
+    def _apply(self, plan: YarnPlan) -> YarnReport:
         mirrored = self._mirrored()
         pending: dict[str, str] = {}
         moved = 0
@@ -274,25 +295,22 @@ class TierMemoryExecutor:
         self.cap: TierCap | None = None  # what this executor has in place (None: nothing of ours)
         self.error = ""
 
-    def adopt(self, caps: tuple[TierCap, ...]) -> bool:
-        """Take as this executor's the cap of `caps` (what an earlier run of this boot recorded as possibly
-        in place) the tier's limits still read as; False when none does (gone, or another writer's since)."""
-        if self.cap is not None:
-            return False
-        for cap in caps:
-            try:
-                if cap != TierCap(None, None) and self._writer.memory_cap_is(self.tier, cap.high_bytes,
-                                                                             cap.max_bytes):
-                    self.cap = cap
-                    return True
-            except CgroupError:
-                return False
-        return False
+    def settle(self) -> int:
+        """Give back a cap an earlier run left that this run does not hold."""
+        return self._writer.settle(TIER_CAP)
 
     def apply(self, cap: TierCap | None) -> bool:
-        """True when something was written."""
-        if cap is None or (cap == TierCap(None, None) and self.cap is None):
+        """True when something was written. None holds what is in place, an earlier run's cap too."""
+        if cap is None:
+            for knob in (MEM_LIMIT, MEM_HIGH):
+                self._writer.journal.claim((knob.name, self.tier), TIER_CAP.name)
             return False
+        if cap == TierCap(None, None) and self.cap is None:
+            return False
+        with self._writer.held_by(TIER_CAP):
+            return self._apply(cap)
+
+    def _apply(self, cap: TierCap) -> bool:
         try:
             # tighten: high first (reclaim starts), then max; loosen: max first. Either order is valid for
             # the kernel; this one never has high above max.

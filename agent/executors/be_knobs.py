@@ -22,12 +22,15 @@ import logging
 from collections.abc import Callable
 
 from cgroups.errors import CgroupError, CgroupGone
+from cgroups.holdings import Holder
 from cgroups.writer import CgroupWriter
 from qos.actions import ActionKind
 from qos.membership import Membership, decide_membership, protected_children, split_quota, tier_level
 from qos.model import NodeSnapshot
 
 log = logging.getLogger("coloc.executor")
+# Moving: the quota and cpuset follow HP every tick, and nothing but the agent writes them on the BE tier.
+BE_CPU = Holder("be_cpu_suppression", moving=True)
 
 
 class IdleRefused(CgroupError):
@@ -170,20 +173,6 @@ class BeKnobs:
         if self.idle is not None:
             changed = self.set_idle(False, tier) or changed
         return changed
-
-    def release_left(self) -> bool:
-        """Release what an earlier run may have left (it was killed before its own `release`): the tier's
-        quota lifted, the tier (v1: and its subtree) on every CPU, `cpu.idle` 0 on a tier the agent lays out
-        itself (on the kubelet's it is never set). Needs `full` (after `decide`). Each write is a
-        read-compare-write: a knob already at its default is not written."""
-        self.quota_known, self.quota_us = True, None
-        self.cpuset = self.full
-        if self.tier_owned:
-            self.idle = False
-        try:
-            return self.release()
-        finally:  # nothing of this run's is held: a policy that is off must not have knobs followed
-            self.quota_known, self.cpuset, self.idle = False, None, None
 
     def follow(self, m: Membership) -> list[ActionKind]:
         """Move every knob with a wanted value onto `m` if the members changed; the kinds that changed."""

@@ -16,11 +16,14 @@ from dataclasses import dataclass
 
 from agent.executors.batch_limits import Enforced
 from cgroups.errors import CgroupError, CgroupGone
+from cgroups.holdings import Holder
 from cgroups.writer import CgroupWriter
 from qos.cpu_burst import CpuBurstPlan
 from qos.memory_qos import MemoryQosPlan, MemoryValues
 
 log = logging.getLogger("coloc.resource_qos")
+MEMORY_QOS = Holder("memory_qos", together=True)  # the kubelet's MemoryQoS gate writes min and high too
+CPU_BURST = Holder("cpu_burst")
 
 
 def _default(v: MemoryValues) -> bool:
@@ -37,7 +40,6 @@ class ResourceQosExecutor:
         self.memory_pods: dict[str, tuple[MemoryValues, ...]] = {}
         self.burst_pods: dict[str, tuple[tuple[str, int], ...]] = {}
         self.errors: dict[str, str] = {}  # cgroup -> why its values are not in place (latest pass)
-        self._adopted: set[str] = set()  # owned cgroups already checked for a burst an earlier run left
         self.writes = 0
         self.restores = 0
 
@@ -71,7 +73,7 @@ class ResourceQosExecutor:
         return wrote
 
     @staticmethod
-    def wanted_memory(plan: MemoryQosPlan | None, tiers: dict[str, str]) -> dict[str, MemoryValues]:
+    def _wanted_memory(plan: MemoryQosPlan | None, tiers: dict[str, str]) -> dict[str, MemoryValues]:
         """The values `plan` puts in place by cgroup, tiers first; `tiers` maps its tier names to cgroups."""
         wanted: dict[str, MemoryValues] = {}
         if plan is not None:
@@ -83,7 +85,11 @@ class ResourceQosExecutor:
 
     def apply_memory(self, plan: MemoryQosPlan | None, tiers: dict[str, str]) -> int:
         """Put `plan` in place (None: hold nothing); `tiers` maps the plan's tier names to cgroups."""
-        wanted = self.wanted_memory(plan, tiers)
+        with self._writer.held_by(MEMORY_QOS):
+            return self._apply_memory(plan, tiers)
+
+    def _apply_memory(self, plan: MemoryQosPlan | None, tiers: dict[str, str]) -> int:
+        wanted = self._wanted_memory(plan, tiers)
         written = 0
         for rel, v in wanted.items():  # tiers first: top-down, as koordlet's leveled update
             try:
@@ -103,35 +109,13 @@ class ResourceQosExecutor:
         self.writes += written
         return written
 
-    def adopt_memory(self, recorded: Mapping[str, tuple[MemoryValues, ...]]) -> int:
-        """Take as held each cgroup of `recorded` (the values an earlier run of this boot may have put in
-        place, `agent.state.held_memory`) whose files still hold one of them; how many. A cgroup gone, or
-        changed since by another writer (the kubelet's MemoryQoS gate writes the same files), is not taken:
-        the next `apply_memory` then gives back only values that are still the agent's own."""
-        taken = 0
-        for rel, candidates in recorded.items():
-            if rel in self.memory or not self._exists("memory", rel):
-                continue
-            for v in candidates:
-                try:
-                    if self._writer.memory_protection_is(rel, v.min_bytes, v.low_bytes, v.high_bytes,
-                                                         high=v.sets_high):
-                        self.memory[rel] = v
-                        taken += 1
-                        break
-                except CgroupError:
-                    break
-        return taken
+    def apply_burst(self, plan: CpuBurstPlan | None) -> int:
+        """Put `plan` in place (None: hold nothing)."""
+        with self._writer.held_by(CPU_BURST):
+            return self._apply_burst(plan)
 
-    def apply_burst(self, plan: CpuBurstPlan | None, owned: frozenset[str] = frozenset()) -> int:
-        """Put `plan` in place (None: hold nothing). Each cgroup of `owned` (`qos.cpu_burst.owned`) that the
-        plan leaves out is given 0 the first time it is seen: a burst an earlier run left there, which this
-        run does not hold, would otherwise stay (and fail the kubelet's next lowering of that quota)."""
+    def _apply_burst(self, plan: CpuBurstPlan | None) -> int:
         wanted = {v.rel: v.burst_us for v in plan.cgroups} if plan is not None else {}
-        for rel in sorted(owned - self._adopted - wanted.keys()):
-            if self._exists("cpu", rel):
-                self._restore(rel, lambda r: self._writer.set_cpu_burst(r, 0))
-        self._adopted = set(owned)
         written = 0
         # pod before container on growth is not needed: the kernel bounds each by its own quota only
         for rel, burst in wanted.items():

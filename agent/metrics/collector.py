@@ -20,7 +20,7 @@ from prometheus_client.registry import Collector
 
 from agent.metrics.ledger import LIFECYCLE_STATES, LedgerFigures, ledger_figures
 from agent.metrics.tally import OTHER, ActionTally
-from agent.published import Board, Published
+from agent.published import Board, Counters, Published
 from agent.sources.fetch_errors import FETCH_ERRORS
 from qos.actions import EvictReason
 from qos.model import NodeSnapshot, Resources, Source, Tier, Usage, Workload
@@ -574,7 +574,7 @@ class ColocCollector(Collector):
         errors = CounterMetricFamily("coloc_systemd_errors",
                                      "systemd calls that failed (the cgroup file alone was written).")
         errors.add_metric([], c.systemd_errors if c else 0)
-        return [overrides, off, sets, errors]
+        return [overrides, off, sets, errors, *_holding_families(c)]
 
     def _action_families(self, p: Published | None, _: LedgerFigures | None) -> Iterable[Metric]:
         tally = self._actions.get()
@@ -657,3 +657,25 @@ def _top(
 
 def _workload_labels(w: Workload) -> tuple[str, ...]:
     return (_label(w.namespace), _label(w.name), w.source.value, w.tier.value)
+
+
+def _holding_families(c: Counters | None) -> list[Metric]:
+    """The journal of holdings (cgroups/holdings.py): its writes (none at a steady tick), what each holder
+    holds, what an earlier run held that was given back or left to another writer."""
+    writes = CounterMetricFamily("coloc_holdings_journal_writes",
+                                 "Times the journal of what the agent holds on the node was written.")
+    writes.add_metric([], c.journal_writes if c else 0)
+    held = GaugeMetricFamily("coloc_holdings", "Knobs the agent holds, by holder.", labels=["holder"])
+    given = CounterMetricFamily("coloc_holdings_given_back",
+                                "Knobs an earlier run held that this run gave back, by holder.",
+                                labels=["holder"])
+    left = CounterMetricFamily("coloc_holdings_left", "Knobs an earlier run held that another writer changed "
+                               "since: left as they were, by knob and writer.", labels=["knob", "writer"])
+    if c is not None:
+        for holder, n in sorted(c.holdings.items()):
+            held.add_metric([holder], n)
+        for holder, n in sorted(c.given_back.items()):
+            given.add_metric([holder], n)
+        for (knob, writer), n in sorted(c.left_to_others.items()):
+            left.add_metric([knob, writer], n)
+    return [writes, held, given, left]

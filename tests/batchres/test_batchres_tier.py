@@ -13,12 +13,13 @@ from pathlib import Path
 import pytest
 from kit.agentproc import kubelet_node_config, running_agent
 from kit.fakes.kubelet import FakeKubelet
+from kit.holdings import held
 from kit.poll import holds, wait
 from kit.realcg import RealRoot
 
 from agent.daemon.tier_cap import TierCapRunner
-from agent.executors.batch_limits import TierMemoryExecutor
-from agent.state.held_memory import tier_cap_record
+from agent.executors.batch_limits import TIER_CAP, TierMemoryExecutor
+from cgroups.holdings import Journal
 from cgroups.writer import CgroupWriter
 from qos.tier_memory import HIGH, HIGH_MAX, OFF, TierCap, tier_memory_cap
 
@@ -80,7 +81,9 @@ def test_a_cap_a_killed_agent_left_is_lifted_by_the_next_run_unless_another_writ
         with running_agent(config(tier_memory="high+max"), log) as agent:
             assert wait(lambda: _limit(real_root) < UNLIMITED_V1, 30), log.read_text()[-3000:]
             cap = _limit(real_root)
-            assert wait((tmp_path / "state.json.tiercap").exists, 10), "the cap was not recorded"
+            capped = {("memory_limit", "besteffort"): "be_tier_memory_cap",
+                      ("memory_high", "besteffort"): "be_tier_memory_cap"}
+            assert wait(lambda: held(tmp_path / "state.json.held") == capped, 10), "the cap was not recorded"
             agent.send_signal(signal.SIGKILL)
             agent.wait(timeout=10)
         assert _limit(real_root) == cap, "the cap went with the agent"
@@ -106,44 +109,40 @@ class _Killed(Exception):
 class _KilledAfterWriting(TierMemoryExecutor):
     def apply(self, cap: TierCap | None) -> bool:
         super().apply(cap)
-        raise _Killed  # the agent dies here: after the write, before the record's next update
+        raise _Killed  # the agent dies here: after the write, before anything else is recorded
 
 
 async def test_a_cap_is_recorded_before_it_is_written(real_root: RealRoot, tmp_path: Path) -> None:
-    """A run killed between its write of a new cap and the record's next update: the next run still
-    knows the cap for its own (real v1 cgroups)."""
+    """A run killed right after its write of a new cap: the next run still knows the cap for its own (real
+    v1 cgroups; each run a writer with the journal of holdings read afresh, as a restarted agent has)."""
     if not real_root.hierarchy.is_v1("memory"):
         pytest.skip("v1 memory files")
     real_root.mkcg("besteffort")
-    writer = CgroupWriter(real_root.hierarchy, real_root.name)
-    record = tier_cap_record(tmp_path / "state.json", "boot-1")
-    first = TierCapRunner(TierMemoryExecutor(writer, "besteffort"),
-                          lambda: tier_memory_cap(512 * MI, HIGH_MAX), record)
-    assert await first.pass_async()
+    path = tmp_path / "state.json.held"
+
+    def run(cap: TierCap | None, boot: str = "boot-1",
+            executor: type[TierMemoryExecutor] = TierMemoryExecutor) -> TierCapRunner:
+        journal = Journal(path, boot)
+        journal.load()
+        writer = CgroupWriter(real_root.hierarchy, real_root.name, journal=journal)
+        return TierCapRunner(executor(writer, "besteffort"), lambda: cap)
+
+    assert run(tier_memory_cap(512 * MI, HIGH_MAX)).pass_once()
     assert _limit(real_root) == 512 * MI
-    assert record.load() == ("besteffort", (tier_memory_cap(512 * MI, HIGH_MAX),))
+    assert set(held(path).values()) == {"be_tier_memory_cap"}
     # the budget grows; the run dies once the looser cap is written
-    second = TierCapRunner(_KilledAfterWriting(writer, "besteffort"),
-                           lambda: tier_memory_cap(768 * MI, HIGH_MAX), record)
     with pytest.raises(_Killed):
-        await second.pass_async()
+        run(tier_memory_cap(768 * MI, HIGH_MAX), executor=_KilledAfterWriting).pass_once()
     assert _limit(real_root) == 768 * MI
-    # the next run, with the cap off, finds the cap in the record and lifts it
-    third = TierCapRunner(TierMemoryExecutor(writer, "besteffort"), lambda: tier_memory_cap(None, OFF),
-                          record)
-    assert await third.pass_async()
+    # the next run, with the cap off, finds the cap in the journal and lifts it
+    third = run(tier_memory_cap(None, OFF))
+    assert third.pass_once()
     assert _limit(real_root) == UNLIMITED_V1
-    assert record.load() is None
-    assert not await third.pass_async(), "nothing of ours left"
-    # a record of another boot, or one naming another cgroup, lifts nothing
-    writer.set_memory_limit("besteffort", 256 * MI)
-    tier_cap_record(tmp_path / "state.json", "boot-2").save(("besteffort", (TierCap(None, 256 * MI),)))
-    foreign = TierCapRunner(TierMemoryExecutor(writer, "besteffort"), lambda: tier_memory_cap(None, OFF),
-                            tier_cap_record(tmp_path / "state.json", "boot-1"))
-    assert not await foreign.pass_async()
-    assert _limit(real_root) == 256 * MI
-    record.save(("burstable", (TierCap(None, 256 * MI),)))
-    elsewhere = TierCapRunner(TierMemoryExecutor(writer, "besteffort"), lambda: tier_memory_cap(None, OFF),
-                              record)
-    assert not await elsewhere.pass_async()
+    assert held(path) == {}
+    assert not third.pass_once(), "nothing of ours left"
+    # a journal of another boot lifts nothing
+    other = run(None, boot="boot-2")
+    with other.executor._writer.held_by(TIER_CAP):
+        other.executor._writer.set_memory_limit("besteffort", 256 * MI)
+    assert not run(tier_memory_cap(None, OFF)).pass_once()
     assert _limit(real_root) == 256 * MI

@@ -122,17 +122,6 @@ def test_where_the_kubelet_resizes_in_place_only_containers_a_cpu_resize_restart
     assert [v.rel for v in full.cgroups] == ["burstable/podweb", "p/a", "p/b", "guaranteed/podplain", "q/a"]
 
 
-def test_owned_cgroups_are_every_burstable_pods_and_its_made_containers_under_any_policy() -> None:
-    """What a new run checks once for a burst an earlier run left: never a protected or LSR/LSE/BE pod's."""
-    web = _pod("web", "Burstable", None, QosContainer("a", "p/a", cpu_limit_milli=1000),
-               QosContainer("b", None, cpu_limit_milli=500))
-    unlimited = _pod("free", "BestEffort", None, QosContainer("a", "f/a"))
-    others = [_pod(q, "Burstable", q, QosContainer("a", f"{q}/a")) for q in ("LSR", "LSE", "BE")]
-    kept = _pod("dns", "Burstable", None, QosContainer("a", "d/a", cpu_limit_milli=1000), protected=True)
-    assert cpu_burst.owned([web, unlimited, *others, kept]) == {
-        "burstable/podweb", "p/a", "besteffort/podfree", "f/a"}
-
-
 @pytest.mark.parametrize("kw", [{"min_limit_percent": 101}, {"throttling_percent": -1}])
 def test_out_of_range_percent_is_refused(kw: dict[str, int]) -> None:
     with pytest.raises(ValueError, match=next(iter(kw))):

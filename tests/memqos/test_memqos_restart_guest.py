@@ -6,8 +6,8 @@ made through systemd, tests/kit/systemd.py) below a kubepods slice of the test's
 HTTP server serving a PodList in the kubelet's format. The first run holds memory QoS from its YAML and is
 SIGKILLed; meanwhile another writer (as the kubelet's MemoryQoS gate does, through systemd) sets one
 container's `memory.min`; the next run starts with memory QoS off. It gives back the kernel's defaults
-wherever its record (`<state>.memqos`) says the values are still its own, and leaves the other writer's
-container alone.
+wherever the journal of holdings (`<state>.held`, cgroups/holdings.py) says the values are still its own,
+and leaves the other writer's container alone.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 from kit.agentproc import kubelet_node_config, running_agent
 from kit.fakes.kubelet import FakeKubelet
+from kit.holdings import held
 from kit.payload import fixture_pod
 from kit.poll import wait
 from kit.systemd import CGROUP2, SystemdPods, enable_controllers, read, systemctl, systemd_v2_host
@@ -32,9 +33,8 @@ from agent.config.sources import KubeletConfig
 from agent.daemon.resource_qos import ResourceQosRunner
 from agent.sources.nodeslo_map import ResourceQos
 from agent.sources.qos_pods import QosKubeletSource
-from agent.state.held_memory import memory_record
-from agent.state.ledger import read_boot_id
 from cgroups.discovery import Hierarchy
+from cgroups.holdings import Holding, Journal, read_boot_id
 from cgroups.layout import Layout
 from cgroups.systemd import SystemdUnits
 from cgroups.writer import CgroupWriter
@@ -119,16 +119,16 @@ def test_memory_qos_a_killed_agent_left_is_given_back_where_it_is_still_its_own(
         scene: Scene, tmp_path: Path) -> None:
     root, on, envoy = scene.pods.root, scene.on, scene.envoy
     sections = {"cgroups": {"root": root, "driver": "systemd"}, "batch_limits": {"enabled": False}}
-    record = tmp_path / "state.json.memqos"
-    recorded = lambda: json.loads(record.read_text())["cgroups"] if record.exists() else []  # noqa: E731
+    record = tmp_path / "state.json.held"
+    recorded = lambda: {cg for (_, cg), h in held(record).items() if h == "memory_qos"}  # noqa: E731
     with FakeKubelet(scene.podlist) as kubelet:
         held = kubelet_node_config(tmp_path, root, kubelet.url, resync_s=1,
                                    resource_qos={"resync_s": 1, "memory_qos": {"ls": LS}}, **sections)
         with running_agent(held, tmp_path / "agent.log") as agent:
             assert wait(lambda: scene.found() == on, 30), (scene.found(),
                                                            (tmp_path / "agent.log").read_text()[-3000:])
-            # the kubepods slice, both tiers, the pod, its two containers
-            assert wait(lambda: len(recorded()) == 6, 10), "the record was not written"
+            # the kubepods slice, the burstable tier, the pod, its two containers (BE's tier holds 0 already)
+            assert wait(lambda: len(recorded()) == 5, 10), "the record was not written"
             agent.send_signal(signal.SIGKILL)
             agent.wait(timeout=10)
         assert scene.found() == on, "the values went with the agent"
@@ -142,23 +142,36 @@ def test_memory_qos_a_killed_agent_left_is_given_back_where_it_is_still_its_own(
         want = {**dict.fromkeys(on, DEFAULTS), envoy: (64 * MI, *on[envoy][1:])}
         with running_agent(off, log) as again:
             assert wait(lambda: scene.found() == want, 30), (scene.found(), log.read_text()[-3000:])
-            assert wait(lambda: recorded() == [], 10), record.read_text()
+            assert wait(lambda: recorded() == set(), 10), record.read_text()
             assert again.poll() is None
-            said = "memory QoS: 5 of 6 cgroups an earlier run recorded still hold its values"
-            assert said in log.read_text()
+            assert "what an earlier run held is given back" in log.read_text()
         # systemd too holds the defaults, so a daemon-reload does not bring the old values back
         systemctl("daemon-reload")
         assert scene.found() == want
         assert (CGROUP2 / scene.web).is_dir()
 
 
+class _Killed(Exception):
+    pass
+
+
+class _DiesAfterTheJournal(Journal):
+    """A run killed right after its first journal write: before the knob it names is written (through systemd
+    or to the file)."""
+
+    def hold(self, holding: Holding) -> None:
+        super().hold(holding)
+        raise _Killed
+
+
 async def test_the_record_is_written_before_the_values_it_names(scene: Scene, tmp_path: Path) -> None:
-    """A run killed between its writes and the record's next update: the values are in the record already."""
+    """A run killed between its journal and its writes: the values are in the journal already."""
     root = scene.pods.root
     on_settings = ResourceQos(MemoryQosSettings(ls=MemoryQosClass(**LS)), CpuBurstSettings())
     off_settings = ResourceQos(MemoryQosSettings(), CpuBurstSettings())
     half = ResourceQos(MemoryQosSettings(ls=MemoryQosClass(**{**LS, "min_limit_percent": 25})),
                        CpuBurstSettings())
+    path = tmp_path / "state.json.held"
     with FakeKubelet(scene.podlist) as kubelet_http:
         kubelet = QosKubeletSource(KubeletConfig(url=kubelet_http.url, token_file="", timeout_s=2.0,
                                                  resync_s=60.0, stale_after_s=120.0, min_resync_gap_s=0.0),
@@ -167,38 +180,37 @@ async def test_the_record_is_written_before_the_values_it_names(scene: Scene, tm
 
         writers: list[CgroupWriter] = []
 
-        def runner(settings: ResourceQos) -> ResourceQosRunner:
-            writer = CgroupWriter(Hierarchy.v2(CGROUP2), root, units=SystemdUnits("/" + root))
+        def runner(settings: ResourceQos, dies: bool = False) -> ResourceQosRunner:
+            journal = (_DiesAfterTheJournal if dies else Journal)(path, read_boot_id())
+            journal.load()
+            writer = CgroupWriter(Hierarchy.v2(CGROUP2), root, units=SystemdUnits("/" + root),
+                                  journal=journal)
             writers.append(writer)
-            return ResourceQosRunner(kubelet, lambda: settings, writer, scene.layout, 4 << 30,
-                                     record=memory_record(tmp_path / "state.json", read_boot_id()))
+            return ResourceQosRunner(kubelet, lambda: settings, writer, scene.layout, 4 << 30)
 
         try:
-            first = runner(on_settings)
-            plans = first.plan()
-            first.save_record(first.record_ahead(plans))
-            assert scene.found() == dict.fromkeys(scene.on, DEFAULTS), "written before the record"
-            assert first.apply(plans) > 0
-            assert scene.found() == scene.on
-            # killed here: the record was not written again after the values
+            with pytest.raises(_Killed):
+                runner(on_settings, dies=True).pass_once()
+            assert scene.found() == dict.fromkeys(scene.on, DEFAULTS), "written before the journal"
+            assert held(path), "nothing journaled"
+            # killed here: the journal names a value that was never written
             second = runner(off_settings)
             second.pass_once()
             assert scene.found() == dict.fromkeys(scene.on, DEFAULTS)
-            assert second.executor.restores == 5  # all but the besteffort tier, which held 0 already
-            assert second.executor.memory == {}
-            assert memory_record(tmp_path / "state.json", read_boot_id()).load() == {}
+            assert held(path) == {}
 
-            # values a run holds, to be changed (a NodeSLO's new percents): killed after the record of the new
-            # values and before their write, so the files hold the old ones, which the record names too
+            # values a run holds, to be changed (a NodeSLO's new percents): killed after the journal of the
+            # new values and before their write, so the files hold the old ones, which the journal names too
             third = runner(on_settings)
             third.pass_once()
             assert scene.found() == scene.on
-            third._settings = lambda: half  # type: ignore[method-assign]  # min 25 % of the requests now
-            third.save_record(third.record_ahead(third.plan()))
+            with pytest.raises(_Killed):
+                runner(half, dies=True).pass_once()  # min 25 % of the requests now
             assert scene.found() == scene.on
             fourth = runner(off_settings)
             fourth.pass_once()
             assert scene.found() == dict.fromkeys(scene.on, DEFAULTS), "a changed value was not known"
+            assert held(path) == {}
         finally:
             for w in writers:
                 if w.units is not None:

@@ -5,12 +5,14 @@ back (0) when turned off."""
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 import pytest
 from kit.realcg import RealRoot
 
 from agent.daemon.resource_qos import ResourceQosRunner
 from agent.sources.nodeslo_map import ResourceQos
+from cgroups.holdings import Journal
 from cgroups.layout import Layout
 from cgroups.writer import CgroupWriter
 from qos.cpu_burst import CpuBurstSettings
@@ -69,10 +71,11 @@ def test_v1_memory_qos_one_startup_line_and_burst_written(real_root: RealRoot,
 
 
 def test_a_burst_an_earlier_run_left_is_given_back_once_and_protected_pods_are_not_touched(
-        real_root: RealRoot) -> None:
+        real_root: RealRoot, tmp_path: Path) -> None:
     """The policy turned off (NodeSLO `none`) while the agent was down: the new run holds nothing, yet the
-    bursts the earlier run wrote stay unless it gives them back; a protected or LSR pod it never wrote to
-    stays as found, and a burst someone writes after the first look is not fought."""
+    bursts the earlier run wrote (its journal of holdings, cgroups/holdings.py) stay unless it gives them
+    back; a protected or LSR pod it never wrote to stays as found, and a burst someone writes after the first
+    look is not fought."""
     if real_root.hierarchy.mode == "v2" or not real_root.hierarchy.is_v1("cpu"):
         pytest.skip("v1 files (the v2 guest: tests/memqos/test_memqos_guest.py)")
     layout = {"web": ("burstable/podw", None, False), "dns": ("burstable/podd", None, True),
@@ -93,20 +96,29 @@ def test_a_burst_an_earlier_run_left_is_given_back_once_and_protected_pods_are_n
     def left(rel: str, value: int) -> None:
         (real_root.path("cpu", rel) / "cpu.cfs_burst_us").write_text(str(value))
 
+    def run(settings: ResourceQos, source: _Pods) -> ResourceQosRunner:
+        journal = Journal(tmp_path / "state.json.held", "boot-1")
+        journal.load()
+        writer = CgroupWriter(real_root.hierarchy, real_root.name, journal=journal)
+        return ResourceQosRunner(source, lambda: settings, writer,  # type: ignore[arg-type]
+                                 Layout("cgroupfs"), 8 << 30)
+
     every = [cg for rel, _, _ in layout.values() for cg in (rel, f"{rel}/ctr")]
-    for cg in every:  # what an earlier run (or, on the protected and LSR pods, someone else) left
-        left(cg, 50_000)
-    off = ResourceQos(MemoryQosSettings(), CpuBurstSettings("none"))
+    for cg in every[2:]:  # someone else's, on the protected and LSR pods
+        left(cg, 40_000)
+    earlier = ResourceQos(MemoryQosSettings(), CpuBurstSettings("cpuBurstOnly", 50))
+    run(earlier, _Pods(tuple(pods))).pass_once()
+    assert [burst(cg) for cg in every] == [50_000, 50_000, 40_000, 40_000, 40_000, 40_000]
     source = _Pods(tuple(pods))
-    runner = ResourceQosRunner(source, lambda: off,  # type: ignore[arg-type]
-                               CgroupWriter(real_root.hierarchy, real_root.name), Layout("cgroupfs"), 8 << 30)
+    runner = run(ResourceQos(MemoryQosSettings(), CpuBurstSettings("none")), source)
     source.listed = False  # the kubelet has not answered yet: no pod is known, none is taken for gone
-    assert runner.pass_once() == 0 and runner.executor.restores == 0
-    assert [burst(cg) for cg in every] == [50_000] * 6
+    assert runner.pass_once() == 0
+    assert [burst(cg) for cg in every] == [50_000, 50_000, 40_000, 40_000, 40_000, 40_000]
     source.listed = True
     runner.pass_once()
-    assert [burst(cg) for cg in every] == [0, 0, 50_000, 50_000, 50_000, 50_000]
-    assert runner.executor.restores == 2 and runner.executor.burst == {}
+    assert [burst(cg) for cg in every] == [0, 0, 40_000, 40_000, 40_000, 40_000]
+    given = runner.executor._writer.journal.stats.given_back
+    assert given["cpu_burst"] == 2 and runner.executor.burst == {}
     left("burstable/podw/ctr", 30_000)  # another writer, after the first look: not fought
     runner.pass_once()
-    assert burst("burstable/podw/ctr") == 30_000 and runner.executor.restores == 2
+    assert burst("burstable/podw/ctr") == 30_000 and given["cpu_burst"] == 2

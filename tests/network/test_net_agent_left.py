@@ -4,12 +4,12 @@ directory. The next run, with network control off, removes both; a root qdisc th
 
 from __future__ import annotations
 
-import json
 import signal
 from pathlib import Path
 
 import pytest
 from kit.agentproc import agent_config, metric, running_agent
+from kit.holdings import marks, rewrite
 from kit.poll import wait
 from kit.ports import free_port
 from kit.realcg import RealRoot
@@ -28,7 +28,7 @@ def test_a_tree_a_killed_agent_left_is_removed_by_a_run_with_network_control_off
     yarn = real_root.hierarchy.unified / real_root.name / "hadoop-yarn"
     port = free_port()
     log = tmp_path / "agent.log"
-    record = tmp_path / "state" / "state.json.egress"
+    record = tmp_path / "state" / "state.json.held"
     with topology() as t:
         def config(enabled: bool) -> Path:
             network = {"enabled": enabled, "device": t.dev, "netns": t.node, "link_mbit": 100, "leaf": "none",
@@ -38,23 +38,22 @@ def test_a_tree_a_killed_agent_left_is_removed_by_a_run_with_network_control_off
         with running_agent(config(True), log) as agent:
             assert wait(lambda: "htb c01c:" in t.root_qdisc() and ours_attached(str(yarn)) == 1, 30), \
                 log.read_text()[-3000:]
-            assert json.loads(record.read_text())["egress"]["device"] == t.dev
+            assert marks(record)["egress"]["device"] == t.dev
             agent.send_signal(signal.SIGKILL)
             agent.wait(timeout=10)
         assert "htb c01c:" in t.root_qdisc(), "the tree went with the agent"
         with running_agent(config(False), log) as again:
             assert wait(lambda: "htb c01c:" not in t.root_qdisc(), 30), log.read_text()[-3000:]
             assert wait(lambda: ours_attached(str(yarn)) == 0, 10)
-            assert wait(lambda: json.loads(record.read_text())["egress"] is None, 10)
+            assert wait(lambda: "egress" not in marks(record), 10)
             assert wait(lambda: metric(port, "coloc_ticks_total") >= 1, 30)
             assert again.poll() is None
         # a root qdisc of someone else's, and a record naming its device: left as it is
         t.tc("qdisc", "replace", "dev", t.dev, "root", "handle", "9:", "pfifo")
-        record.write_text(record.read_text().replace('"egress":null', json.dumps(
-            {"egress": {"device": t.dev, "netns": t.node, "yarn_cgroup2": ""}})[1:-1]))
-        assert json.loads(record.read_text())["egress"]["device"] == t.dev
+        rewrite(record, egress={"device": t.dev, "netns": t.node, "yarn_cgroup2": ""})
+        assert marks(record)["egress"]["device"] == t.dev
         with running_agent(config(False), log):
-            assert wait(lambda: json.loads(record.read_text())["egress"] is None, 30), log.read_text()[-3000:]
+            assert wait(lambda: "egress" not in marks(record), 30), log.read_text()[-3000:]
             assert "pfifo 9:" in t.root_qdisc()
 
 

@@ -1,15 +1,15 @@
 """BE CPU suppression a killed agent left on the tier, with real `coloc-agent run` processes on real v1
-cgroups: the next run, with suppression off, releases the tier at its first tick; a clean exit clears the
-mark; a run that finds no mark of a run that suppressed writes nothing to the tier."""
+cgroups: the next run, with suppression off, releases the tier at its first tick; a clean exit leaves no
+holding in the journal; a run that finds no holding of a run that suppressed writes nothing to the tier."""
 
 from __future__ import annotations
 
-import json
 import signal
 from pathlib import Path
 
 import pytest
 from kit.agentproc import agent_config, metric, running_agent
+from kit.holdings import held as journal_held
 from kit.poll import holds, wait
 from kit.ports import free_port
 from kit.realcg import RealRoot
@@ -31,11 +31,11 @@ def test_suppression_a_killed_agent_left_is_released_by_a_run_with_suppression_o
                             policies={"suppression": {"policy": "cfsQuota", **suppression}})
 
     log = tmp_path / "agent.log"
-    mark = tmp_path / "state" / "state.json.besuppress"
+    journal = tmp_path / "state" / "state.json.held"
     with running_agent(config(), log) as agent:
         tier = real_root.path("cpu", "agent/besteffort")
         assert wait(lambda: tier.is_dir() and _quota(real_root) > 0, 30), log.read_text()[-3000:]
-        assert json.loads(mark.read_text())["tier"] == "besteffort"
+        assert journal_held(journal)[("cpu_quota", "besteffort")] == "be_cpu_suppression"
         agent.send_signal(signal.SIGKILL)
         agent.wait(timeout=10)
     held = _quota(real_root)
@@ -46,8 +46,8 @@ def test_suppression_a_killed_agent_left_is_released_by_a_run_with_suppression_o
         assert wait(lambda: metric(port, "coloc_ticks_total") >= 2, 30)
         again.send_signal(signal.SIGTERM)
         assert again.wait(timeout=30) == 0, log.read_text()[-3000:]
-    assert "earlier run of this boot was killed while it suppressed" in log.read_text()
-    assert json.loads(mark.read_text())["tier"] is None, "a clean exit left the mark"
+    assert "what an earlier run held is given back" in log.read_text()
+    assert "be_cpu_suppression" not in journal_held(journal).values(), "a clean exit left the holding"
     # a run with suppression off and no mark of a run that suppressed writes nothing to the tier
     (real_root.path("cpu", "agent/besteffort") / "cpu.cfs_quota_us").write_text("50000")  # someone else's
     with running_agent(config(enabled=False), log):

@@ -4,7 +4,6 @@ that fails after the tiers were laid out removes them again and exits 2 with one
 
 from __future__ import annotations
 
-import json
 import signal
 import subprocess
 import sys
@@ -12,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from kit.agentproc import agent_config, metric, running_agent
+from kit.holdings import marks, rewrite
 from kit.poll import wait
 from kit.ports import free_port
 from kit.realcg import RealRoot
@@ -47,7 +47,7 @@ def test_a_root_left_by_a_crash_is_removed_on_the_next_clean_exit(real_root: Rea
     assert _left(real_root, "agent"), "the killed agent's root should still be there"
     _run_then(cfg, port, log, signal.SIGTERM)
     assert not _left(real_root, "agent"), "a root the agent made was left after a clean exit"
-    assert not (tmp_path / "state" / "state.json.root").exists()
+    assert "root" not in marks(tmp_path / "state" / "state.json.held")
 
 
 def test_a_marker_from_another_boot_or_directory_does_not_make_a_root_the_agents(real_root: RealRoot,
@@ -57,15 +57,18 @@ def test_a_marker_from_another_boot_or_directory_does_not_make_a_root_the_agents
     port = free_port()
     cfg = agent_config(tmp_path, f"{real_root.name}/agent", port)
     log = tmp_path / "agent.log"
-    marker = tmp_path / "state" / "state.json.root"
+    journal = tmp_path / "state" / "state.json.held"
     _run_then(cfg, port, log, signal.SIGKILL)
-    recorded = json.loads(marker.read_text())
-    assert recorded["boot_id"] and recorded["inode"], recorded
-    other_boot = "00000000-0000-4000-8000-000000000000"
-    for field, other in (("boot_id", other_boot), ("inode", recorded["inode"] + 1)):
-        marker.write_text(json.dumps({**recorded, field: other}))
-        _run_then(cfg, port, log, signal.SIGTERM)
-        assert _left(real_root, "agent"), f"a root whose marker's {field} differs was removed"
+    recorded = marks(journal)["root"]
+    assert recorded["inode"], recorded
+    _run_then(cfg, port, log, signal.SIGKILL)  # a restart claims it again (and is killed again)
+    rewrite(journal, root={**recorded, "inode": recorded["inode"] + 1})
+    _run_then(cfg, port, log, signal.SIGTERM)
+    assert _left(real_root, "agent"), "a root whose mark's inode differs was removed"
+    _run_then(cfg, port, log, signal.SIGKILL)
+    rewrite(journal, boot_id="00000000-0000-4000-8000-000000000000", root=recorded)
+    _run_then(cfg, port, log, signal.SIGTERM)
+    assert _left(real_root, "agent"), "a root marked in another boot was removed"
 
 
 def test_a_root_the_agent_did_not_make_is_kept(real_root: RealRoot, tmp_path: Path) -> None:
@@ -83,7 +86,7 @@ def test_a_root_the_agent_did_not_make_is_kept(real_root: RealRoot, tmp_path: Pa
                 proc.terminate()
             proc.wait(timeout=30)
     assert _left(real_root, "agent")
-    assert not (tmp_path / "state" / "state.json.root").exists()
+    assert "root" not in marks(tmp_path / "state" / "state.json.held")
 
 
 def _start(cfg: Path) -> subprocess.CompletedProcess[str]:
@@ -106,7 +109,7 @@ def test_a_start_that_fails_after_setup_tiers_removes_the_root(real_root: RealRo
     cfg = agent_config(tmp_path, f"{real_root.name}/agent", free_port(), audit={"path": str(audit)})
     _one_line(_start(cfg), str(audit))
     assert not _left(real_root, "agent"), "a failed start left the cgroup root behind"
-    assert not (tmp_path / "state" / "state.json.root").exists()
+    assert "root" not in marks(tmp_path / "state" / "state.json.held")
 
 
 def test_a_failed_start_in_a_foreign_root_removes_only_its_tiers(real_root: RealRoot, tmp_path: Path) -> None:
