@@ -18,9 +18,9 @@ from dataclasses import dataclass, field, replace
 
 from qos import validation, victims
 from qos.actions import Action, Evict, EvictReason, Hold
+from qos.eviction import EvictionPolicy
 from qos.failsafe import FailsafeConfig, eviction_blocker
 from qos.model import NodeSnapshot
-from qos.pipeline import Policy
 
 POLICY_NAME = "cpu_eviction"
 
@@ -37,7 +37,7 @@ class CpuEvictionConfig:
 
     def __post_init__(self) -> None:
         p = "cpu_eviction."
-        validation.flag(p + "enabled", self.enabled)
+        validation.check_choices(self, "cpu_eviction")
         validation.check_bounds(self, "cpu_eviction")
         lower, upper = self.satisfaction_lower_percent, self.satisfaction_upper_percent
         if upper < lower:
@@ -179,13 +179,8 @@ def decide(
     )
 
 
-def forget(state: CpuEvictionState, keys: Collection[str]) -> CpuEvictionState:
-    """Drop victims whose eviction did not happen; the window and the cool-down stay."""
-    return replace(state, evicted=tuple((k, at) for k, at in state.evicted if k not in keys))
-
-
 @dataclass(frozen=True, slots=True)
-class CpuEvictionPolicy(Policy[CpuEvictionState]):
+class CpuEvictionPolicy(EvictionPolicy[CpuEvictionState]):
     """CPU eviction behind the pipeline protocol; shares its victims with the other eviction policies."""
 
     config: CpuEvictionConfig = field(default_factory=CpuEvictionConfig)
@@ -198,9 +193,3 @@ class CpuEvictionPolicy(Policy[CpuEvictionState]):
     def decide(self, snapshot: NodeSnapshot, state: CpuEvictionState,
                pending: frozenset[str] = frozenset()) -> tuple[list[Action], CpuEvictionState]:
         return decide(snapshot, self.config, state, failsafe=self.failsafe, pending_keys=pending)
-
-    def victims(self, state: CpuEvictionState) -> frozenset[str]:
-        return frozenset(key for key, _ in state.evicted)
-
-    def forget(self, state: CpuEvictionState, keys: Collection[str]) -> CpuEvictionState:
-        return forget(state, keys)

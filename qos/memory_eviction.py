@@ -16,9 +16,9 @@ from dataclasses import dataclass, field, replace
 
 from qos import validation, victims
 from qos.actions import Action, Evict, EvictReason, Hold
+from qos.eviction import EvictionPolicy
 from qos.failsafe import FailsafeConfig, eviction_blocker
 from qos.model import NodeSnapshot
-from qos.pipeline import Policy
 
 POLICY_NAME = "memory_eviction"
 MIB = 1 << 20
@@ -36,7 +36,7 @@ class MemoryEvictionConfig:
 
     def __post_init__(self) -> None:
         p = "memory_eviction."
-        validation.flag(p + "enabled", self.enabled)
+        validation.check_choices(self, "memory_eviction")
         validation.check_bounds(self, "memory_eviction")
         threshold, lower = self.threshold_percent, self.lower_percent
         if lower is not None and lower > threshold:
@@ -132,13 +132,8 @@ def decide(
     )
 
 
-def forget(state: MemoryEvictionState, keys: Collection[str]) -> MemoryEvictionState:
-    """Drop victims whose eviction did not happen; the cool-down stays."""
-    return replace(state, evicted=tuple((k, at) for k, at in state.evicted if k not in keys))
-
-
 @dataclass(frozen=True, slots=True)
-class MemoryEvictionPolicy(Policy[MemoryEvictionState]):
+class MemoryEvictionPolicy(EvictionPolicy[MemoryEvictionState]):
     """Memory eviction behind the pipeline protocol; shares its victims with the other eviction policies."""
 
     config: MemoryEvictionConfig = field(default_factory=MemoryEvictionConfig)
@@ -151,9 +146,3 @@ class MemoryEvictionPolicy(Policy[MemoryEvictionState]):
     def decide(self, snapshot: NodeSnapshot, state: MemoryEvictionState,
                pending: frozenset[str] = frozenset()) -> tuple[list[Action], MemoryEvictionState]:
         return decide(snapshot, self.config, state, failsafe=self.failsafe, pending_keys=pending)
-
-    def victims(self, state: MemoryEvictionState) -> frozenset[str]:
-        return frozenset(key for key, _ in state.evicted)
-
-    def forget(self, state: MemoryEvictionState, keys: Collection[str]) -> MemoryEvictionState:
-        return forget(state, keys)

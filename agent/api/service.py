@@ -133,12 +133,11 @@ class NodeAgentService:
                 view = ledger.view()
             else:
                 backlog = ledger.events_after(request.from_revision)
-            sub = ledger.subscribe(None)
+            sub = ledger.subscribe(None, on_drop=self._on_drop(asyncio.current_task()))
         except LedgerError as err:
             await _abort(context, err)
         synced_at = ledger.revision
         self._watchers.add(sub)
-        sub.on_drop = self._on_drop(sub, asyncio.current_task())
         try:
             for chunk in self._catch_up(view, backlog, limit):
                 yield chunk
@@ -153,8 +152,9 @@ class NodeAgentService:
             self._watchers.discard(sub)
             ledger.unsubscribe(sub)
 
-    def _on_drop(self, sub: Subscription, task: asyncio.Task[Any] | None) -> Callable[[], None]:
-        def dropped() -> None:
+    def _on_drop(self, task: asyncio.Task[Any] | None) -> Callable[[Subscription], None]:
+        """What to do when the ledger cuts off the subscription of the Watch running in `task`."""
+        def dropped(sub: Subscription) -> None:
             self._watchers.discard(sub)
             if task is not None:
                 # A reader that still reads gets what was queued and then WatcherDropped; one stuck in a

@@ -27,7 +27,7 @@ from cgroups.paths import check_rel
 from qos.batch import BatchConfig
 from qos.policies import PolicyConfig
 from qos.protection import ProtectionConfig
-from qos.validation import bounded, check_bounds, short
+from qos.validation import bounded, check_bounds, check_choices, short
 
 __all__ = ["AgentConfig", "ConfigError", "load_config"]
 
@@ -48,6 +48,7 @@ class NodeConfig:
     scope: Literal["machine", "cgroup-root"] = "machine"
 
     def __post_init__(self) -> None:
+        check_choices(self, "node", ConfigError)
         check_bounds(self, "node", ConfigError)
         mem = self.memory_bytes
         if mem is not None and not 0 < mem <= MAX_MEMORY:
@@ -77,6 +78,7 @@ class CgroupConfig:
     systemd_bus: str = "auto"
 
     def __post_init__(self) -> None:
+        check_choices(self, "cgroups", ConfigError)
         if self.systemd_bus not in ("auto", "off") and not self.systemd_bus.startswith("/"):
             raise ConfigError(f"cgroups.systemd_bus: must be auto, off or an absolute socket path, "
                               f"got {self.systemd_bus!r}")
@@ -119,6 +121,7 @@ class LoopConfig:
     fast_hold_s: float = bounded(3.0, 0.0, 600.0)
 
     def __post_init__(self) -> None:
+        check_choices(self, "loop", ConfigError)
         check_bounds(self, "loop", ConfigError)
         if self.psi_trigger:
             check_psi_trigger(self.psi_trigger)
@@ -139,6 +142,7 @@ class EvictionConfig:
     recheck_cooldown_s: float = bounded(30.0, 0.0, 86_400.0)
 
     def __post_init__(self) -> None:
+        check_choices(self, "eviction", ConfigError)
         check_bounds(self, "eviction", ConfigError)
 
 
@@ -158,14 +162,12 @@ class StateConfig:
     ring_size: int = bounded(4096, 16, 1_000_000)
     watch_queue_size: int = bounded(1024, 16, 100_000)
     pending_launch_ttl_s: float = bounded(300.0, 0.0, 7 * 86_400.0, low_open=True)
-    await_scheduler_ack: bool | str = "auto"
+    await_scheduler_ack: Literal[True, False, "auto"] = "auto"
     epoch_clock_skew_s: float = bounded(600.0, 0.0, 86_400.0)
 
     def __post_init__(self) -> None:
+        check_choices(self, "state", ConfigError)
         check_bounds(self, "state", ConfigError)
-        if not isinstance(self.await_scheduler_ack, bool) and self.await_scheduler_ack != "auto":
-            raise ConfigError(f"state.await_scheduler_ack: must be true, false or \"auto\", "
-                              f"got {self.await_scheduler_ack!r}")
         if self.path and not os.path.isabs(self.path):
             raise ConfigError(f"state.path: must be absolute, got {self.path!r}")
 
@@ -182,6 +184,9 @@ class DrainConfig:
 
     cordon: bool = False
 
+    def __post_init__(self) -> None:
+        check_choices(self, "drain", ConfigError)
+
 
 @dataclass(frozen=True)
 class AuditConfig:
@@ -194,6 +199,9 @@ class AuditConfig:
 class LogConfig:
     level: Literal["debug", "info", "warning", "error"] = "info"
     format: Literal["auto", "json", "text"] = "auto"
+
+    def __post_init__(self) -> None:
+        check_choices(self, "log", ConfigError)
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ import os
 from dataclasses import dataclass
 from typing import ClassVar
 
+from agent.config.load import ConfigError
 from qos.validation import bounded, check_bounds
 
 __all__ = ["DEFAULT_ADMIN_SOCKET", "DEFAULT_SOCKET", "ApiConfig", "admin_socket_for", "is_admin_socket",
@@ -83,9 +84,9 @@ class ApiConfig:
     }
 
     def __post_init__(self) -> None:
-        check_bounds(self, "api")
+        check_bounds(self, "api", ConfigError)
         if self.socket_path is None and self.tcp_address is None:
-            raise ValueError("api: set socket_path, tcp_address, or both")
+            raise ConfigError("api: set socket_path, tcp_address, or both")
         if self.socket_path is not None:
             _check_socket_path("socket_path", self.socket_path)
             if self.admin_socket_path is None:
@@ -93,33 +94,34 @@ class ApiConfig:
         if self.admin_socket_path is not None:
             _check_socket_path("admin_socket_path", self.admin_socket_path)
             if self.admin_socket_path == self.socket_path:
-                raise ValueError("api.admin_socket_path: must differ from api.socket_path (reads are served "
+                raise ConfigError("api.admin_socket_path: must differ from api.socket_path (reads are served "
                                  "on one, every method on the other)")
         self._check_tls()
         _check_names(self.tls_client_names)
         _check_socket_mode("socket_mode", self.socket_mode)
         _check_socket_mode("admin_socket_mode", self.admin_socket_mode)
         if self.admin_socket_mode & 0o070 and self.admin_socket_group is None:
-            raise ValueError(f"api.admin_socket_mode: {oct(self.admin_socket_mode)} gives the group access; "
+            raise ConfigError(f"api.admin_socket_mode: {oct(self.admin_socket_mode)} gives the group access; "
                              "name it in api.admin_socket_group (or use 0600: root only)")
         if self.max_concurrent_rpcs <= self.max_streams:
-            raise ValueError("api.max_concurrent_rpcs: must exceed max_streams (or open watches starve "
+            raise ConfigError("api.max_concurrent_rpcs: must exceed max_streams (or open watches starve "
                              "calls) and be at most 1000000")
 
     def _check_tls(self) -> None:
         for name in ("tls_cert_file", "tls_key_file", "tls_client_ca_file"):
             value = getattr(self, name)
             if value is not None and not os.path.isabs(value):
-                raise ValueError(f"api.{name}: must be an absolute path, got {value[:80]!r}")
+                raise ConfigError(f"api.{name}: must be an absolute path, got {value[:80]!r}")
         if (self.tls_cert_file is None) != (self.tls_key_file is None):
-            raise ValueError("api.tls_cert_file / api.tls_key_file: set both or neither")
+            raise ConfigError("api.tls_cert_file / api.tls_key_file: set both or neither")
         if self.tls_client_ca_file is not None and self.tls_cert_file is None:
-            raise ValueError("api.tls_client_ca_file: needs api.tls_cert_file (client certificates need TLS)")
+            raise ConfigError(
+                "api.tls_client_ca_file: needs api.tls_cert_file (client certificates need TLS)")
         if self.tls_client_names and self.tls_client_ca_file is None:
-            raise ValueError("api.tls_client_names: needs api.tls_client_ca_file")
+            raise ConfigError("api.tls_client_names: needs api.tls_client_ca_file")
         if self.tcp_address is not None and (self.tls_cert_file is None or self.tls_client_ca_file is None):
             where = "a loopback address" if is_loopback(self.tcp_address) else "not a loopback address"
-            raise ValueError(f"api.tcp_address: {self.tcp_address} ({where}) is served only with TLS and "
+            raise ConfigError(f"api.tcp_address: {self.tcp_address} ({where}) is served only with TLS and "
                              "required client certificates — set api.tls_cert_file, api.tls_key_file and "
                              "api.tls_client_ca_file, or use the unix sockets")
 
@@ -152,21 +154,21 @@ def is_loopback(address: str) -> bool:
 
 def _check_socket_path(name: str, path: str) -> None:
     if not os.path.isabs(path):
-        raise ValueError(f"api.{name}: must be absolute, got {path[:80]!r}")
+        raise ConfigError(f"api.{name}: must be absolute, got {path[:80]!r}")
     if len(os.fsencode(path)) > _UDS_PATH_MAX:
-        raise ValueError(f"api.{name}: longer than {_UDS_PATH_MAX} bytes (unix socket limit)")
+        raise ConfigError(f"api.{name}: longer than {_UDS_PATH_MAX} bytes (unix socket limit)")
 
 
 def _check_names(names: tuple[str, ...]) -> None:
     """Certificate names that may mutate: a bounded list, each as X.509 allows."""
     if len(names) > _MAX_CALLERS:
-        raise ValueError(f"api.tls_client_names: at most {_MAX_CALLERS} entries, got {len(names)}")
+        raise ConfigError(f"api.tls_client_names: at most {_MAX_CALLERS} entries, got {len(names)}")
     for name in names:
         if not 1 <= len(name) <= _CN_MAX:
-            raise ValueError(f"api.tls_client_names: each must be 1-{_CN_MAX} characters (an X.509 common "
+            raise ConfigError(f"api.tls_client_names: each must be 1-{_CN_MAX} characters (an X.509 common "
                              f"name), got {name[:80]!r}")
 
 
 def _check_socket_mode(name: str, mode: int) -> None:
     if mode & 0o007:  # anyone on the node could call the API
-        raise ValueError(f"api.{name}: must give others no access, got {oct(mode)}")
+        raise ConfigError(f"api.{name}: must give others no access, got {oct(mode)}")

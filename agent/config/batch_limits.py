@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 from agent.config.load import ConfigError
-from qos.validation import bounded, check_bounds
+from qos.validation import bounded, check_bounds, check_choices
 
 __all__ = ["BatchLimitsConfig"]
 
@@ -31,19 +32,12 @@ class BatchLimitsConfig:
     enabled: bool = True
     on_creation: bool = True
     resync_s: float = bounded(10.0, 1.0, 600.0)
-    cfs_quota: str = "auto"
+    cfs_quota: Literal["auto", "on", "off"] = "auto"
     yarn: bool = True
     yarn_cpu_quota: bool = False
-    tier_memory: str = "off"
+    tier_memory: Literal["off", "high", "high+max"] = "off"
     tier_memory_high_percent: float = bounded(90.0, 0.0, 100.0, low_open=True)
 
     def __post_init__(self) -> None:
-        for name in ("enabled", "on_creation", "yarn", "yarn_cpu_quota"):
-            if not isinstance(getattr(self, name), bool):
-                raise ConfigError(f"batch_limits.{name}: must be true or false, got {getattr(self, name)!r}")
+        check_choices(self, "batch_limits", ConfigError)
         check_bounds(self, "batch_limits", ConfigError)
-        if self.tier_memory not in ("off", "high", "high+max"):
-            raise ConfigError(
-                f"batch_limits.tier_memory: must be off, high or high+max, got {self.tier_memory!r}")
-        if self.cfs_quota not in ("auto", "on", "off"):
-            raise ConfigError(f"batch_limits.cfs_quota: must be auto, on or off, got {self.cfs_quota!r}")

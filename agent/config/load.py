@@ -2,8 +2,9 @@
 
 Every config dataclass in the agent is loaded through `from_mapping`: unknown keys, wrong types, numbers
 outside a field's declared range (`qos.validation.bounded`, checked here by the same `Bounds.refusal` the
-section's own `__post_init__` runs) and values its `__post_init__` rejects all raise `ConfigError` with the
-dotted path of the field.
+section's own `__post_init__` runs), values outside a choice field's `Literal` (or `bool`) annotation
+(`qos.validation.choice_refusal`, the check `check_choices` runs in `__post_init__`) and values its
+`__post_init__` rejects all raise `ConfigError` with the dotted path of the field.
 """
 
 from __future__ import annotations
@@ -13,14 +14,13 @@ import enum
 import math
 import re
 import types
-import typing
 from collections.abc import Mapping
 from typing import Any, TypeVar, Union, get_args, get_origin, get_type_hints
 
 import yaml
 
 from qos.quantity import QuantityError, to_int
-from qos.validation import bounds_of, short
+from qos.validation import bounds_of, choice_refusal, choices_of, short
 
 T = TypeVar("T")
 
@@ -171,7 +171,7 @@ def _qualify(where: str, msg: str) -> str:
         return msg
     last = where.rsplit(".", 1)[-1]
     section = last.split("[", 1)[0]
-    if msg.startswith(section + "."):  # the message already names its section (e.g. "node.cpus: …")
+    if msg.startswith((section + ".", section + ":")):  # it names its section ("node.cpus: …", "api: …")
         return where[: len(where) - len(last)] + last + msg[len(section):]
     if _FIELD_FIRST.match(msg):
         return f"{where}.{msg}"
@@ -180,11 +180,12 @@ def _qualify(where: str, msg: str) -> str:
 
 def _convert(tp: Any, value: object, where: str) -> Any:
     """`value` as type `tp`, or ConfigError naming `where`."""
+    allowed = choices_of(tp)
+    if allowed is not None:
+        return _choice(allowed, value, where)
     origin = get_origin(tp)
     if origin is Union or origin is types.UnionType:
         return _union(tp, value, where)
-    if origin is typing.Literal:
-        return _literal(tp, value, where)
     if origin in (tuple, list):
         return _sequence(tp, origin, value, where)
     if origin in (dict, Mapping) or tp is dict:
@@ -216,11 +217,12 @@ def _union(tp: Any, value: object, where: str) -> Any:
     raise ConfigError(errors[0])
 
 
-def _literal(tp: Any, value: object, where: str) -> Any:
-    if value in get_args(tp):
-        return value
-    allowed = ", ".join(repr(a) for a in get_args(tp))
-    raise ConfigError(f"{where}: must be one of {allowed}, got {short(value)}")
+def _choice(allowed: tuple[object, ...], value: object, where: str) -> object:
+    """`value` if its field's annotation allows it (`Literal[...]`, `bool`)."""
+    why = choice_refusal(allowed, value)
+    if why is not None:
+        raise ConfigError(f"{where}: {why}")
+    return value
 
 
 def _sequence(tp: Any, origin: Any, value: object, where: str) -> tuple[Any, ...] | list[Any]:
@@ -241,11 +243,7 @@ def _enum(tp: type[enum.Enum], value: object, where: str) -> enum.Enum:
 
 
 def _scalar(tp: Any, value: object, where: str) -> Any:
-    """bool, int, float (finite) and str, each strictly: YAML's `1` is not true, `true` is not 1."""
-    if tp is bool:
-        if isinstance(value, bool):
-            return value
-        raise ConfigError(f"{where}: expected true or false, got {short(value)}")
+    """int, float (finite) and str, each strictly: `true` is not 1 (bool is a choice: `_choice`)."""
     if tp is int:
         if isinstance(value, int) and not isinstance(value, bool):
             if not -INT64_MAX <= value <= INT64_MAX:

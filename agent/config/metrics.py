@@ -7,7 +7,7 @@ import os
 from dataclasses import dataclass
 
 from agent.config.load import ConfigError
-from qos.validation import bounded, check_bounds
+from qos.validation import bounded, check_bounds, check_choices
 
 DEFAULT_PORT = 19316  # not koordlet's 9316: both run on the host network
 
@@ -42,6 +42,7 @@ class MetricsConfig:
 
     def __post_init__(self) -> None:
         self.bind_address  # noqa: B018 - validates `bind` (and the variable it names) at load
+        check_choices(self, "metrics", ConfigError)
         check_bounds(self, "metrics", ConfigError)
 
     @property

@@ -8,7 +8,7 @@ from typing import Literal
 
 from agent.config.load import ConfigError
 from qos.network import NetworkPolicyConfig
-from qos.validation import bounded, check_bounds
+from qos.validation import bounded, check_bounds, check_choices
 
 __all__ = ["NetworkConfig"]
 
@@ -46,6 +46,7 @@ class NetworkConfig:
     def __post_init__(self) -> None:
         if not isinstance(self.policy, NetworkPolicyConfig):
             raise ConfigError("network.policy: must be a mapping")
+        check_choices(self, "network", ConfigError)
         check_bounds(self, "network", ConfigError)
         if self.netns and not _NETNS.match(self.netns):
             raise ConfigError(f"network.netns: not a namespace name, got {self.netns!r}")

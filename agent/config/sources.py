@@ -12,7 +12,7 @@ from typing import Literal
 from urllib.parse import urlsplit
 
 from agent.config.load import ConfigError
-from qos.validation import bounded, check_bounds
+from qos.validation import bounded, check_bounds, check_choices
 
 SA_TOKEN = "/var/run/secrets/kubernetes.io/serviceaccount/token"
 _LABEL = re.compile(r"^[A-Za-z0-9./_-]{1,317}=[A-Za-z0-9._-]{0,63}$")
@@ -69,6 +69,7 @@ class KubeletConfig:
     max_body_bytes: int = bounded(8 << 20, *_BODY_BYTES)
 
     def __post_init__(self) -> None:
+        check_choices(self, "sources.kubelet", ConfigError)
         check_bounds(self, "sources.kubelet", ConfigError)
         _check_url(self.url, "sources.kubelet.url")
         _check_timing("sources.kubelet", self.timeout_s, self.resync_s, self.stale_after_s)
@@ -99,6 +100,7 @@ class NodeManagerConfig:
     priority: int = bounded(5500, -(2**31), 2**31 - 1)  # an int32, as Kubernetes priorities are
 
     def __post_init__(self) -> None:
+        check_choices(self, "sources.yarn", ConfigError)
         check_bounds(self, "sources.yarn", ConfigError)
         _check_url(self.url, "sources.yarn.url", allow_empty=True)
         _check_timing("sources.yarn", self.timeout_s, self.resync_s, self.stale_after_s)
@@ -137,6 +139,7 @@ class KubeApiConfig:
     max_body_bytes: int = bounded(1 << 20, *_BODY_BYTES)
 
     def __post_init__(self) -> None:
+        check_choices(self, "sources.kube_api", ConfigError)
         check_bounds(self, "sources.kube_api", ConfigError)
         if not re.fullmatch(r"[a-z0-9][a-z0-9.-]{0,62}", self.event_component):
             raise ConfigError(f"sources.kube_api.event_component: not a DNS label: {self.event_component!r}")
@@ -154,7 +157,7 @@ class ReportingConfig:
     resync_s: float = bounded(300.0, 10.0, 86_400.0)
     # Not koord-yarn-operator's "hadoop-yarn": two writers must never share one entry.
     allocation_name: str = "coloc-agent-yarn"
-    priority_class: str = "koord-batch"
+    priority_class: Literal["koord-prod", "koord-mid", "koord-batch", "koord-free"] = "koord-batch"
     # "always" writes our entry; "unless-operator" writes it only while no koord-yarn-operator entry
     # ("hadoop-yarn", `operator_entry`) is on the Node, and removes ours once one appears.
     yarn: Literal["always", "unless-operator"] = "always"
@@ -162,16 +165,10 @@ class ReportingConfig:
     max_conflict_retries: int = bounded(5, 1, 20)
 
     def __post_init__(self) -> None:
+        check_choices(self, "sources.reporting", ConfigError)
         check_bounds(self, "sources.reporting", ConfigError)
-        if self.mode not in ("annotation", "off"):
-            raise ConfigError(f"sources.reporting.mode: must be 'annotation' or 'off', got {self.mode!r}")
         if not re.fullmatch(r"[a-z0-9][a-z0-9.-]{0,62}", self.allocation_name):
             raise ConfigError(f"sources.reporting.allocation_name: not a DNS label: {self.allocation_name!r}")
-        if self.priority_class not in ("koord-prod", "koord-mid", "koord-batch", "koord-free"):
-            raise ConfigError(f"sources.reporting.priority_class: unknown class {self.priority_class!r}")
-        if self.yarn not in ("always", "unless-operator"):
-            raise ConfigError(
-                f"sources.reporting.yarn: must be 'always' or 'unless-operator', got {self.yarn!r}")
         if not re.fullmatch(r"[a-z0-9][a-z0-9.-]{0,62}", self.operator_entry):
             raise ConfigError(f"sources.reporting.operator_entry: not a DNS label: {self.operator_entry!r}")
         if self.operator_entry == self.allocation_name:
@@ -199,6 +196,7 @@ class NodeMetricConfig:
 
     def __post_init__(self) -> None:
         p = "sources.nodemetric"
+        check_choices(self, p, ConfigError)
         check_bounds(self, p, ConfigError)
         if not re.fullmatch(r"[a-z0-9][a-z0-9.-]{0,62}", self.host_application):
             raise ConfigError(f"{p}.host_application: not a DNS label: {self.host_application!r}")
@@ -215,6 +213,7 @@ class NodeSloConfig:
     timeout_s: float = bounded(5.0, *_API_TIMEOUT_S)
 
     def __post_init__(self) -> None:
+        check_choices(self, "sources.nodeslo", ConfigError)
         check_bounds(self, "sources.nodeslo", ConfigError)
 
 

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from agent.config.load import ConfigError, parse_bytes
-from qos.validation import bounded, check_bounds
+from qos.validation import bounded, check_bounds, check_choices
 
 MAX_PRIORITY = 1_000_000_000
 
@@ -38,4 +38,5 @@ class StandaloneConfig:
     workloads: tuple[LocalWorkload, ...] = field(default_factory=tuple)
 
     def __post_init__(self) -> None:
+        check_choices(self, "standalone", ConfigError)
         check_bounds(self, "standalone", ConfigError)

@@ -50,10 +50,13 @@ class Subscription:
     """One watcher: the backlog it asked for, then live events through one bounded queue.
 
     When the queue is full the ledger cuts the watcher off (`dropped` says why); the watcher still gets
-    what was queued, then WatcherDropped, so memory stays bounded and the stream stays gap-free.
+    what was queued, then WatcherDropped, so memory stays bounded and the stream stays gap-free. `on_drop`
+    is called once, with the subscription, when that happens: its reader may be stuck in a write that never
+    completes (a client that stopped reading), so it cannot be relied on to notice by itself.
     """
 
-    def __init__(self, backlog: list[Event], maxsize: int) -> None:
+    def __init__(self, backlog: list[Event], maxsize: int,
+                 on_drop: Callable[[Subscription], None] | None = None) -> None:
         self._backlog: deque[Event] = deque(backlog)
         self._live: deque[Event] = deque()
         self._waiter: asyncio.Future[None] | None = None
@@ -61,9 +64,7 @@ class Subscription:
         self.maxsize = maxsize
         self.dropped: str | None = None
         self.closed = False
-        # Called once when the watcher is cut off: its reader may be stuck in a write that never completes
-        # (a client that stopped reading), so it cannot be relied on to notice by itself.
-        self.on_drop: Callable[[], None] | None = None
+        self._on_drop = on_drop
 
     def offer(self, event: Event) -> bool:
         """Queue a live event; False (and `dropped` set) when the watcher is too far behind. The reader is
@@ -71,8 +72,8 @@ class Subscription:
         if len(self._live) >= self.maxsize:
             self.dropped = (f"watcher fell {self.maxsize} events behind at revision {event.revision} and was "
                             "dropped; resume from the last revision you applied")
-            if self.on_drop is not None:
-                self.on_drop()
+            if self._on_drop is not None:
+                self._on_drop(self)
             return False
         self._live.append(event)
         return True

@@ -330,13 +330,15 @@ async def test_watcher_gets_backlog_then_live_events_in_order() -> None:
 
 async def test_slow_watcher_is_dropped_not_buffered_without_bound() -> None:
     led = make()
-    slow = led.subscribe()
-    fast = led.subscribe()
+    dropped: list[object] = []
+    slow = led.subscribe(on_drop=dropped.append)
+    fast = led.subscribe(on_drop=dropped.append)
     for n in range(20):  # queue size 16
         led.notice("x", str(n))
         if n % 4 == 0:
             await fast.next_batch(100, 0.0)
     assert led.watcher_count == 1 and led.dropped_watchers == 1
+    assert dropped == [slow], "the drop callback given to subscribe is called once, with the one dropped"
     got = await slow.next_batch(100, 0.0)
     assert [e.revision for e in got] == list(range(1, 17))  # what was queued is still delivered, in order
     with pytest.raises(WatcherDropped, match="16 events behind at revision 17"):
