@@ -55,9 +55,6 @@ def read_boot_id(path: str = BOOT_ID_PATH) -> str:
         return ""
 
 
-HOLDERS: dict[str, Holder] = {}  # every holder the code declares, by name (what the clean-up tests run)
-
-
 @dataclass(frozen=True, slots=True)
 class Holder:
     """A feature that holds knobs: its name (the journal's and the metrics' label), whether its values move
@@ -68,9 +65,6 @@ class Holder:
     name: str
     moving: bool = False
     together: bool = False
-
-    def __post_init__(self) -> None:
-        HOLDERS[self.name] = self
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,18 +10,14 @@ import logging
 import resource
 import signal
 import sys
-from collections.abc import Mapping
 
 from agent.api.server import ApiStartError, start_api_server
 from agent.config.agent import ConfigError, load_config
-from agent.daemon import batch_limits, resource_qos
-from agent.daemon.egress_left import LeftEgress
+from agent.daemon import resource_qos
 from agent.daemon.logs import setup_logging
-from agent.daemon.runtime import Runtime, build, make_layout
+from agent.daemon.runtime import Runtime, build
 from agent.state import StateFileError
-from agent.state.lifecycle import reports_batch
 from cgroups.errors import CgroupError
-from qos.policies import PolicyConfig
 
 log = logging.getLogger("coloc.run")
 
@@ -47,20 +43,6 @@ def release_startup_memory() -> None:
         ctypes.CDLL(None).malloc_trim(0)
 
 
-def policy_settings(rt: Runtime) -> tuple[PolicyConfig, Mapping[str, str]]:
-    """The policy settings in force (the NodeSLO source's, which the pipeline runs; else the YAML) and where
-    each NodeSLO-mapped one came from: what `status` shows."""
-    slo = rt.reports.nodeslo
-    return (slo.current, slo.sources) if slo is not None else (rt.cfg.policies, rt.reports.settings_sources())
-
-
-def batch_memory(rt: Runtime) -> int | None:
-    """The node's batch-memory budget as the ledger holds it; None while the node offers no batch room (a
-    drain reports 0: no reason to cap BE work already running)."""
-    node = rt.ledger.node
-    return node.batch_allocatable.memory_bytes if reports_batch(node.lifecycle) else None
-
-
 async def _settle(task: asyncio.Future[None], what: str) -> None:
     """Wait for a task at shutdown; a failure is logged once, naming the task, and the shutdown goes on."""
     try:
@@ -74,34 +56,16 @@ async def _settle_each(tasks: list[tuple[asyncio.Future[None], str]]) -> None:
         await _settle(task, what)
 
 
-Limits = tuple[batch_limits.BatchLimitsController | None, resource_qos.ResourceQosRunner | None]
-
-
-def start_limits(built: Limits, rt: Runtime, stop: asyncio.Event) -> list[tuple[asyncio.Future[None], str]]:
+def start_limits(rt: Runtime, stop: asyncio.Event) -> list[tuple[asyncio.Future[None], str]]:
     """BE pods' batch limits (agent/daemon/batch_limits.py) and memory QoS / CPU burst
-    (agent/daemon/resource_qos.py) as tasks, each that is on, with its /metrics."""
-    limits, qos = built
+    (agent/daemon/resource_qos.py) as tasks, each that is on."""
     tasks: list[tuple[asyncio.Future[None], str]] = []
-    if limits is not None:
-        rt.metrics.registry.register(batch_limits.BatchLimitsMetrics(limits))
-        tasks.append((asyncio.ensure_future(limits.run(stop)), "batch limits"))
-    if qos is not None:
-        rt.metrics.registry.register(resource_qos.ResourceQosMetrics(qos))
-        tasks.append((asyncio.ensure_future(qos.run(stop, rt.cfg.resource_qos.resync_s)), "resource QoS"))
+    if rt.limits is not None:
+        tasks.append((asyncio.ensure_future(rt.limits.run(stop)), "batch limits"))
+    if rt.resource_qos is not None:
+        tasks.append((asyncio.ensure_future(rt.resource_qos.run(stop, rt.cfg.resource_qos.resync_s)),
+                      "resource QoS"))
     return tasks
-
-
-def build_limits(rt: Runtime) -> Limits:
-    """The batch limits' controller and the memory QoS / CPU burst runner (None: off)."""
-    layout = make_layout(rt.cfg, rt.hierarchy)
-    limits = batch_limits.build(rt.cfg.batch_limits, rt.sources.kubelet, rt.writer, layout,
-                                lambda: policy_settings(rt)[0].suppression, rt.sources.yarn,
-                                lambda: batch_memory(rt))
-    wanted = rt.cfg.resource_qos.turned_on or rt.cfg.sources.nodeslo.enabled
-    runner = resource_qos.build(rt.sources.kubelet, rt.writer, layout, wanted=wanted)
-    if runner is None:  # memory QoS and CPU burst have no runner: what an earlier run held goes now
-        resource_qos.settle(rt.writer)
-    return limits, runner
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -137,10 +101,9 @@ async def serve(config_path: str, dry_run: bool = False, ready: asyncio.Event | 
     metrics = (rt.metrics.start(rt.board, ledger_view=lambda: ledger.last_view,
                                 persistence_error=lambda: ledger.persistence_error)
                if cfg.metrics.enabled else None)
-    built = build_limits(rt)
     try:
-        api = await start_api_server(ledger, cfg.api, board=rt.board, settings=lambda: policy_settings(rt),
-                                     limits=lambda: resource_qos.held_limits(*built))
+        api = await start_api_server(ledger, cfg.api, board=rt.board, settings=rt.settings.view,
+                                     limits=lambda: resource_qos.held_limits(rt.limits, rt.resource_qos))
     except ApiStartError as err:
         if metrics is not None:
             metrics.stop()
@@ -154,13 +117,12 @@ async def serve(config_path: str, dry_run: bool = False, ready: asyncio.Event | 
             loop.add_signal_handler(sig, stop.set)
     log.info("agent started", extra={"fields": {"node": cfg.node.node_name, "root": cfg.cgroups.root,
                                                   "dry_run": cfg.eviction.dry_run}})
-    egress = LeftEgress(rt.writer.journal, cfg.network, rt.hierarchy.unified)
-    egress.start()
+    rt.egress_left.start()
     sources = asyncio.create_task(rt.sources.run(stop))
     reports = asyncio.create_task(rt.reports.run(stop))
     trim = loop.call_later(STARTUP_TRIM_AFTER_S, release_startup_memory)
     network = asyncio.create_task(rt.network.run(stop)) if rt.network is not None else None
-    limit_tasks = start_limits(built, rt, stop)
+    limit_tasks = start_limits(rt, stop)
     try:
         if ready is not None:
             ready.set()
@@ -175,7 +137,7 @@ async def serve(config_path: str, dry_run: bool = False, ready: asyncio.Event | 
         rt.executor.release_be()
         if network is not None:  # removes our egress tree (network.remove_on_exit) once `stop` is set
             await _settle(network, "network shaper")
-        await egress.exit(rt.network)
+        await rt.egress_left.exit(rt.network)
         await api.stop(2.0)
         if metrics is not None:
             metrics.stop()

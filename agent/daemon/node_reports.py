@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING
 
 from agent.daemon.source_runner import every, run_until
 from agent.published import Published
-from agent.sources.nodeslo_map import settings_sources
 from agent.sources.yarn import NodeManagerSource
 from qos.batch import yarn_requested
 
@@ -22,8 +21,8 @@ if TYPE_CHECKING:  # Kubernetes-only modules, imported by the runtime when the A
 
 class NodeReports:
     """`annotations`: reads the Node's batch annotations every `annotations_resync_s` and reports YARN's
-    allocations (from `yarn`) there; `nodemetric`: fed each publication; `nodeslo`: its settings go to the
-    policies through its own `on_change`."""
+    allocations (from `yarn`) there; `nodemetric`: fed each publication; `nodeslo`: puts the settings it reads
+    in force (`agent/sources/settings.py`)."""
 
     def __init__(self, annotations: NodeReporter | None = None, annotations_resync_s: float = 300.0, *,
                  yarn: NodeManagerSource | None = None, nodemetric: NodeMetricReporter | None = None,
@@ -40,10 +39,6 @@ class NodeReports:
     def usage_report_age(self) -> float | None:
         """Seconds since our last NodeMetric write; None when none was written (or it is off)."""
         return self._nodemetric.age_s() if self._nodemetric is not None else None
-
-    def settings_sources(self) -> dict[str, str]:
-        """Where each NodeSLO-mapped policy setting comes from now."""
-        return dict(self.nodeslo.sources) if self.nodeslo is not None else settings_sources(None)
 
     def observe(self, pub: Published) -> None:
         """Each publication: a sample for the NodeMetric."""

@@ -13,13 +13,13 @@ import asyncio
 import contextlib
 import logging
 import os
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from agent.executors.resource_qos import CPU_BURST, MEMORY_QOS, HeldLimits, ResourceQosExecutor
 from agent.sources.nodeslo_map import ResourceQos
 from agent.sources.qos_pods import QosKubeletSource
+from agent.sources.settings import SettingsInForce
 from cgroups.errors import CgroupError
 from cgroups.layout import Layout
 from cgroups.writer import CgroupWriter
@@ -56,7 +56,7 @@ class Plans:
 
 
 class ResourceQosRunner:
-    def __init__(self, source: QosKubeletSource, settings: Callable[[], ResourceQos], writer: CgroupWriter,
+    def __init__(self, source: QosKubeletSource, settings: SettingsInForce, writer: CgroupWriter,
                  layout: Layout, node_allocatable_memory: int, announce: bool = True) -> None:
         self._source = source
         self._settings = settings
@@ -82,9 +82,9 @@ class ResourceQosRunner:
         kubelet has listed its pods and the settings are known (the NodeSLO read once, where it is on):
         before, every pod would look gone and its values given back."""
         mplan, memory_due, bplan = None, False, None
-        if not (self._source.listed and self._source.resource_qos_known()):
+        if not (self._source.listed and self._settings.known):
             return Plans(mplan, memory_due, bplan)
-        s = self.last = self._settings()
+        s = self.last = self._settings.resource_qos
         pods = self._source.qos_pods()
         if self.memory_supported:
             mplan = memory_qos.plan(pods, s.memory, self._allocatable) if s.memory.any_enabled else None
@@ -125,20 +125,17 @@ class ResourceQosRunner:
                 await asyncio.wait_for(stop.wait(), resync_s)
 
 
-def build(source: object, writer: CgroupWriter, layout: Layout, *, wanted: bool) -> ResourceQosRunner | None:
-    """The runner (None: no kubelet source handed the settings in force). It runs also where nothing turns
-    the features on (`wanted` False, then without the start-up lines on what the kernel lacks): memory QoS
-    and bursts an earlier run held are given back however the features were turned off meanwhile."""
-    if not isinstance(source, QosKubeletSource) or source.resource_qos is None:
+def build(source: object, settings: SettingsInForce, writer: CgroupWriter, layout: Layout, *,
+          wanted: bool) -> ResourceQosRunner | None:
+    """The runner where the kubelet's pods are read; elsewhere None, and what an earlier run held for memory
+    QoS and CPU burst is given back now. The runner runs also where nothing turns the features on (`wanted`
+    False, then without the start-up lines on what the kernel lacks): what an earlier run held is given back
+    however the features were turned off meanwhile."""
+    if not isinstance(source, QosKubeletSource):
+        writer.settle(MEMORY_QOS)
+        writer.settle(CPU_BURST)
         return None
-    return ResourceQosRunner(source, source.resource_qos, writer, layout,  # type: ignore[arg-type]
-                             node_allocatable_memory(), announce=wanted)
-
-
-def settle(writer: CgroupWriter) -> None:
-    """Where no runner runs: memory QoS and bursts an earlier run held, given back."""
-    writer.settle(MEMORY_QOS)
-    writer.settle(CPU_BURST)
+    return ResourceQosRunner(source, settings, writer, layout, node_allocatable_memory(), announce=wanted)
 
 
 def node_allocatable_memory() -> int:

@@ -24,13 +24,15 @@ if TYPE_CHECKING:
     from cgroups.systemd import SystemdUnits
 
 from agent.config.agent import AgentConfig
+from agent.daemon import batch_limits, resource_qos
 from agent.daemon.audit import AuditLog
 from agent.daemon.cgroup_tree import BE_TIER, remove_tree, setup_tiers
 from agent.daemon.collector import WORKLOAD_READER, Collector, TierPaths
+from agent.daemon.egress_left import LeftEgress
 from agent.daemon.ledger_feed import LedgerFeed
 from agent.daemon.loop import LoopTiming, TickHook, TickInputs, TickLoop, TickOutputs
 from agent.daemon.node_reports import NodeReports
-from agent.daemon.settings import PolicySettings
+from agent.daemon.settings import PipelineInForce
 from agent.daemon.source_runner import WorkloadSources, pod_cgroup_lister
 from agent.decommission.controller import DrainController
 from agent.executors.apply import ActionExecutor, Evictor
@@ -40,9 +42,11 @@ from agent.metrics import MetricsHub
 from agent.published import Board
 from agent.sources.nodeslo_map import ResourceQos
 from agent.sources.qos_pods import QosKubeletSource
+from agent.sources.settings import SettingsInForce
 from agent.sources.standalone import StandaloneScanner
 from agent.sources.yarn import NodeManagerSource
 from agent.state import Ledger, LedgerConfig
+from agent.state.lifecycle import reports_batch
 from cgroups.discovery import Hierarchy, detect_driver, discover, resolve_root
 from cgroups.errors import CgroupError
 from cgroups.holdings import Journal
@@ -77,6 +81,10 @@ class Runtime:
     metrics: MetricsHub
     ledger: Ledger
     drain: DrainController
+    settings: SettingsInForce
+    egress_left: LeftEgress
+    limits: batch_limits.BatchLimitsController | None = None  # BE pods' batch limits: a task of its own
+    resource_qos: resource_qos.ResourceQosRunner | None = None  # memory QoS and CPU burst: a task too
     created_root: bool = False  # made by this agent, now or by an earlier incarnation (its mark: `RootMark`)
     network: EgressShaper | None = None  # BE egress control; its task is `network.run(stop)`
 
@@ -209,7 +217,7 @@ def make_sources(cfg: AgentConfig, layout: Layout, reader: CgroupReader,
 
 
 def make_reports(cfg: AgentConfig, sources: WorkloadSources, api_client: object | None,
-                 settings: PolicySettings, capacity: Resources) -> NodeReports:
+                 settings: SettingsInForce, capacity: Resources) -> NodeReports:
     """The Node's annotations, NodeMetric and NodeSLO, each where it is on (the API server is used)."""
     if api_client is None:
         return NodeReports()
@@ -230,8 +238,7 @@ def make_reports(cfg: AgentConfig, sources: WorkloadSources, api_client: object 
     if cfg.sources.nodeslo.enabled:
         from agent.sources.nodeslo import NodeSloSource
         nodeslo = NodeSloSource(cfg.sources.nodeslo, api_client, cfg.node.node_name,  # type: ignore[arg-type]
-                                cfg.policies, capacity, settings.use, max_body_bytes=max_body,
-                                resource_qos=yaml_resource_qos(cfg))
+                                capacity, settings, max_body_bytes=max_body)
     return NodeReports(annotations, cfg.sources.reporting.resync_s, yarn=sources.yarn, nodemetric=nodemetric,
                        nodeslo=nodeslo)
 
@@ -239,21 +246,6 @@ def make_reports(cfg: AgentConfig, sources: WorkloadSources, api_client: object 
 def yaml_resource_qos(cfg: AgentConfig) -> ResourceQos:
     """Memory QoS and CPU burst from the YAML (the fallback where the NodeSLO gives none)."""
     return ResourceQos(cfg.resource_qos.memory_qos, cfg.resource_qos.cpu_burst)
-
-
-def wire_resource_qos(cfg: AgentConfig, sources: WorkloadSources, reports: NodeReports) -> None:
-    """Hand the kubelet source the memory QoS and CPU burst settings in force (the runner of its own reads
-    them: agent/daemon/resource_qos.py, started by agent/cli/run.py)."""
-    if not isinstance(sources.kubelet, QosKubeletSource):
-        return
-    yaml = yaml_resource_qos(cfg)
-    slo = reports.nodeslo
-
-    def current() -> ResourceQos:
-        held = slo.resource_qos if slo is not None else None
-        return held if held is not None else yaml
-    sources.kubelet.resource_qos = current
-    sources.kubelet.resource_qos_known = lambda: slo is None or slo.read_once
 
 
 def make_evictors(cfg: AgentConfig, layout: Layout, reader: CgroupReader, writer: CgroupWriter,
@@ -328,10 +320,10 @@ def _assemble(cfg: AgentConfig, board: Board | None, hierarchy: Hierarchy, reade
     if cfg.sources.kube_api.enabled:  # the Kubernetes client stack (~30 MB) only when the API server is used
         from agent.sources.kubeapi import make_api_client
         api_client = make_api_client(cfg.sources.kube_api)
-    settings = PolicySettings(cfg.policies, _pipeline_builder(cfg))
+    settings = SettingsInForce(cfg.policies, yaml_resource_qos(cfg),
+                               nodeslo=api_client is not None and cfg.sources.nodeslo.enabled)
     sources = make_sources(cfg, layout, reader, hierarchy)
     reports = make_reports(cfg, sources, api_client, settings, capacity)
-    wire_resource_qos(cfg, sources, reports)
     if cfg.network.enabled:  # pyroute2 and its ~190 modules (~9 MB) only when shaping egress
         from agent.executors.htb import EgressShaper
     shaper = (EgressShaper(cfg.network, cfg.loop.interval_s, hierarchy.unified)
@@ -354,7 +346,7 @@ def _assemble(cfg: AgentConfig, board: Board | None, hierarchy: Hierarchy, reade
     inputs = TickInputs(collector, sources.list, origin_annotation=lambda: reports.origin_annotation,
                         third_party_annotation=lambda: reports.third_party_annotation,
                         drain_view=drain.view, sources_synced=sources.synced, source_ages=sources.ages,
-                        usage_report_age=reports.usage_report_age, settings_sources=reports.settings_sources)
+                        usage_report_age=reports.usage_report_age, settings_sources=settings.source_map)
     outputs = TickOutputs(board, _hooks(cfg, ledger, drain, evictors, api_client),
                           observers=(hub.observe, reports.observe),
                           admissions_refused=lambda: ledger.refusals)
@@ -362,9 +354,38 @@ def _assemble(cfg: AgentConfig, board: Board | None, hierarchy: Hierarchy, reade
                         cfg.loop.fast_hp_jump_milli_cpu, cfg.loop.fast_psi_stall_ratio,
                         cfg.loop.psi_max_cgroups, cfg.loop.psi_trigger, cfg.loop.calm_poll_s,
                         cfg.loop.fast_hold_s)
-    loop = TickLoop(inputs, settings.pipeline, executor, outputs, timing)
+    loop = TickLoop(inputs, PipelineInForce(settings, _pipeline_builder(cfg)).pipeline, executor, outputs,
+                    timing)
+    limits, qos = make_limits(cfg, hierarchy, writer, sources, settings, ledger, hub)
     return Runtime(cfg, hierarchy, reader, writer, collector, sources, reports, executor, loop, board, audit,
-                   capacity, cpus, hub, ledger, drain, owned, network=shaper)
+                   capacity, cpus, hub, ledger, drain, settings, LeftEgress(writer.journal, cfg.network,
+                                                                            hierarchy.unified),
+                   limits, qos, owned, network=shaper)
+
+
+def make_limits(cfg: AgentConfig, hierarchy: Hierarchy, writer: CgroupWriter, sources: WorkloadSources,
+                settings: SettingsInForce, ledger: Ledger,
+                hub: MetricsHub) -> tuple[batch_limits.BatchLimitsController | None,
+                                          resource_qos.ResourceQosRunner | None]:
+    """BE pods' batch limits and memory QoS / CPU burst, each with its /metrics (None: off; what an earlier
+    run held for it is given back now)."""
+    layout = make_layout(cfg, hierarchy)
+
+    def batch_memory() -> int | None:
+        """The node's batch-memory budget as the ledger holds it; None while the node offers no batch room (a
+        drain reports 0: no reason to cap BE work already running)."""
+        node = ledger.node
+        return node.batch_allocatable.memory_bytes if reports_batch(node.lifecycle) else None
+
+    limits = batch_limits.build(cfg.batch_limits, sources.kubelet, writer, layout,
+                                lambda: settings.policies.suppression, sources.yarn, batch_memory)
+    wanted = cfg.resource_qos.turned_on or cfg.sources.nodeslo.enabled
+    qos = resource_qos.build(sources.kubelet, settings, writer, layout, wanted=wanted)
+    if limits is not None:
+        hub.registry.register(batch_limits.BatchLimitsMetrics(limits))
+    if qos is not None:
+        hub.registry.register(resource_qos.ResourceQosMetrics(qos))
+    return limits, qos
 
 
 def _pipeline_builder(cfg: AgentConfig) -> Callable[[PolicyConfig], Pipeline[NodeOutputs]]:

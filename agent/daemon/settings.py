@@ -1,9 +1,10 @@
-"""The policy settings in force and the pipeline that runs them."""
+"""The pipeline that runs the policy settings in force (`agent/sources/settings.py`)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
+from agent.sources.settings import SettingsInForce
 from qos.pipeline import Pipeline
 from qos.policies import PolicyConfig
 from qos.registry import NodeOutputs
@@ -11,16 +12,18 @@ from qos.registry import NodeOutputs
 Build = Callable[[PolicyConfig], Pipeline[NodeOutputs]]
 
 
-class PolicySettings:
-    """The YAML's settings until NodeSLO hands others (`use`, between ticks: the same event loop); the loop
-    takes `pipeline` at each tick. A new pipeline has the same policy names, so their states carry over."""
+class PipelineInForce:
+    """The loop takes `pipeline` at each tick: built again when the settings in force changed (between ticks:
+    the same event loop). A new pipeline has the same policy names, so their states carry over."""
 
-    def __init__(self, settings: PolicyConfig, build: Build) -> None:
+    def __init__(self, settings: SettingsInForce, build: Build) -> None:
+        self._settings = settings
         self._build = build
-        self._pipeline = build(settings)
-
-    def use(self, settings: PolicyConfig) -> None:
-        self._pipeline = self._build(settings)
+        self._for = settings.policies
+        self._pipeline = build(settings.policies)
 
     def pipeline(self) -> Pipeline[NodeOutputs]:
+        if self._settings.policies is not self._for:
+            self._for = self._settings.policies
+            self._pipeline = self._build(self._for)
         return self._pipeline

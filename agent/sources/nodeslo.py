@@ -20,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -32,13 +31,12 @@ from agent.sources.kubeapi import ApiBodyError, get_cluster_object
 from agent.sources.nodeslo_map import (
     NODESLO,
     NodeSloError,
-    ResourceQos,
     apply_nodeslo,
     apply_resource_qos,
     settings_sources,
 )
+from agent.sources.settings import SettingsInForce
 from qos.model import Resources
-from qos.policies import PolicyConfig
 
 log = logging.getLogger("coloc.sources.nodeslo")
 
@@ -47,33 +45,25 @@ FETCH_FAILED = object()
 
 
 class NodeSloSource:
-    """GETs `nodeslos/<node>` every `resync_s`; calls `on_change` with the settings when they change."""
+    """GETs `nodeslos/<node>` every `resync_s`; puts the settings it maps in force (`settings`)."""
 
     def __init__(
         self,
         cfg: NodeSloConfig,
         api_client: client.ApiClient,
         node_name: str,
-        base: PolicyConfig,
         capacity: Resources,
-        on_change: Callable[[PolicyConfig], None],
+        settings: SettingsInForce,
         *,
         max_body_bytes: int = 1 << 20,
-        resource_qos: ResourceQos | None = None,
     ) -> None:
         from kubernetes import client  # lazy: docs/dependencies.md
         self.cfg = cfg
         self._api = client.CustomObjectsApi(api_client)
         self._node = node_name
-        self._base = base
         self._capacity = capacity
-        self._on_change = on_change
         self._max_body = max_body_bytes
-        self.current = base
-        self.sources = settings_sources(base)
-        self._qos_base = resource_qos
-        self.resource_qos = resource_qos  # memory QoS and CPU burst in force (None: not asked for)
-        self.read_once = False  # whether a NodeSLO (or its absence) was read yet
+        self.settings = settings
 
     def fetch(self) -> object | None:
         """Blocking GET; None when there is no NodeSLO (404), FETCH_FAILED when it cannot be read (logged:
@@ -94,41 +84,36 @@ class NodeSloSource:
 
     def update(self, doc: object | None) -> bool:
         """Apply a NodeSLO (None: none there, the YAML is in force); whether the settings changed."""
-        self.read_once = True
+        self.settings.read()
         qos_changed = self._update_resource_qos(doc)
+        base = self.settings.yaml
         try:
-            new, sources = (
-                apply_nodeslo(self._base, doc, self._capacity)
-                if doc is not None
-                else (self._base, settings_sources(self._base))
-            )
+            new, sources = (apply_nodeslo(base, doc, self._capacity) if doc is not None
+                            else (base, settings_sources(base)))
         except NodeSloError as err:
             log.error("%s; the settings in force are kept", err)
             return qos_changed
-        if new == self.current and sources == self.sources:
+        if new == self.settings.policies and sources == self.settings.sources:
             return qos_changed
-        self.current, self.sources = new, sources
+        self.settings.use(new, sources)
         log.info(
             "policy settings from %s",
             ", ".join(f"{k}={v}" for k, v in sorted(sources.items()) if v == NODESLO)
             or "the YAML config only",
         )
-        self._on_change(new)
         return True
 
     def _update_resource_qos(self, doc: object | None) -> bool:
         """Memory QoS and CPU burst from this NodeSLO (the YAML's where it gives none); a refused part keeps
         what is in force."""
-        if self._qos_base is None:
-            return False
         try:
-            new = apply_resource_qos(self._qos_base, doc)
+            new = apply_resource_qos(self.settings.yaml_resource_qos, doc)
         except NodeSloError as err:
             log.error("%s; memory QoS and CPU burst in force are kept", err)
             return False
-        if new == self.resource_qos:
+        if new == self.settings.resource_qos:
             return False
-        self.resource_qos = new
+        self.settings.use_resource_qos(new)
         log.info("memory QoS from %s, CPU burst from %s", new.memory_source, new.burst_source)
         return True
 

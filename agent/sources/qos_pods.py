@@ -5,7 +5,7 @@ pod list the kubelet source keeps (`KubeletSource`, same fetch, same validation)
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from agent.sources.kubelet import (
@@ -104,18 +104,13 @@ def _containers(item: Any, uid: str, tier: Tier, layout: Layout) -> tuple[QosCon
 
 
 class QosKubeletSource(KubeletSource):
-    """The kubelet source, also keeping each pod's containers for memory QoS and CPU burst. `resource_qos`
-    is set by the runtime: the settings in force (the NodeSLO's, else the YAML's)."""
-
-    resource_qos: Callable[[], object] | None = None
+    """The kubelet source, also keeping each pod's containers for memory QoS and CPU burst."""
 
     def __init__(self, *args: Any, **kw: Any) -> None:
         super().__init__(*args, **kw)
         self._containers: Containers = {}
         self._parsed: tuple[Containers, bool | None] = ({}, None)
         self.kubelet_resizes: bool | None = None  # None: not known yet (no running container seen)
-        # whether those settings are known (the NodeSLO read once, where it is on): set by the runtime too
-        self.resource_qos_known: Callable[[], bool] = lambda: True
 
     def _parse(self, doc: object) -> tuple[list[ParsedPod], list[str]]:
         pods, rejected = super()._parse(doc)

@@ -14,7 +14,6 @@ import uuid
 from collections import Counter, deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
-from pathlib import Path
 
 from agent import __version__
 from agent.state import lifecycle
@@ -42,6 +41,7 @@ from agent.state.records import (
 from agent.state.ring import EventRing, Subscription
 from agent.state.validate import check_admit, check_epoch
 from agent.state.writer import StateWriter
+from cgroups.holdings import read_boot_id
 from qos import admission
 from qos.admission import AdmissionFacts, BatchBudget
 from qos.batch import holds_allocation
@@ -49,7 +49,6 @@ from qos.model import NodeSnapshot, Resources, Source, Workload
 
 log = logging.getLogger("coloc.state")
 
-BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
 WAKE_SLICE = 32  # watchers woken per event-loop pass: a due tick waits behind at most this many writes
 _SOURCE_NAMES = {s.value: s for s in Source}
 
@@ -85,13 +84,6 @@ class LedgerConfig:
             raise ValueError(f"pending_launch_ttl_s: must be > 0, got {self.pending_launch_ttl_s}")
         if not 0 <= self.epoch_clock_skew_s <= 86_400:
             raise ValueError(f"epoch_clock_skew_s: must be in [0, 86400], got {self.epoch_clock_skew_s}")
-
-
-def read_boot_id(path: str = BOOT_ID_PATH) -> str:
-    try:
-        return Path(path).read_text().strip()
-    except OSError:
-        return ""
 
 
 class Ledger:
@@ -218,12 +210,14 @@ class Ledger:
 
     # ---- watchers -------------------------------------------------------------------------------------
 
-    def subscribe(self, from_revision: int | None = None, queue_size: int | None = None) -> Subscription:
-        """Events after `from_revision` (None: from now on). Raises RevisionGone / RevisionAhead.
+    def subscribe(self, from_revision: int | None = None, queue_size: int | None = None, *,
+                  on_drop: Callable[[Subscription], None] | None = None) -> Subscription:
+        """Events after `from_revision` (None: from now on). Raises RevisionGone / RevisionAhead. `on_drop`
+        is called with the subscription once the ledger cuts it off (`Subscription`).
 
         Backlog and registration happen in one step of the event loop, so nothing falls in between."""
         backlog = [] if from_revision is None else self.events_after(from_revision)
-        sub = Subscription(backlog, queue_size or self.cfg.watch_queue_size)
+        sub = Subscription(backlog, queue_size or self.cfg.watch_queue_size, on_drop)
         self._subs.add(sub)
         return sub
 

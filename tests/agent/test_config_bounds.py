@@ -8,6 +8,7 @@ import dataclasses
 import math
 import types
 import typing
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -18,10 +19,14 @@ from agent.config.agent import load_config
 from agent.config.load import ConfigError
 from agent.config.sources import NodeSloConfig
 from agent.sources.nodeslo import NodeSloSource
+from agent.sources.nodeslo_map import ResourceQos
+from agent.sources.settings import SettingsInForce
 from qos.batch import BatchConfig
+from qos.cpu_burst import CpuBurstSettings
 from qos.cpu_eviction import CpuEvictionConfig
 from qos.failsafe import FailsafeConfig
 from qos.memory_eviction import MemoryEvictionConfig
+from qos.memory_qos import MemoryQosSettings
 from qos.model import Resources
 from qos.network import NetworkPolicyConfig
 from qos.policies import PolicyConfig
@@ -132,12 +137,23 @@ def test_a_huge_value_is_shown_as_a_short_prefix(tmp_path: Path) -> None:
 # ---- the NodeSLO path ----------------------------------------------------------------------------------
 
 
+class _Seen(SettingsInForce):
+    """The settings in force, each change put in force kept in `seen`."""
+
+    def __init__(self, base: PolicyConfig) -> None:
+        super().__init__(base, ResourceQos(MemoryQosSettings(), CpuBurstSettings()), nodeslo=True)
+        self.seen: list[PolicyConfig] = []
+
+    def use(self, policies: PolicyConfig, sources: Mapping[str, str]) -> None:
+        super().use(policies, sources)
+        self.seen.append(policies)
+
+
 def _source(base: PolicyConfig) -> tuple[NodeSloSource, list[PolicyConfig]]:
     from kubernetes import client
-    seen: list[PolicyConfig] = []
-    src = NodeSloSource(NodeSloConfig(), client.ApiClient(), "node-a", base, Resources(4000, 8 << 30),
-                        seen.append)
-    return src, seen
+    settings = _Seen(base)
+    src = NodeSloSource(NodeSloConfig(), client.ApiClient(), "node-a", Resources(4000, 8 << 30), settings)
+    return src, settings.seen
 
 
 def _doc(**strategy: object) -> dict[str, object]:
@@ -154,9 +170,9 @@ def test_an_out_of_range_nodeslo_value_is_refused_and_the_settings_kept(
         strategy: dict[str, object], caplog: pytest.LogCaptureFixture) -> None:
     src, seen = _source(PolicyConfig())
     assert src.update(_doc(cpuEvictTimeWindowSeconds=30)) and seen[-1].cpu_eviction.window_s == 30
-    before = src.current
+    before = src.settings.policies
     assert not src.update(_doc(**{"cpuSuppressThresholdPercent": 50, **strategy}))
-    assert src.current is before and len(seen) == 1
+    assert src.settings.policies is before and len(seen) == 1
     refused = [r.getMessage() for r in caplog.records if "refused" in r.getMessage()]
     assert refused and "must be" in refused[-1] and "\n" not in refused[-1], refused
 

@@ -33,6 +33,7 @@ from agent.sources.kubeapi import make_api_client
 from agent.sources.nodeslo import FETCH_FAILED, NodeSloSource
 from agent.sources.nodeslo_map import NODESLO, YAML, ResourceQos
 from agent.sources.qos_pods import QosKubeletSource
+from agent.sources.settings import SettingsInForce
 from cgroups.discovery import Hierarchy
 from cgroups.layout import Layout
 from cgroups.systemd import SystemdUnits
@@ -170,9 +171,9 @@ async def test_nodeslo_memory_qos_and_burst_written_held_through_systemd_and_giv
                                                  resync_s=60.0, stale_after_s=120.0, min_resync_gap_s=0.0),
                                    layout)
         client = make_api_client(KubeApiConfig(kubeconfig=str(kubeconfig(tmp_path / "kubeconfig", api.url))))
-        slo = NodeSloSource(NodeSloConfig(enabled=True), client, NODE[1], PolicyConfig(),
-                            Resources(2000, 4 << 30), lambda _: None, resource_qos=yaml_off)
-        runner = ResourceQosRunner(kubelet, lambda: slo.resource_qos or yaml_off, writer, layout, ALLOCATABLE)
+        settings = SettingsInForce(PolicyConfig(), yaml_off, nodeslo=True)
+        slo = NodeSloSource(NodeSloConfig(enabled=True), client, NODE[1], Resources(2000, 4 << 30), settings)
+        runner = ResourceQosRunner(kubelet, settings, writer, layout, ALLOCATABLE)
         assert runner.memory_supported and runner.burst_supported
 
         async def apply(doc: dict[str, Any] | None) -> int:
@@ -187,8 +188,8 @@ async def test_nodeslo_memory_qos_and_burst_written_held_through_systemd_and_giv
             return runner.pass_once()
 
         assert await apply(_nodeslo("1", memory=True, burst="cpuBurstOnly")) > 0
-        assert slo.resource_qos is not None
-        assert (slo.resource_qos.memory_source, slo.resource_qos.burst_source) == (NODESLO, NODESLO)
+        assert settings.resource_qos is not None
+        assert (settings.resource_qos.memory_source, settings.resource_qos.burst_source) == (NODESLO, NODESLO)
         assert memory_is(on) == {}
         assert bursts_are(bursts_on) == {}
         assert read(at(pod_ls), "cpu.max") == "150000 100000" and read(at(web), "cpu.max") == "100000 100000"
@@ -228,7 +229,7 @@ async def test_nodeslo_memory_qos_and_burst_written_held_through_systemd_and_giv
             systemctl("set-property", "--runtime", at(rel).rsplit("/", 1)[-1], f"CPUQuota={quota}")
         assert read(at(web), "cpu.max") == "10000 100000" and read(at(pod_ls), "cpu.max") == "60000 100000"
         await apply(None)
-        assert (slo.resource_qos.memory_source, slo.resource_qos.burst_source) == (YAML, YAML)
+        assert (settings.resource_qos.memory_source, settings.resource_qos.burst_source) == (YAML, YAML)
         assert memory_is(off) == {} and bursts_are(dict.fromkeys(bursts_on, 0)) == {}
         assert runner.executor.errors == {}
     assert writer.units is not None

@@ -33,6 +33,7 @@ from agent.config.sources import KubeletConfig
 from agent.daemon.resource_qos import ResourceQosRunner
 from agent.sources.nodeslo_map import ResourceQos
 from agent.sources.qos_pods import QosKubeletSource
+from agent.sources.settings import SettingsInForce
 from cgroups.discovery import Hierarchy
 from cgroups.holdings import Holding, Journal, read_boot_id
 from cgroups.layout import Layout
@@ -40,6 +41,7 @@ from cgroups.systemd import SystemdUnits
 from cgroups.writer import CgroupWriter
 from qos.cpu_burst import CpuBurstSettings
 from qos.memory_qos import MemoryQosClass, MemoryQosSettings
+from qos.policies import PolicyConfig
 
 pytestmark = pytest.mark.guest
 why_not = systemd_v2_host()
@@ -186,7 +188,8 @@ async def test_the_record_is_written_before_the_values_it_names(scene: Scene, tm
             writer = CgroupWriter(Hierarchy.v2(CGROUP2), root, units=SystemdUnits("/" + root),
                                   journal=journal)
             writers.append(writer)
-            return ResourceQosRunner(kubelet, lambda: settings, writer, scene.layout, 4 << 30)
+            in_force = SettingsInForce(PolicyConfig(), settings, nodeslo=False)
+            return ResourceQosRunner(kubelet, in_force, writer, scene.layout, 4 << 30)
 
         try:
             with pytest.raises(_Killed):

@@ -12,11 +12,13 @@ from kit.realcg import RealRoot
 
 from agent.daemon.resource_qos import ResourceQosRunner
 from agent.sources.nodeslo_map import ResourceQos
+from agent.sources.settings import SettingsInForce
 from cgroups.holdings import Journal
 from cgroups.layout import Layout
 from cgroups.writer import CgroupWriter
 from qos.cpu_burst import CpuBurstSettings
 from qos.memory_qos import MemoryQosClass, MemoryQosSettings, QosContainer, QosPod
+from qos.policies import PolicyConfig
 
 pytestmark = [pytest.mark.cgroups]
 POD, CTR = "burstable/pod1111", "burstable/pod1111/ctr"
@@ -29,9 +31,6 @@ class _Pods:
         self.pods = pods
         self.kubelet_resizes = False  # a kubelet without in-place resize: pods hold their bursts too
         self.listed = True
-
-    def resource_qos_known(self) -> bool:
-        return True
 
     def qos_pods(self) -> tuple[QosPod, ...]:
         return self.pods
@@ -48,10 +47,10 @@ def test_v1_memory_qos_one_startup_line_and_burst_written(real_root: RealRoot,
                  (QosContainer("c", CTR, 1 << 30, 2 << 30, 1000),))
     settings = ResourceQos(MemoryQosSettings(ls=MemoryQosClass(True, 50, 50, 80)),
                            CpuBurstSettings("cpuBurstOnly", 50))
-    current = [settings]
+    current = SettingsInForce(PolicyConfig(), settings, nodeslo=False)
     writer = CgroupWriter(real_root.hierarchy, real_root.name)
     caplog.set_level(logging.INFO, logger="coloc")
-    runner = ResourceQosRunner(_Pods((pod,)), lambda: current[0], writer,  # type: ignore[arg-type]
+    runner = ResourceQosRunner(_Pods((pod,)), current, writer,  # type: ignore[arg-type]
                                Layout("cgroupfs"), 8 << 30)
     for _ in range(3):
         runner.pass_once()
@@ -65,7 +64,7 @@ def test_v1_memory_qos_one_startup_line_and_burst_written(real_root: RealRoot,
     assert runner.burst_supported
     assert burst_file.read_text().strip() == "50000"  # 1 core × 50 % × 100 ms
     assert (real_root.path("cpu", POD) / "cpu.cfs_burst_us").read_text().strip() == "50000"
-    current[0] = ResourceQos(settings.memory, CpuBurstSettings("none"))
+    current.use_resource_qos(ResourceQos(settings.memory, CpuBurstSettings("none")))
     runner.pass_once()
     assert burst_file.read_text().strip() == "0" and runner.executor.burst == {}
 
@@ -100,8 +99,8 @@ def test_a_burst_an_earlier_run_left_is_given_back_once_and_protected_pods_are_n
         journal = Journal(tmp_path / "state.json.held", "boot-1")
         journal.load()
         writer = CgroupWriter(real_root.hierarchy, real_root.name, journal=journal)
-        return ResourceQosRunner(source, lambda: settings, writer,  # type: ignore[arg-type]
-                                 Layout("cgroupfs"), 8 << 30)
+        return ResourceQosRunner(source, SettingsInForce(PolicyConfig(), settings, nodeslo=False),
+                                 writer, Layout("cgroupfs"), 8 << 30)  # type: ignore[arg-type]
 
     every = [cg for rel, _, _ in layout.values() for cg in (rel, f"{rel}/ctr")]
     for cg in every[2:]:  # someone else's, on the protected and LSR pods
