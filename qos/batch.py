@@ -72,8 +72,7 @@ class BatchConfig:
 
     def __post_init__(self) -> None:
         validation.check_bounds(self, "batch")
-        if self.origin not in ("annotation", "local"):
-            raise ValueError(f"batch.origin: must be 'annotation' or 'local', got {self.origin!r}")
+        validation.check_choices(self, "batch")
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,12 +23,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Literal, get_args
 
 from qos.memory_qos import QosPod
-from qos.validation import bounded, check_bounds
+from qos.validation import bounded, check_bounds, check_choices
 
 CFS_PERIOD_US = 100_000
-POLICIES = ("none", "cpuBurstOnly", "cfsQuotaBurstOnly", "auto")
+Policy = Literal["none", "cpuBurstOnly", "cfsQuotaBurstOnly", "auto"]
+POLICIES: tuple[str, ...] = get_args(Policy)
 NOT_BURSTABLE = ("LSR", "LSE", "BE")
 
 
@@ -37,13 +39,12 @@ class CpuBurstSettings:
     """`cpuBurstStrategy` (koordlet's `CPUBurstConfig`): `policy` none | cpuBurstOnly | cfsQuotaBurstOnly |
     auto (the burst files are written under cpuBurstOnly and auto; the quota scaling is not done here)."""
 
-    policy: str = "none"
+    policy: Policy = "none"
     cpu_burst_percent: int = bounded(1000, 1, 10000)
 
     def __post_init__(self) -> None:
         check_bounds(self, "", ValueError)
-        if self.policy not in POLICIES:
-            raise ValueError(f"policy: must be one of {', '.join(POLICIES)}, got {self.policy!r}")
+        check_choices(self, "")
 
     @property
     def enabled(self) -> bool:

@@ -23,6 +23,7 @@ those of the BE workloads in the snapshot, a `SetBeEgressSources` carries the wa
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from typing import Literal
 
 from qos import validation
 from qos.actions import Action, Hold, SetBeEgressCeiling, SetBeEgressSources
@@ -30,15 +31,15 @@ from qos.model import NetworkSample, NodeSnapshot
 from qos.pipeline import Policy
 
 POLICY_NAME = "network"
-THRESHOLD = "threshold"
-WORK_CONSERVING = "work-conserving"
+THRESHOLD: Literal["threshold"] = "threshold"
+WORK_CONSERVING: Literal["work-conserving"] = "work-conserving"
 STALE_INTERVALS = 3.0
 """A reading older than this many loop intervals is not acted on."""
 
 
 @dataclass(frozen=True, slots=True)
 class NetworkPolicyConfig:
-    mode: str = THRESHOLD
+    mode: Literal["threshold", "work-conserving"] = THRESHOLD
     watermark_percent: float = validation.bounded(80.0, 1.0, 100.0)
     low_share_percent: float = validation.bounded(10.0, 1.0, 100.0)
     high_share_percent: float = validation.bounded(40.0, 1.0, 100.0)
@@ -49,7 +50,7 @@ class NetworkPolicyConfig:
 
     def __post_init__(self) -> None:
         p = "network.policy."
-        validation.choice(p + "mode", self.mode, (THRESHOLD, WORK_CONSERVING))
+        validation.check_choices(self, "network.policy")
         validation.check_bounds(self, "network.policy")
         if self.low_share_percent > self.high_share_percent:
             raise ValueError(f"{p}low_share_percent must be <= high_share_percent, got "

@@ -43,8 +43,7 @@ class ProtectionConfig:
                 raise ValueError(f"protection.namespaces[{i}]: {ns!r} is not a namespace (a DNS-1123 label)")
         if len(set(self.namespaces)) != len(self.namespaces):
             raise ValueError(f"protection.namespaces: listed twice: {sorted(self.namespaces)}")
-        if not isinstance(self.daemonsets, bool):
-            raise ValueError(f"protection.daemonsets: expected true or false, got {self.daemonsets!r}")
+        validation.check_choices(self, "protection")
 
 
 @dataclass(frozen=True, slots=True)

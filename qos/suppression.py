@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
+from typing import Literal
 
 from qos import validation
 from qos.actions import Action, Hold, SetBeCpuIdle, SetBeCpuQuota, SetBeCpuset
@@ -53,8 +54,8 @@ from qos.model import NodeSnapshot
 from qos.pipeline import Policy
 
 POLICY_NAME = "cpu_suppression"
-CPUSET = "cpuset"
-CFS_QUOTA = "cfsQuota"
+CPUSET: Literal["cpuset"] = "cpuset"
+CFS_QUOTA: Literal["cfsQuota"] = "cfsQuota"
 MIN_QUOTA_MILLI_CPU = 20
 """2000 µs per 100 ms period: koordlet's minimum, and low enough to starve BE almost completely."""
 
@@ -62,7 +63,7 @@ MIN_QUOTA_MILLI_CPU = 20
 @dataclass(frozen=True, slots=True)
 class SuppressionConfig:
     enabled: bool = True
-    policy: str = CPUSET
+    policy: Literal["cpuset", "cfsQuota"] = CPUSET
     threshold_percent: float = validation.bounded(65.0, 0.0, 100.0)
     min_milli_cpu: int = validation.bounded(0, 0, 10**9)
     min_cpus: int = validation.bounded(2, 1, 4096)
@@ -75,12 +76,9 @@ class SuppressionConfig:
 
     def __post_init__(self) -> None:
         p = "suppression."
-        validation.flag(p + "enabled", self.enabled)
-        validation.choice(p + "policy", self.policy, (CPUSET, CFS_QUOTA))
+        validation.check_choices(self, "suppression")
         validation.integer(p + "min_milli_cpu", self.min_milli_cpu)
         validation.integer(p + "min_cpus", self.min_cpus)
-        validation.flag(p + "cpu_idle", self.cpu_idle)
-        validation.flag(p + "cpuset_quota", self.cpuset_quota)
         validation.check_bounds(self, "suppression")
 
 

@@ -144,20 +144,3 @@ def check_choices(section: Any, where: str, error: type[ValueError] = ValueError
         why = choice_refusal(allowed, getattr(section, name))
         if why is not None:
             raise error(f"{prefix}{name}: {why}")
-
-
-def flag(field: str, value: object) -> bool:
-    """`value` if it is true or false. Sections declare a switch as `bool` and run `check_choices` instead."""
-    why = choice_refusal((True, False), value)
-    if why is not None:
-        raise ValueError(f"{field}: {why}")
-    return bool(value)
-
-
-def choice(field: str, value: object, allowed: tuple[str, ...]) -> str:
-    """`value` if it is one of `allowed`. Sections declare a choice as a `Literal` and run `check_choices`
-    instead."""
-    why = choice_refusal(allowed, value)
-    if why is not None:
-        raise ValueError(f"{field}: {why}")
-    return str(value)
