@@ -1,12 +1,16 @@
-"""Every knob the agent can hold (the holders the code declares, `cgroups.holdings.HOLDERS`), held by a real
-`coloc-agent run` process on real cgroups (v1 here; v2 in the cgroup v2 + systemd guest, tests/vm/selection),
-which is then SIGKILLed: a run with that feature off gives the knob back; a value another writer set after
-the crash is left, and counted in /metrics. The kubelet is a local HTTP server serving a PodList in the
-kubelet's format (tests/fixtures/kubelet)."""
+"""Every knob the agent can hold (the holders the agent's code declares: `cgroups.holdings.Holder`s), held by
+a real `coloc-agent run` process on real cgroups (v1 here; v2 in the cgroup v2 + systemd guest,
+tests/vm/selection), which is then SIGKILLed: a run with that feature off gives the knob back; a value another
+writer set after the crash is left, and counted in /metrics; a steady agent writes its journal 0 times. The
+kubelet and the NodeManager are local HTTP servers serving payloads in their exact formats
+(tests/fixtures/kubelet, tests/fixtures/nodemanager)."""
 
 from __future__ import annotations
 
+import copy
 import importlib
+import json
+import os
 import pkgutil
 import signal
 from collections.abc import Callable
@@ -15,9 +19,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from batchkit import POD, be_pod, write_list
-from kit.agentproc import agent_config, get, kubelet_node_config, running_agent
+from batchkit import BIG, FIXTURE, POD, SMALL, be_pod, nm_fixture, pod_list
+from kit.agentproc import agent_config, get, kubelet_node_config, node_config, running_agent
 from kit.fakes.kubelet import FakeKubelet
+from kit.fakes.nodemanager import FakeNodeManager
 from kit.holdings import held
 from kit.poll import holds, wait
 from kit.ports import free_port
@@ -25,8 +30,11 @@ from kit.realcg import RealRoot
 
 import agent
 from cgroups.holdings import Holder
+from cgroups.layout import Layout
 
 pytestmark = [pytest.mark.cgroups, pytest.mark.slow]
+LAYOUT = Layout("cgroupfs")
+WEB = "web-7d9f8c-x2x9z"  # the fixture's Burstable pod: containers web and envoy
 
 
 def _declared() -> dict[str, Holder]:
@@ -44,6 +52,12 @@ HOLDERS = _declared()
 
 
 @dataclass(frozen=True)
+class Urls:
+    kubelet: str
+    nodemanager: str
+
+
+@dataclass(frozen=True)
 class File:
     """A knob's file on one cgroup version: its path below the test's root, its value before the agent, and
     the value another writer sets."""
@@ -56,47 +70,144 @@ class File:
 
 @dataclass(frozen=True)
 class Scenario:
-    """How a real agent holds one holder's knob: the config with the feature on and off, the cgroups the
-    kubelet would have made, the knob (and its cgroup below the agent's root) and its file on v1 and v2."""
+    """How a real agent holds one holder's knob: the config with the feature on and off, the pods the kubelet
+    lists, what the kubelet (or the NodeManager) made before the agent, the knob and its file on v1 and v2."""
 
-    config: Callable[[Path, str, str, int, bool], Path]  # tmp, root, kubelet url, port, on -> config file
-    made: tuple[str, ...]
+    config: Callable[[Path, str, Urls, int, bool], Path]  # tmp, root, urls, port, on -> config file
+    pods: Callable[[], dict[str, Any]]  # the kubelet's PodList
+    made: Callable[[RealRoot], None]
     knob: str
     cgroup: str
     v1: File
     v2: File
-    journal: str  # below tmp_path
+    journal: str = "state.json.held"  # below tmp_path
+    # Whether its value stays put on a quiet node. The tier cap follows the batch budget, which moves with the
+    # machine's memory use: journaled at each change of the cap, at most once a pass (batch_limits.resync_s),
+    # never at a tick.
+    steady: bool = True
 
 
-def _standalone(tmp: Path, root: str, url: str, port: int, on: bool) -> Path:
+def _kubelet_node(tmp: Path, root: str, urls: Urls, port: int, **sections: Any) -> Path:
+    return kubelet_node_config(tmp, root, urls.kubelet, resync_s=1, metrics_port=port, **sections)
+
+
+def _standalone(tmp: Path, root: str, urls: Urls, port: int, on: bool) -> Path:
     return agent_config(tmp, f"{root}/agent", port, node={"cpus": 2}, cgroups={"cleanup_on_exit": False},
                         policies={"suppression": {"policy": "cfsQuota", "enabled": on}})
 
 
-def _batch_limits(tmp: Path, root: str, url: str, port: int, on: bool) -> Path:
-    limits = {"resync_s": 1} if on else {"enabled": False}
-    return kubelet_node_config(tmp, root, url, resync_s=1, metrics_port=port, batch_limits=limits)
+def _batch_limits(tmp: Path, root: str, urls: Urls, port: int, on: bool) -> Path:
+    return _kubelet_node(tmp, root, urls, port, batch_limits={"resync_s": 1} if on else {"enabled": False})
+
+
+def _tier_cap(tmp: Path, root: str, urls: Urls, port: int, on: bool) -> Path:
+    cap = "high+max" if on else "off"  # the cap alone off: the controller goes on running
+    return _kubelet_node(tmp, root, urls, port, batch_limits={"resync_s": 1, "tier_memory": cap})
+
+
+def _cpu_burst(tmp: Path, root: str, urls: Urls, port: int, on: bool) -> Path:
+    burst = {"policy": "cpuBurstOnly", "cpu_burst_percent": 100} if on else {}
+    return _kubelet_node(tmp, root, urls, port, batch_limits={"enabled": False},
+                         resource_qos={"resync_s": 1, "cpu_burst": burst})
+
+
+def _yarn(tmp: Path, root: str, urls: Urls, port: int, on: bool) -> Path:
+    sources = {"kubelet": {"url": urls.kubelet, "token_file": "", "timeout_s": 1, "resync_s": 1,
+                           "stale_after_s": 60},
+               "yarn": {"enabled": True, "url": urls.nodemanager, "timeout_s": 1, "resync_s": 1,
+                        "stale_after_s": 30},
+               "kube_api": {"enabled": False}, "reporting": {"mode": "off"}}
+    return node_config(tmp, root, metrics_port=port, sources=sources, eviction={"dry_run": True}, batch=None,
+                       batch_limits={"resync_s": 1, "yarn": on})
+
+
+def _no_pods() -> dict[str, Any]:
+    return {"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": []}
+
+
+def _be_pods() -> dict[str, Any]:
+    return pod_list(be_pod())
+
+
+def _web() -> tuple[dict[str, Any], dict[str, str]]:
+    """The fixture's web pod, CPU limits web 1 and envoy 500m, statuses without resources (a kubelet that
+    does not resize in place: pods and containers hold their bursts); its container ids by name."""
+    doc = json.loads(FIXTURE.read_text())
+    pod = copy.deepcopy(next(i for i in doc["items"] if i["metadata"]["name"] == WEB))
+    for c in pod["spec"]["containers"]:
+        cpu = "1" if c["name"] == "web" else "500m"
+        c["resources"] = {"requests": {"cpu": "100m", "memory": "64Mi"},
+                          "limits": {"cpu": cpu, "memory": "256Mi"}}
+    return pod, {s["name"]: s["containerID"] for s in pod["status"]["containerStatuses"]}
+
+
+def _web_pods() -> dict[str, Any]:
+    return {**_no_pods(), "items": [_web()[0]]}
+
+
+def _web_pod_rel() -> str:
+    return LAYOUT.pod(_web()[0]["metadata"]["uid"], "burstable")
+
+
+def _make(*rels: str) -> Callable[[RealRoot], None]:
+    def made(root: RealRoot) -> None:
+        for rel in rels:
+            root.mkcg(rel)
+    return made
+
+
+def _web_made(root: RealRoot) -> None:
+    """The kubelet's pod and containers, with their CFS quotas (the kubelet's and runc's)."""
+    pod, ids = _web()
+    uid = pod["metadata"]["uid"]
+    rel = _web_pod_rel()
+    containers = [(LAYOUT.container(uid, "burstable", ids[n]), q) for n, q in (("web", 100_000),
+                                                                               ("envoy", 50_000))]
+    for cg, quota in ((rel, 150_000), *containers):
+        root.mkcg(cg)
+        f = root.path("cpu", cg) / ("cpu.cfs_quota_us" if root.hierarchy.is_v1("cpu") else "cpu.max")
+        f.write_text(str(quota) if root.hierarchy.is_v1("cpu") else f"{quota} 100000")
+
+
+def _yarn_made(root: RealRoot) -> None:
+    """`hadoop-yarn` and the NodeManager's two containers' cgroups (LCE's CPU handler makes them)."""
+    root.mkcg("burstable")
+    for cid in (BIG, SMALL):
+        rel = LAYOUT.yarn_container(cid)
+        if root.hierarchy.is_v1("cpu"):
+            root.mkcg("besteffort/hadoop-yarn")
+            os.mkdir(root.path("cpu", rel))  # in the cpu hierarchy only, as LCE makes it on v1
+        else:
+            root.mkcg(rel)
 
 
 SCENARIOS = {
-    "be_cpu_suppression": Scenario(_standalone, (), "cpu_quota", "besteffort",
-                                   File("cpu", "agent/besteffort/cpu.cfs_quota_us", "-1", "50000"),
-                                   File("unified", "agent/besteffort/cpu.max", "max 100000", "50000 100000"),
-                                   "state/state.json.held"),
-    "batch_limits": Scenario(_batch_limits, ("besteffort", "burstable", POD), "cpu_quota", POD,
-                             File("cpu", f"{POD}/cpu.cfs_quota_us", "-1", "20000"),
-                             File("unified", f"{POD}/cpu.max", "max 100000", "20000 100000"),
-                             "state.json.held"),
+    "be_cpu_suppression": Scenario(
+        _standalone, _no_pods, _make("agent"), "cpu_quota", "besteffort",
+        File("cpu", "agent/besteffort/cpu.cfs_quota_us", "-1", "50000"),
+        File("unified", "agent/besteffort/cpu.max", "max 100000", "50000 100000"), "state/state.json.held"),
+    "batch_limits": Scenario(
+        _batch_limits, _be_pods, _make("besteffort", "burstable", POD), "cpu_quota", POD,
+        File("cpu", f"{POD}/cpu.cfs_quota_us", "-1", "20000"),
+        File("unified", f"{POD}/cpu.max", "max 100000", "20000 100000")),
+    "be_tier_memory_cap": Scenario(
+        _tier_cap, _no_pods, _make("besteffort", "burstable"), "memory_limit", "besteffort",
+        File("memory", "besteffort/memory.limit_in_bytes", str(0x7FFFFFFFFFFFF000), str(3 << 30)),
+        File("unified", "besteffort/memory.max", "max", str(3 << 30)), steady=False),
+    "cpu_burst": Scenario(
+        _cpu_burst, _web_pods, _web_made, "cpu_burst", _web_pod_rel(),
+        File("cpu", f"{_web_pod_rel()}/cpu.cfs_burst_us", "0", "30000"),
+        File("unified", f"{_web_pod_rel()}/cpu.max.burst", "0", "30000")),
+    "yarn_limits": Scenario(
+        _yarn, _no_pods, _yarn_made, "cpu_shares", "besteffort/hadoop-yarn",
+        File("cpu", "besteffort/hadoop-yarn/cpu.shares", "1024", "2048"),
+        File("unified", "besteffort/hadoop-yarn/cpu.weight", "100", "50")),
 }
 # Holders this host cannot show, or whose scenario lives elsewhere, each with the reason.
 ELSEWHERE = {
-    "memory_qos": "cgroup v1 has no memory.min / memory.low: tests/memqos/test_memqos_restart_guest.py, in "
-                  "the v2 + systemd guest",
-    "cpu_burst": "tests/coexist/test_coexist_cpu_burst.py (a real agent SIGKILLed holding a burst, given "
-                 "back by a run with CPU burst off)",
-    "be_tier_memory_cap": "tests/batchres/test_batchres_tier.py (a real agent SIGKILLed capping the "
-                          "tier: lifted by runs with batch limits or the cap off, another writer's left)",
-    "yarn_limits": "no scenario yet with a real agent and the NodeManager's REST served locally",
+    "memory_qos": "cgroup v1 has no memory.min / memory.low: tests/memqos/test_memqos_restart_guest.py, a "
+                  "real agent in the v2 + systemd guest (SIGKILL holding, a start with memory QoS off, "
+                  "another writer's memory.min set through systemd left)",
 }
 
 
@@ -109,8 +220,7 @@ def _file(root: RealRoot, s: Scenario) -> File:
     return s.v1 if root.hierarchy.is_v1("cpu") else s.v2
 
 
-def _read(root: RealRoot, s: Scenario) -> str:
-    f = _file(root, s)
+def _read(root: RealRoot, f: File) -> str:
     return (root.path(f.ctrl, "") / f.path).read_text().strip()
 
 
@@ -124,50 +234,6 @@ def _counter(port: int, name: str, labels: dict[str, str]) -> float:
     return 0.0
 
 
-@pytest.mark.parametrize("holder", sorted(SCENARIOS))
-def test_a_knob_a_killed_agent_held_is_given_back_by_a_run_with_the_feature_off_unless_changed_since(
-        holder: str, real_root: RealRoot, tmp_path: Path) -> None:
-    if real_root.hierarchy.mode == "hybrid" and not real_root.hierarchy.is_v1("cpu"):
-        pytest.skip("a host with cpu on neither v1 nor pure v2")
-    s = SCENARIOS[holder]
-    f = _file(real_root, s)
-    for rel in s.made:
-        real_root.mkcg(rel)
-    port = free_port()
-    journal = tmp_path / s.journal
-    log = tmp_path / "agent.log"
-    with FakeKubelet(write_list(tmp_path / "pods.json", be_pod())) as kubelet:
-        def held_then_killed() -> str:
-            with running_agent(s.config(tmp_path, real_root.name, kubelet.url, port, True), log) as agent:
-                assert wait(lambda: _held(real_root, s, f), 30), log.read_text()[-3000:]
-                assert wait(lambda: held(journal).get((s.knob, s.cgroup)) == holder, 10), held(journal)
-                assert wait(lambda: _steady(port), 20), "the journal is written at every tick"
-                value = _read(real_root, s)
-                agent.send_signal(signal.SIGKILL)
-                agent.wait(timeout=10)
-            assert _read(real_root, s) == value, "the knob went with the agent"
-            return value
-
-        held_then_killed()
-        with running_agent(s.config(tmp_path, real_root.name, kubelet.url, port, False), log) as again:
-            assert wait(lambda: _read(real_root, s) == f.before, 30), log.read_text()[-3000:]
-            given = {"holder": holder}
-            assert wait(lambda: _counter(port, "coloc_holdings_given_back_total", given) >= 1, 15)
-            assert holder not in held(journal).values()
-            assert again.poll() is None
-        held_then_killed()
-        (real_root.path(f.ctrl, "") / f.path).write_text(f.theirs)  # another writer, while the agent was down
-        with running_agent(s.config(tmp_path, real_root.name, kubelet.url, port, False), log) as again:
-            if HOLDERS[holder].moving:  # the one exception (cgroups/holdings.py): any value found is its own
-                assert wait(lambda: _read(real_root, s) == f.before, 30), log.read_text()[-3000:]
-            else:
-                left = {"knob": s.knob, "writer": "unknown"}
-                assert wait(lambda: _counter(port, "coloc_holdings_left_total", left) >= 1, 30), \
-                    log.read_text()[-3000:]
-                assert holds(lambda: _read(real_root, s) == f.theirs, 1.5), "another writer's value changed"
-            assert again.poll() is None
-
-
 def _steady(port: int) -> bool:
     """Whether the agent's ticks (0.5 s) and passes (1 s) went on for 2 s without a journal write."""
     writes = _counter(port, "coloc_holdings_journal_writes_total", {})
@@ -176,8 +242,56 @@ def _steady(port: int) -> bool:
         and _counter(port, "coloc_ticks_total", {}) >= ticks + 3
 
 
-def _held(root: RealRoot, s: Scenario, f: File) -> Any:
+def _held(root: RealRoot, f: File) -> bool:
     try:
-        return _read(root, s) != f.before
+        return _read(root, f) != f.before
     except OSError:
         return False
+
+
+@pytest.mark.parametrize("holder", sorted(SCENARIOS))
+def test_a_knob_a_killed_agent_held_is_given_back_by_a_run_with_the_feature_off_unless_changed_since(
+        holder: str, real_root: RealRoot, tmp_path: Path) -> None:
+    s = SCENARIOS[holder]
+    if real_root.hierarchy.mode == "hybrid" and not real_root.hierarchy.is_v1("cpu"):
+        pytest.skip("a host with cpu on neither v1 nor pure v2")
+    f = _file(real_root, s)
+    s.made(real_root)
+    if holder == "cpu_burst" and not (real_root.path(f.ctrl, "") / f.path).exists():
+        pytest.skip(f"this kernel has no {f.path.rsplit('/', 1)[-1]} (before 5.14)")
+    port = free_port()
+    journal = tmp_path / s.journal
+    log = tmp_path / "agent.log"
+    (tmp_path / "pods.json").write_text(json.dumps(s.pods()))
+    with FakeKubelet(tmp_path / "pods.json") as kubelet, FakeNodeManager(nm_fixture(tmp_path)) as nm:
+        urls = Urls(kubelet.url, nm.url)
+
+        def held_then_killed() -> str:
+            with running_agent(s.config(tmp_path, real_root.name, urls, port, True), log) as agent:
+                assert wait(lambda: _held(real_root, f), 30), log.read_text()[-3000:]
+                assert wait(lambda: held(journal).get((s.knob, s.cgroup)) == holder, 10), held(journal)
+                assert not s.steady or wait(lambda: _steady(port), 20), "the journal is written at every tick"
+                value = _read(real_root, f)
+                agent.send_signal(signal.SIGKILL)
+                agent.wait(timeout=10)
+            assert _read(real_root, f) == value, "the knob went with the agent"
+            return value
+
+        held_then_killed()
+        with running_agent(s.config(tmp_path, real_root.name, urls, port, False), log) as again:
+            assert wait(lambda: _read(real_root, f) == f.before, 30), log.read_text()[-3000:]
+            given = {"holder": holder}
+            assert wait(lambda: _counter(port, "coloc_holdings_given_back_total", given) >= 1, 15)
+            assert holder not in held(journal).values()
+            assert again.poll() is None
+        held_then_killed()
+        (real_root.path(f.ctrl, "") / f.path).write_text(f.theirs)  # another writer, while the agent was down
+        with running_agent(s.config(tmp_path, real_root.name, urls, port, False), log) as again:
+            if HOLDERS[holder].moving:  # the one exception (cgroups/holdings.py): any value found is its own
+                assert wait(lambda: _read(real_root, f) == f.before, 30), log.read_text()[-3000:]
+            else:
+                left = {"knob": s.knob, "writer": "unknown"}
+                assert wait(lambda: _counter(port, "coloc_holdings_left_total", left) >= 1, 30), \
+                    log.read_text()[-3000:]
+                assert holds(lambda: _read(real_root, f) == f.theirs, 1.5), "another writer's value changed"
+            assert again.poll() is None

@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 from kit.agentproc import kubelet_node_config, running_agent
 from kit.fakes.kubelet import FakeKubelet
-from kit.holdings import held
+from kit.holdings import held as journal_held
 from kit.payload import fixture_pod
 from kit.poll import wait
 from kit.systemd import CGROUP2, SystemdPods, enable_controllers, read, systemctl, systemd_v2_host
@@ -122,7 +122,7 @@ def test_memory_qos_a_killed_agent_left_is_given_back_where_it_is_still_its_own(
     root, on, envoy = scene.pods.root, scene.on, scene.envoy
     sections = {"cgroups": {"root": root, "driver": "systemd"}, "batch_limits": {"enabled": False}}
     record = tmp_path / "state.json.held"
-    recorded = lambda: {cg for (_, cg), h in held(record).items() if h == "memory_qos"}  # noqa: E731
+    recorded = lambda: {cg for (_, cg), h in journal_held(record).items() if h == "memory_qos"}  # noqa: E731
     with FakeKubelet(scene.podlist) as kubelet:
         held = kubelet_node_config(tmp_path, root, kubelet.url, resync_s=1,
                                    resource_qos={"resync_s": 1, "memory_qos": {"ls": LS}}, **sections)
@@ -195,12 +195,12 @@ async def test_the_record_is_written_before_the_values_it_names(scene: Scene, tm
             with pytest.raises(_Killed):
                 runner(on_settings, dies=True).pass_once()
             assert scene.found() == dict.fromkeys(scene.on, DEFAULTS), "written before the journal"
-            assert held(path), "nothing journaled"
+            assert journal_held(path), "nothing journaled"
             # killed here: the journal names a value that was never written
             second = runner(off_settings)
             second.pass_once()
             assert scene.found() == dict.fromkeys(scene.on, DEFAULTS)
-            assert held(path) == {}
+            assert journal_held(path) == {}
 
             # values a run holds, to be changed (a NodeSLO's new percents): killed after the journal of the
             # new values and before their write, so the files hold the old ones, which the journal names too
@@ -213,7 +213,7 @@ async def test_the_record_is_written_before_the_values_it_names(scene: Scene, tm
             fourth = runner(off_settings)
             fourth.pass_once()
             assert scene.found() == dict.fromkeys(scene.on, DEFAULTS), "a changed value was not known"
-            assert held(path) == {}
+            assert journal_held(path) == {}
         finally:
             for w in writers:
                 if w.units is not None:
