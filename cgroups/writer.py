@@ -57,6 +57,7 @@ log = logging.getLogger("coloc.cgroups")
 V = TypeVar("V")
 BESTEFFORT_SHARES = 2  # the kubelet's cpu.shares for the BestEffort tier and its pods
 DEFAULT_CONTROLLERS = ("cpu", "cpuacct", "cpuset", "memory", "freezer", "pids")
+PRUNE_AT = 512  # holdings in the journal before the first look for cgroups that are gone
 _W_FLAGS = os.O_WRONLY | os.O_TRUNC | os.O_CLOEXEC  # never O_CREAT: only existing files are written
 
 
@@ -103,12 +104,13 @@ class CgroupWriter:
 
     def __init__(
         self, hierarchy: Hierarchy, root: str, *, controllers: Sequence[str] = DEFAULT_CONTROLLERS,
-        units: SystemdUnits | None = None, journal: Journal | None = None,
+        units: SystemdUnits | None = None, journal: Journal | None = None, prune_at: int = PRUNE_AT,
     ) -> None:
         self.hierarchy = hierarchy
         # What the holders hold (cgroups/holdings.py); in memory only when no state file is kept.
         self.journal = journal if journal is not None else Journal(None, "")
         self._holder: Holder | None = None
+        self._prune_at = prune_at  # holdings beyond which those of cgroups gone are dropped (amortised)
         self.units = units  # set: knobs of a systemd unit go through systemd too (cgroups/systemd.py)
         self.root = check_rel(root, "cgroup root")
         self.controllers = tuple(c for c in controllers if c in hierarchy.v1)
@@ -252,6 +254,8 @@ class CgroupWriter:
         if old is None:
             ours = None if h.moving else (knob.dump(wanted),)
             self.journal.hold(Holding(knob.name, rel, h.name, knob.dump(current), ours))
+            if len(self.journal.held) > self._prune_at:
+                self._prune()
             return False
         if knob.equal(knob.load(old.give_back), wanted):
             return True
@@ -262,6 +266,17 @@ class CgroupWriter:
             ours = (*([knob.dump(current)] if was and not knob.equal(current, wanted) else []), new)
         self.journal.hold(Holding(knob.name, rel, h.name, old.give_back, ours))
         return False
+
+    def _prune(self) -> None:
+        """Drop the holdings of cgroups that are gone (pods that ended: nobody told the writer), so that the
+        journal follows the node and not its history; the next prune when it has doubled since."""
+        gone = []
+        for key, h in self.journal.held.items():
+            knob = KNOBS.get(h.knob)
+            if knob is None or not os.path.isdir(self.path(knob.ctrl, h.cgroup)):
+                gone.append(key)
+        self.journal.drop(gone)
+        self._prune_at = max(self._prune_at, 2 * len(self.journal.held))
 
     def settle(self, holder: Holder) -> int:
         """Give back what an earlier run's `holder` held and this run has not claimed again (its first pass is

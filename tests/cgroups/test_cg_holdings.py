@@ -137,3 +137,18 @@ def test_another_boots_or_a_damaged_journal_gives_nothing_back(v1: RealRoot, tmp
         assert nxt.journal.held == {} and "unusable" in caplog.text
         caplog.clear()
     assert _limit(v1) == 512 * MI
+
+
+def test_the_holdings_of_cgroups_gone_are_dropped_as_the_journal_grows(v1: RealRoot, tmp_path: Path) -> None:
+    """Pods end without the writer being told: the journal follows the node, not its history."""
+    journal = Journal(tmp_path / "held", "boot-1")
+    w = CgroupWriter(v1.hierarchy, v1.name, journal=journal, prune_at=4)
+    for n in range(12):  # BE pods come and go, each limited while it lives
+        rel = v1.mkcg(f"be/pod{n}")
+        with w.held_by(EXACT):
+            w.set_memory_limit(rel, 64 * MI)
+        if n < 11:
+            for d in v1.path("memory", rel), v1.path("cpu", rel):
+                d.rmdir()
+    held = {cg for _, cg in journal.held}
+    assert "be/pod11" in held and len(held) <= 5, held
