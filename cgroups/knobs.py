@@ -5,11 +5,13 @@ A knob talks to the files through `KnobIO` (the writer), which owns path checks 
 
 from __future__ import annotations
 
+import functools
 import os
 from typing import Any, Generic, Protocol, TypeVar
 
 from cgroups.discovery import Hierarchy
 from cgroups.errors import InvalidValue
+from cgroups.io import V1_FILES, IoLimit, check_device, format_io_max, parse_io_max, parse_throttle
 from cgroups.parsers import (
     CpuMax,
     format_cpuset,
@@ -247,5 +249,57 @@ class _Burst(Knob[int]):
 MEM_MIN = _Protection("memory_min", "memory.min")
 MEM_LOW = _Protection("memory_low", "memory.low")
 BURST = _Burst()
+class _IoMax(Knob[IoLimit]):
+    """One device's caps: v2 `io.max`, v1 the four `blkio.throttle.*_device` files (0 lifts a v1 cap)."""
+
+    ctrl = "blkio"  # v1's mount; on v2 the unified one, like every controller
+
+    def __init__(self, dev: str) -> None:
+        self.dev = check_device(dev)
+        self.name = f"{IO_MAX}{dev}"
+
+    def read(self, w: KnobIO, rel: str) -> IoLimit:
+        if not w.hierarchy.is_v1("blkio"):
+            return parse_io_max(w.read(self.ctrl, rel, "io.max"), self.dev)
+        rbps, wbps, riops, wiops = (parse_throttle(w.read(self.ctrl, rel, f), self.dev, f) for f in V1_FILES)
+        return IoLimit(rbps, wbps, riops, wiops)
+
+    def write(self, w: KnobIO, rel: str, current: IoLimit, value: IoLimit) -> None:
+        if not w.hierarchy.is_v1("blkio"):
+            w.write(self.ctrl, rel, "io.max", format_io_max(self.dev, value))
+            return
+        for f, old, new in zip(V1_FILES, current.values(), value.values(), strict=True):
+            if old != new:
+                w.write(self.ctrl, rel, f, f"{self.dev} {new or 0}")
+
+    def dump(self, value: IoLimit) -> Any:
+        return list(value.values())
+
+    def load(self, data: Any) -> IoLimit:
+        if not isinstance(data, list) or len(data) != 4:
+            raise ValueError(f"{self.name}: must be [rbps, wbps, riops, wiops], got {data!r}")
+        return IoLimit(*data)
+
+
+IO_MAX = "io_max@"
+
+
+@functools.cache
+def io_max(dev: str) -> Knob[IoLimit]:
+    """The caps knob of one disk (`MAJ:MIN`)."""
+    return _IoMax(dev)
+
+
 KNOBS: dict[str, Knob[Any]] = {k.name: k for k in (QUOTA, SHARES, CPUSET, IDLE, FREEZE, MEM_LIMIT, MEM_HIGH,
                                                    MEM_MIN, MEM_LOW, BURST)}
+
+
+def knob_named(name: str) -> Knob[Any] | None:
+    """The knob a journal names (None: no such knob)."""
+    knob = KNOBS.get(name)
+    if knob is None and name.startswith(IO_MAX):
+        try:
+            return io_max(name.removeprefix(IO_MAX))
+        except InvalidValue:
+            return None
+    return knob

@@ -23,12 +23,12 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from cgroups.discovery import Hierarchy
 from cgroups.errors import CgroupError, CgroupGone, InvalidValue, from_oserror
 from cgroups.holdings import Holder, Holding, Journal
+from cgroups.io import IoLimit
 from cgroups.knobs import (
     BURST,
     CPUSET,
     FREEZE,
     IDLE,
-    KNOBS,
     MEM_HIGH,
     MEM_LIMIT,
     MEM_LOW,
@@ -36,6 +36,8 @@ from cgroups.knobs import (
     QUOTA,
     SHARES,
     Knob,
+    io_max,
+    knob_named,
 )
 from cgroups.parsers import CpuMax, parse_procs
 from cgroups.paths import check_rel, depth, ensure_inside, join
@@ -272,7 +274,7 @@ class CgroupWriter:
         journal follows the node and not its history; the next prune when it has doubled since."""
         gone = []
         for key, h in self.journal.held.items():
-            knob = KNOBS.get(h.knob)
+            knob = knob_named(h.knob)
             if knob is None or not os.path.isdir(self.path(knob.ctrl, h.cgroup)):
                 gone.append(key)
         self.journal.drop(gone)
@@ -301,7 +303,7 @@ class CgroupWriter:
         """The cgroups of `due` where another writer changed at least one of the holder's knobs."""
         out = set()
         for h in due:
-            knob = KNOBS.get(h.knob)
+            knob = knob_named(h.knob)
             try:
                 if knob is not None and not self._ours(knob, h, knob.read(self, h.cgroup)):
                     out.add(h.cgroup)
@@ -316,7 +318,7 @@ class CgroupWriter:
         return h.ours is None or any(knob.equal(current, knob.load(v)) for v in values)
 
     def _give_back(self, holder: Holder, h: Holding, theirs: bool = False) -> int:
-        knob = KNOBS.get(h.knob)
+        knob = knob_named(h.knob)
         if knob is None:
             raise ValueError(f"no knob {h.knob!r}")
         current, give = knob.read(self, h.cgroup), knob.load(h.give_back)
@@ -473,6 +475,11 @@ class CgroupWriter:
         if burst_us < 0:
             raise InvalidValue(f"cpu burst must be >= 0 µs, got {burst_us}")
         return self._set(BURST, rel, burst_us)
+
+    def set_io_limit(self, rel: str, dev: str, limit: IoLimit) -> bool:
+        """Caps on one disk (`MAJ:MIN`): v2 `io.max`, v1 `blkio.throttle.*_device`; a file write (systemd's
+        IO properties are not set here)."""
+        return self._set(io_max(dev), rel, limit)
 
     def has_file(self, ctrl: str, rel: str, name: str) -> bool:
         """Whether the kernel offers this knob file on `rel` (a feature probe, confined like every path)."""

@@ -1,0 +1,141 @@
+"""Disk IO caps and usage of a cgroup (`cgroups/io.py`) on the real kernel: v1 `blkio` here, v2 `io` in the
+cgroup v2 + systemd guest (tests/vm/selection): a cap written through the one writer holds a real direct-IO
+writer to it, is journaled as a holding, and is given back; the files' formats as the kernel writes them;
+the disk behind a directory."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from kit.realcg import RealRoot
+
+from cgroups.errors import InvalidValue, UnknownFormat
+from cgroups.holdings import Holder, Journal
+from cgroups.io import (
+    NO_LIMIT,
+    IoLimit,
+    IoStat,
+    disk_of,
+    disks_of,
+    format_io_max,
+    parse_blkio,
+    parse_io_max,
+    parse_io_stat,
+)
+from cgroups.knobs import io_max
+from cgroups.writer import CgroupWriter
+
+MB = 1_000_000
+IO = Holder("test_io")
+
+
+def test_io_max_lines_are_read_and_written_as_the_kernel_does() -> None:
+    data = (b"8:16 rbps=2097152 wbps=max riops=max wiops=120\n"
+            b"254:0 rbps=max wbps=10485760 riops=max wiops=max\n")
+    assert parse_io_max(data, "8:16") == IoLimit(rbps=2097152, wiops=120)
+    assert parse_io_max(data, "254:0") == IoLimit(wbps=10485760)
+    assert parse_io_max(data, "8:0") == NO_LIMIT
+    assert format_io_max("254:0", IoLimit(wbps=10 * MB)) == "254:0 rbps=max wbps=10000000 riops=max wiops=max"
+    with pytest.raises(UnknownFormat, match=r"io\.max"):
+        parse_io_max(b"8:16 rbps=fast\n", "8:16")
+    for bad in ("8:0 ", "sda", "../8:0", 8):
+        with pytest.raises(InvalidValue, match="MAJ:MIN"):
+            io_max(bad)  # type: ignore[arg-type]
+    with pytest.raises(InvalidValue, match="wbps"):
+        IoLimit(wbps=0)
+
+
+def test_io_usage_is_read_from_v2_io_stat_and_v1_blkio() -> None:
+    v2 = b"254:0 rbytes=4096 wbytes=8192 rios=1 wios=2 dbytes=0 dios=0\n8:0 rbytes=1 wbytes=0 rios=1 wios=0\n"
+    assert parse_io_stat(v2) == {"254:0": IoStat(4096, 8192, 1, 2), "8:0": IoStat(1, 0, 1, 0)}
+    service = (b"254:0 Read 4096\n254:0 Write 8192\n254:0 Sync 0\n254:0 Async 12288\n254:0 Total 12288\n"
+               b"Total 12288\n")
+    serviced = b"254:0 Read 1\n254:0 Write 2\n254:0 Sync 0\n254:0 Async 3\n254:0 Total 3\nTotal 3\n"
+    assert parse_blkio(service, serviced) == {"254:0": IoStat(4096, 8192, 1, 2)}
+    with pytest.raises(UnknownFormat, match=r"io\.stat"):
+        parse_io_stat(b"sda rbytes=1\n")
+
+
+def test_the_disk_behind_a_directory_is_a_whole_disk_and_virtual_ones_are_none(tmp_path: Path) -> None:
+    # a fake /sys/dev/block: 8:1 a partition of the disk 8:0, 7:0 a loop device
+    sysfs = tmp_path / "sys"
+    disk = sysfs / "devices/pci0000:00/block/sda"
+    (disk / "sda1").mkdir(parents=True)
+    (disk / "dev").write_text("8:0\n")
+    (disk / "sda1/dev").write_text("8:1\n")
+    (disk / "sda1/partition").write_text("1\n")
+    loop = sysfs / "devices/virtual/block/loop0"
+    loop.mkdir(parents=True)
+    (loop / "dev").write_text("7:0\n")
+    links = sysfs / "dev/block"
+    links.mkdir(parents=True)
+    (links / "8:1").symlink_to(disk / "sda1")
+    (links / "8:0").symlink_to(disk)
+    (links / "7:0").symlink_to(loop)
+    assert disk_of(os.makedev(8, 1), links) == "8:0"
+    assert disk_of(os.makedev(8, 0), links) == "8:0"
+    assert disk_of(os.makedev(7, 0), links) is None
+    assert disk_of(os.makedev(0, 42), links) is None  # tmpfs, overlay: no block device
+    # this machine: the directory the tests run in is on a real disk; /dev/shm is on none
+    here = disks_of([str(tmp_path), "/dev/shm", str(tmp_path / "missing")])
+    assert len(here) <= 1 and all(Path(f"/sys/dev/block/{d}/device").exists() for d in here), here
+
+
+def _cap_holds_a_direct_writer(real_root: RealRoot, rel: str, dev: str, target: Path) -> float:
+    """MB/s a `dd oflag=direct` in `rel` wrote to `target` in 1.5 s."""
+    proc = real_root.spawn(rel, ["dd", "if=/dev/zero", f"of={target}", "bs=256k", "oflag=direct",
+                                 "count=100000"], stderr=subprocess.DEVNULL)
+    started = time.monotonic()
+    time.sleep(1.5)
+    size = target.stat().st_size if target.exists() else 0
+    elapsed = time.monotonic() - started
+    proc.kill()
+    proc.wait(10)
+    return size / elapsed / MB
+
+
+@pytest.fixture
+def on_disk(tmp_path: Path) -> Iterator[Path]:
+    """A directory of the test's own on a real disk: the test's, else one below /var/tmp (the guest's /tmp is
+    a tmpfs), removed afterwards."""
+    if disk_of(os.stat(tmp_path).st_dev) is not None:
+        yield tmp_path
+        return
+    d = Path(tempfile.mkdtemp(prefix="coloc-test-io-", dir="/var/tmp"))
+    try:
+        yield d
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def test_a_cap_through_the_writer_holds_a_real_direct_writer_and_is_given_back(
+        real_root: RealRoot, on_disk: Path) -> None:
+    tmp_path = on_disk
+    dev = disk_of(os.stat(tmp_path).st_dev)
+    if dev is None:
+        pytest.skip("neither the test directory nor /var/tmp is on a disk")
+    if not (real_root.hierarchy.is_v1("blkio") or real_root.hierarchy.mode == "v2"):
+        pytest.skip("no blkio (v1) or io (v2) controller")
+    rel = real_root.mkcg("be")
+    path = tmp_path / "journal"
+    journal = Journal(path, "boot-1")
+    w = CgroupWriter(real_root.hierarchy, real_root.name, journal=journal)
+    with w.held_by(IO):
+        assert w.set_io_limit(rel, dev, IoLimit(wbps=4 * MB))
+    assert w.set_io_limit(rel, dev, IoLimit(wbps=4 * MB)) is False, "read-compare-write"
+    assert (("io_max@" + dev, rel) in journal.held) and journal.stats.writes == 1
+    rate = _cap_holds_a_direct_writer(real_root, rel, dev, tmp_path / "be.out")
+    assert rate < 4 * 1.5, f"{rate:.1f} MB/s beside a 4 MB/s cap"
+    # the next run (this one killed meanwhile) does not hold it: given back, the files as before
+    again = Journal(path, "boot-1")
+    again.load()
+    w2 = CgroupWriter(real_root.hierarchy, real_root.name, journal=again)
+    assert w2.settle(IO) == 1 and again.held == {}
+    assert io_max(dev).read(w2, rel) == NO_LIMIT
