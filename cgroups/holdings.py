@@ -20,9 +20,13 @@ cpuset).
 Holdings that are not cgroup files (an egress tree on a device, the cgroup root the agent made) are *marks*:
 a kind and the data their remover needs, kept in the same file.
 
-The file is replaced by write-then-rename on the event loop (microseconds: a killed process loses nothing
-the kernel's page cache holds), and fsync'd off it by a thread of its own: a power cut, which could lose an
-un-synced journal, also resets every cgroup it names (the next boot has another boot id).
+The file is a log of JSON lines: a header (format, boot id, the cgroup root it names paths under), then one
+line per change (`hold`, `drop`, `mark`, `unmark`), appended with one write(2) on the event loop
+(microseconds, whatever the number of holdings; a killed process loses nothing the kernel's page cache
+holds), and rewritten whole (write, then rename) once the log is much longer than what it holds. It is
+fsync'd off the loop by a thread of its own: a power cut, which could lose an un-synced tail, also resets
+every cgroup it names (the next boot has another boot id). A journal of another boot or another cgroup root
+gives nothing back.
 """
 
 from __future__ import annotations
@@ -38,11 +42,13 @@ from pathlib import Path
 from typing import Any
 
 from cgroups.errors import PathOutsideRoot
+from cgroups.knobs import knob_named
 from cgroups.paths import check_rel
 
 log = logging.getLogger("coloc.cgroups")
 
-FORMAT = "coloc-agent/holdings/v1"
+FORMAT = "coloc-agent/holdings/v2"
+COMPACT_AT = 1024  # log lines before the first rewrite; then whenever they are 4x what is held
 BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
 MAX_BYTES = 16 << 20  # ~150 bytes a holding: far beyond any node's pods and containers
 
@@ -87,8 +93,31 @@ class Holding:
                 "ours": None if self.ours is None else list(self.ours)}
 
 
-def _holding(d: Any, i: int) -> Holding:
-    where = f"held[{i}]"
+def _line(entry: dict[str, Any]) -> bytes:
+    return json.dumps(entry, sort_keys=True, separators=(",", ":")).encode() + b"\n"
+
+
+def _replay(entry: Any, n: int, held: dict[tuple[str, str], Holding], marks: dict[str, Any]) -> None:
+    """Apply one log line; ValueError naming the line when it is not one of the journal's."""
+    if not isinstance(entry, dict) or len(entry) != 1:
+        raise ValueError(f"line {n}: must be an object with one of hold, drop, mark, unmark")
+    op, arg = next(iter(entry.items()))
+    if op == "hold":
+        h = _holding(arg, n)
+        held[h.key] = h
+    elif op == "drop" and isinstance(arg, list) and all(isinstance(k, list) and len(k) == 2 for k in arg):
+        for knob, cgroup in arg:
+            held.pop((knob, cgroup), None)
+    elif op == "mark" and isinstance(arg, list) and len(arg) == 2 and isinstance(arg[0], str):
+        marks[arg[0]] = arg[1]
+    elif op == "unmark" and isinstance(arg, str):
+        marks.pop(arg, None)
+    else:
+        raise ValueError(f"line {n}: {op!r} is not a change the journal records")
+
+
+def _holding(d: Any, n: int) -> Holding:
+    where = f"line {n} hold"
     if not isinstance(d, dict) or set(d) != {"knob", "cgroup", "holder", "give_back", "ours"}:
         raise ValueError(f"{where}: must be an object with knob, cgroup, holder, give_back, ours")
     if not isinstance(d["knob"], str) or not isinstance(d["holder"], str):
@@ -99,7 +128,12 @@ def _holding(d: Any, i: int) -> Holding:
         rel = check_rel(d["cgroup"], f"{where}.cgroup")
     except PathOutsideRoot as err:
         raise ValueError(str(err)) from None
+    knob = knob_named(d["knob"])
+    if knob is None:
+        raise ValueError(f"{where}.knob: no knob {str(d['knob'])[:40]!r}")
     ours = None if d["ours"] is None else tuple(d["ours"])
+    for value in (d["give_back"], *(ours or ())):
+        knob.load(value)  # ValueError naming the knob when a value is not one of its
     return Holding(d["knob"], rel, d["holder"], d["give_back"], ours)
 
 
@@ -114,9 +148,10 @@ class JournalStats:
 class Journal:
     """`<state file>.held`; `path` None keeps the holdings in memory only (no state file configured)."""
 
-    def __init__(self, path: str | Path | None, boot_id: str) -> None:
+    def __init__(self, path: str | Path | None, boot_id: str, scope: str = "") -> None:
         self.path = Path(path) if path is not None else None
         self.boot_id = boot_id
+        self.scope = scope  # the cgroup root (and mount) its paths are under
         self.held: dict[tuple[str, str], Holding] = {}
         self.marks: dict[str, Any] = {}
         self.inherited: set[tuple[str, str]] = set()  # an earlier run's, not claimed again by this one
@@ -127,29 +162,45 @@ class Journal:
         self._closing = False
         self._thread: threading.Thread | None = None
         self._seq = 0
+        self._lines = 0  # lines in the file (None of them read yet: rewritten at the first change)
+        self._fresh = False  # whether the file holds this run's header
 
     @classmethod
-    def beside(cls, state_path: str, boot_id: str | None = None) -> Journal:
-        """The journal of a state file ("" : in memory only), with what an earlier run of this boot left."""
+    def beside(cls, state_path: str, boot_id: str | None = None, scope: str = "") -> Journal:
+        """The journal of a state file ("" : in memory only), with what an earlier run of this boot left
+        under the cgroup root `scope`."""
         journal = cls(f"{state_path}.held" if state_path else None,
-                      read_boot_id() if boot_id is None else boot_id)
+                      read_boot_id() if boot_id is None else boot_id, scope)
         journal.load()
         return journal
 
     # -- reading -----------------------------------------------------------------------------------------
 
     def decode(self, data: bytes) -> tuple[dict[tuple[str, str], Holding], dict[str, Any]]:
-        """A journal file's holdings and marks; none for another boot's; ValueError naming what is wrong."""
-        body = json.loads(data)
-        if not isinstance(body, dict) or body.get("format") != FORMAT:
+        """A journal file's holdings and marks; none for another boot's or another root's; ValueError naming
+        what is wrong. A last line cut short (a power cut mid-write: it named a knob not written yet) is
+        left out."""
+        lines = data.split(b"\n")
+        if lines and not lines[-1].strip():
+            lines.pop()
+        head = json.loads(lines[0]) if lines else None
+        if not isinstance(head, dict) or head.get("format") != FORMAT:
             raise ValueError(f"format: not {FORMAT!r}")
-        if not isinstance(body.get("boot_id"), str) or not isinstance(body.get("held"), list) \
-                or not isinstance(body.get("marks"), dict):
-            raise ValueError("boot_id must be a string, held a list and marks an object")
-        if not self.boot_id or body["boot_id"] != self.boot_id:
+        if not isinstance(head.get("boot_id"), str) or not isinstance(head.get("scope"), str):
+            raise ValueError("boot_id and scope must be strings")
+        if not self.boot_id or head["boot_id"] != self.boot_id or head["scope"] != self.scope:
             return {}, {}
-        held = {h.key: h for h in (_holding(d, i) for i, d in enumerate(body["held"]))}
-        return held, dict(body["marks"])
+        held: dict[tuple[str, str], Holding] = {}
+        marks: dict[str, Any] = {}
+        for n, line in enumerate(lines[1:], 2):
+            try:
+                entry = json.loads(line)
+            except ValueError:
+                if n == len(lines):
+                    break
+                raise ValueError(f"line {n}: not JSON") from None
+            _replay(entry, n, held, marks)
+        return held, marks
 
     def load(self) -> None:
         """Take what the run before held in this boot as inherited; nothing when the file is untrusted."""
@@ -175,6 +226,7 @@ class Journal:
         self.inherited = set(held)
         self.marks_left = marks
         self.marks.update(marks)
+        self._lines = len(held) + len(marks) + 1
 
     # -- changing ----------------------------------------------------------------------------------------
 
@@ -183,7 +235,7 @@ class Journal:
         self.inherited.discard(holding.key)
         if self.held.get(holding.key) != holding:
             self.held[holding.key] = holding
-            self.save()
+            self._append({"hold": holding.encode()})
 
     def claim(self, key: tuple[str, str], holder: str) -> None:
         """`holder` wants the knob as it is (a read-compare-write found its value): an inherited holding of
@@ -198,7 +250,7 @@ class Journal:
             del self.held[k]
             self.inherited.discard(k)
         if gone:
-            self.save()
+            self._append({"drop": [list(k) for k in gone]})
 
     def drop_below(self, rel: str) -> None:
         """Forget the holdings of `rel` and below (a cgroup removed)."""
@@ -210,14 +262,14 @@ class Journal:
         self.marks_left.pop(kind, None)
         if self.marks.get(kind) != data:
             self.marks[kind] = data
-            self.save()
+            self._append({"mark": [kind, data]})
 
     def unmark(self, kind: str) -> None:
         """The mark's holding is gone (removed by a clean exit, or by a later run's remover)."""
         self.marks_left.pop(kind, None)
         if kind in self.marks:
             del self.marks[kind]
-            self.save()
+            self._append({"unmark": kind})
 
     def due(self, holder: str) -> list[Holding]:
         """The inherited holdings of `holder` not claimed again: what its settling gives back."""
@@ -230,34 +282,57 @@ class Journal:
     # -- the file ----------------------------------------------------------------------------------------
 
     def encode(self) -> bytes:
-        body = {"format": FORMAT, "boot_id": self.boot_id,
-                "held": [self.held[k].encode() for k in sorted(self.held)], "marks": self.marks}
-        return json.dumps(body, sort_keys=True, separators=(",", ":")).encode() + b"\n"
+        """The whole journal as it would be rewritten: the header, then what is held and marked."""
+        head = {"format": FORMAT, "boot_id": self.boot_id, "scope": self.scope}
+        lines: list[dict[str, Any]] = [head, *({"hold": self.held[k].encode()} for k in sorted(self.held)),
+                                       *({"mark": [kind, data]} for kind, data in sorted(self.marks.items()))]
+        return b"".join(_line(x) for x in lines)
 
-    def save(self) -> None:
-        """Replace the file (write, then rename: atomic for a killed process); its fsync is left to the
-        syncing thread. A failure is said and counted; the caller's write goes on (a leftover, at worst)."""
+    def _append(self, entry: dict[str, Any]) -> None:
+        """One change, as one line at the end of the file (one write(2)); the whole file rewritten first when
+        it is not this run's yet, and when the log has grown well past what it holds. A failure is said and
+        counted; the caller's write goes on (a leftover, at worst)."""
         if self.path is None:
             return
-        self._seq += 1
-        tmp = self.path.with_name(f".{self.path.name}.tmp-{os.getpid()}-{self._seq}")
         try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
-            try:
-                view = memoryview(self.encode())
-                while view:
-                    view = view[os.write(fd, view):]
-            finally:
-                os.close(fd)
-            os.replace(tmp, self.path)
+            if not self._fresh or self._lines > max(COMPACT_AT, 4 * (len(self.held) + len(self.marks))):
+                self._rewrite()
+            else:
+                fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
+                try:
+                    os.write(fd, _line(entry))
+                finally:
+                    os.close(fd)
+                self._lines += 1
         except OSError as err:
-            with contextlib.suppress(OSError):
-                tmp.unlink()
+            self._fresh = False  # rewritten whole at the next change
             self.stats.errors += 1
             log.warning("the journal of holdings %s not written: %s", self.path, err.strerror)
             return
         self.stats.writes += 1
         self._wake_syncer()
+
+    def _rewrite(self) -> None:
+        """Replace the file with what is held now (write, then rename: atomic for a killed process)."""
+        assert self.path is not None
+        self._seq += 1
+        tmp = self.path.with_name(f".{self.path.name}.tmp-{os.getpid()}-{self._seq}")
+        data = self.encode()
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view):]
+            finally:
+                os.close(fd)
+            os.replace(tmp, self.path)
+        except OSError:
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+            raise
+        self._fresh = True
+        self._lines = data.count(b"\n")
 
     def _wake_syncer(self) -> None:
         with self._sync:

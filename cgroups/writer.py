@@ -113,6 +113,7 @@ class CgroupWriter:
         self.journal = journal if journal is not None else Journal(None, "")
         self._holder: Holder | None = None
         self._prune_at = prune_at  # holdings beyond which those of cgroups gone are dropped (amortised)
+        self._refused: set[tuple[str, str]] = set()  # give-backs the kernel refused (said once each)
         self.units = units  # set: knobs of a systemd unit go through systemd too (cgroups/systemd.py)
         self.root = check_rel(root, "cgroup root")
         self.controllers = tuple(c for c in controllers if c in hierarchy.v1)
@@ -208,7 +209,11 @@ class CgroupWriter:
             if not self._by_systemd(knob, rel):
                 raise
             # systemd enables a controller on a unit's path only when a unit asks for it: setting the
-            # property makes the file appear (and holds the value); then it is read like any other.
+            # property makes the file appear (and holds the value); then it is read like any other. Before
+            # that the cgroup had its parent's CPUs: what a give-back restores.
+            if knob is CPUSET and rel:
+                cpuset: Knob[Any] = knob
+                self._hold(cpuset, rel, cpuset.read(self, rel.rpartition("/")[0]), wanted)
             self._through_systemd(knob, rel, wanted)
             current = knob.read(self, rel)
             if knob.equal(current, wanted):
@@ -218,7 +223,7 @@ class CgroupWriter:
             self._skipped += 1
             self._cache[key] = wanted
             if self._holder is not None:
-                self.journal.claim(key, self._holder.name)
+                self._claim(knob, rel, self._holder)
             if key in self._unheld:  # right in the file, but systemd did not take it when it was written
                 self._through_systemd(knob, rel, wanted)
             return False
@@ -255,9 +260,15 @@ class CgroupWriter:
             return False
         if old is None:
             ours = None if h.moving else (knob.dump(wanted),)
-            self.journal.hold(Holding(knob.name, rel, h.name, knob.dump(current), ours))
+            give_back = self._above(knob, rel, h) if h.moving else None
+            self.journal.hold(Holding(knob.name, rel, h.name,
+                                      knob.dump(current) if give_back is None else give_back, ours))
             if len(self.journal.held) > self._prune_at:
                 self._prune()
+            return False
+        if h.moving:  # held until the holder releases it (`release`): its values come and go every tick
+            if old.holder != h.name:
+                self.journal.hold(Holding(knob.name, rel, h.name, old.give_back, None))
             return False
         if knob.equal(knob.load(old.give_back), wanted):
             return True
@@ -268,6 +279,27 @@ class CgroupWriter:
             ours = (*([knob.dump(current)] if was and not knob.equal(current, wanted) else []), new)
         self.journal.hold(Holding(knob.name, rel, h.name, old.give_back, ours))
         return False
+
+    def _claim(self, knob: Knob[Any], rel: str, h: Holder) -> None:
+        """The holder wants the knob as it is: an inherited holding is this run's again; for a moving holder,
+        a cgroup below one it holds (made while narrowed) is held from now on, with the ancestor's value to
+        give back."""
+        key = (knob.name, rel)
+        if key in self.journal.held:
+            self.journal.claim(key, h.name)
+        elif h.moving and (give_back := self._above(knob, rel, h)) is not None:
+            self.journal.hold(Holding(knob.name, rel, h.name, give_back, None))
+
+    def _above(self, knob: Knob[Any], rel: str, h: Holder) -> Any:
+        """The value to give back `h` journaled for `knob` on the nearest cgroup above `rel` (None: none). A
+        v1 cgroup made below a cpuset the holder narrowed starts narrowed: that is the holder's value, not the
+        one to give back."""
+        parts = rel.split("/")
+        for n in range(len(parts) - 1, -1, -1):
+            up = self.journal.held.get((knob.name, "/".join(parts[:n])))
+            if up is not None and up.holder == h.name:
+                return up.give_back
+        return None
 
     def _prune(self) -> None:
         """Drop the holdings of cgroups that are gone (pods that ended: nobody told the writer), so that the
@@ -289,10 +321,13 @@ class CgroupWriter:
         for h in due:
             try:
                 given += self._give_back(holder, h, h.cgroup in theirs)
-            except (CgroupError, ValueError, TypeError) as err:  # gone, or a value the kernel refuses now
-                log.info("a holding an earlier run left was not given back",
-                         extra={"fields": {"knob": h.knob, "cgroup": h.cgroup, "error": str(err)}})
+            except CgroupGone:  # the cgroup went: nothing to give back
                 self.journal.drop([h.key])
+            except (CgroupError, ValueError, TypeError) as err:  # refused now: tried again at the next settle
+                if h.key not in self._refused:
+                    self._refused.add(h.key)
+                    log.warning("a holding an earlier run left could not be given back yet",
+                                extra={"fields": {"knob": h.knob, "cgroup": h.cgroup, "error": str(err)}})
         if given:
             self.journal.stats.given_back[holder.name] += given
             log.info("what an earlier run held is given back", extra={"fields": {
@@ -317,12 +352,17 @@ class CgroupWriter:
         values = (h.give_back,) if h.ours is None else (h.give_back, *h.ours)
         return h.ours is None or any(knob.equal(current, knob.load(v)) for v in values)
 
+    def release(self, holder: Holder) -> None:
+        """A moving holder put every knob back itself (a clean exit): it holds nothing any more."""
+        self.journal.drop([k for k, h in self.journal.held.items() if h.holder == holder.name])
+
     def _give_back(self, holder: Holder, h: Holding, theirs: bool = False) -> int:
         knob = knob_named(h.knob)
         if knob is None:
             raise ValueError(f"no knob {h.knob!r}")
         current, give = knob.read(self, h.cgroup), knob.load(h.give_back)
-        if knob.equal(current, give):
+        subtree = knob is CPUSET and self.hierarchy.is_v1("cpuset")
+        if knob.equal(current, give) and not subtree:
             self.journal.drop([h.key])
             return 0
         if theirs or not self._ours(knob, h, current):
@@ -334,8 +374,12 @@ class CgroupWriter:
             self.journal.drop([h.key])
             return 0
         with self.held_by(holder):
-            self._set(knob, h.cgroup, give)
-        return 1
+            if subtree:  # a v1 child is inside its parent's set: cgroups made below while narrowed too
+                wrote = self.set_cpuset(h.cgroup, give, descendants=True)
+            else:
+                wrote = self._set(knob, h.cgroup, give)
+        self.journal.drop([h.key])
+        return int(wrote)
 
     def _writer_of(self, knob: Knob[Any], rel: str) -> str:
         if self.units is not None and self.units.owns(rel) and not self._systemd_holds(knob):
@@ -447,8 +491,13 @@ class CgroupWriter:
                 if self._holder is not None and (SHARES.name, rel) not in self.journal.held:
                     # the weight to give back after idle (which the kernel resets): any value is the kernel's
                     self.journal.hold(Holding(SHARES.name, rel, self._holder.name, before, None))
+            elif self._holder is not None:  # idle already (an earlier run's): its weight is this run's too
+                self.journal.claim((SHARES.name, rel), self._holder.name)
             return self._set(IDLE, rel, True)
         weight = self._weights.pop(rel, None)
+        kept = self.journal.held.get((SHARES.name, rel))
+        if weight is None and kept is not None:  # entered idle in an earlier run: the weight it journaled
+            weight = kept.give_back
         if not self._set(IDLE, rel, False):
             return False
         self._cache.pop((SHARES.name, rel), None)  # the kernel's reset of the weight is not another writer's
@@ -559,7 +608,6 @@ class CgroupWriter:
         self._unheld = {k for k in self._unheld if not (k[1] == rel or k[1].startswith(prefix) or not rel)}
         for r in [r for r in self._weights if r == rel or r.startswith(prefix) or not rel]:
             del self._weights[r]
-        self.journal.drop_below(rel)
         if self.units is not None:
             self.units.forget(rel)
 
@@ -756,4 +804,5 @@ class CgroupWriter:
                 except OSError as e:
                     raise from_oserror(e, p, "rmdir") from None
         self.forget(rel)
+        self.journal.drop_below(rel)
         return removed

@@ -273,7 +273,7 @@ def build(cfg: AgentConfig, board: Board | None = None) -> Runtime:
     # The ledger first: a state directory that cannot be used stops start-up before any cgroup is made.
     ledger = open_ledger(cfg)
     writer = CgroupWriter(hierarchy, root, units=systemd_units(cfg, hierarchy, layout),
-                          journal=Journal.beside(cfg.state.path))
+                          journal=Journal.beside(cfg.state.path, scope=f"{cfg.cgroups.mount}:{root}"))
     mark = RootMark(writer.journal, cfg.cgroups.mount, root)
     made: list[str] = []
     owned = False

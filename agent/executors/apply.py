@@ -46,6 +46,7 @@ log = logging.getLogger("coloc.executor")
 
 CFS_PERIOD_US = 100_000
 MIN_QUOTA_US = 2_000
+SETTLE_AFTER_TICKS = 5  # fresh ticks without a BE knob decided: suppression is off, what was left goes
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +116,7 @@ class ActionExecutor:
         self._ended: list[ActionRecord] = []  # evictions that ended since `ended` was last read
         self._try_next: set[str] = set()
         self._network = network  # BE egress actions go here (when network control is on)
+        self._fresh_ticks = 0  # ticks on fresh data before suppression decided (see `_decided`)
 
     @property
     def be_tier(self) -> str:
@@ -182,9 +184,19 @@ class ActionExecutor:
         members = self._be.decide(snapshot)
         with self._writer.held_by(BE_CPU):
             self._knobs(actions, snapshot, members, records)
-        if not snapshot.stale and not self.dry_run:
+        if not snapshot.stale and not self.dry_run and self._decided(actions):
             records.extend(self._released_left())
         return records
+
+    def _decided(self, actions: Sequence[Action]) -> bool:
+        """Whether suppression has decided BE's CPU budget: it set the cpuset or the quota (this tick or
+        before), or `SETTLE_AFTER_TICKS` ticks on fresh data went by without either (it is off). Until then,
+        what an earlier run left on the tier stays: suppression's first ticks have no CPU rates to decide on
+        (`cpu.idle` comes at once: it is not the budget)."""
+        if any(isinstance(a, SetBeCpuset | SetBeCpuQuota) for a in actions):
+            self._fresh_ticks = SETTLE_AFTER_TICKS
+        self._fresh_ticks += 1
+        return self._fresh_ticks > SETTLE_AFTER_TICKS
 
     def _knobs(self, actions: Sequence[Action], snapshot: NodeSnapshot, members: Membership,
                records: list[ActionRecord]) -> None:
@@ -374,6 +386,7 @@ class ActionExecutor:
         try:
             with self._writer.held_by(BE_CPU):
                 released = self._be.release()
+            self._writer.release(BE_CPU)
             if released:
                 log.info("BE knobs released", extra={"fields": {"tier": self._be_tier}})
         except CgroupError as err:

@@ -5,6 +5,7 @@ holding in the journal; a run that finds no holding of a run that suppressed wri
 from __future__ import annotations
 
 import signal
+import time
 from pathlib import Path
 
 import pytest
@@ -53,3 +54,28 @@ def test_suppression_a_killed_agent_left_is_released_by_a_run_with_suppression_o
     with running_agent(config(enabled=False), log):
         assert wait(lambda: metric(port, "coloc_ticks_total") >= 2, 30), log.read_text()[-3000:]
         assert holds(lambda: _quota(real_root) == 50_000, 1.5), "a quota the agent never set was lifted"
+
+
+def test_a_run_that_suppresses_too_keeps_what_the_killed_one_left_until_it_decides(
+        real_root: RealRoot, tmp_path: Path) -> None:
+    """The next run suppresses as well: its first ticks have no CPU rates to decide on, and what the killed
+    run left on the tier stays until it has decided (review, confirmed before: the quota was lifted to -1 at
+    the first fresh tick, BE ran unsuppressed for a tick)."""
+    port = free_port()
+    config = agent_config(tmp_path, f"{real_root.name}/agent", port, node={"cpus": 2},
+                          cgroups={"cleanup_on_exit": False},
+                          policies={"suppression": {"policy": "cfsQuota"}})
+    log = tmp_path / "agent.log"
+    with running_agent(config, log) as agent:
+        tier = real_root.path("cpu", "agent/besteffort")
+        assert wait(lambda: tier.is_dir() and _quota(real_root) > 0, 30), log.read_text()[-3000:]
+        agent.send_signal(signal.SIGKILL)
+        agent.wait(timeout=10)
+    seen: list[int] = []
+    with running_agent(config, log):
+        deadline = time.monotonic() + 4.0
+        while time.monotonic() < deadline:
+            seen.append(_quota(real_root))
+            time.sleep(0.02)
+        assert metric(port, "coloc_ticks_total") >= 4, log.read_text()[-3000:]
+    assert -1 not in seen, f"the quota was lifted for {seen.count(-1)} of {len(seen)} looks"
