@@ -15,7 +15,9 @@ The one exception, `Holder.moving`: a holder whose values move every tick (BE CP
 quota and cpuset follow HP's usage) would write the journal every tick; its holding names no values, and any
 value found is taken as its own. That is safe because nothing but this agent writes those knobs on the BE
 tier (docs/coexistence.md: the kubelet writes the tier's weight, which `cpu.idle` keeps, never its quota or
-cpuset).
+cpuset). A moving holder holds a knob from its first write until it releases it (a clean exit); a cgroup
+below one it holds (a v1 pod made under a narrowed cpuset starts narrowed) takes that one's value to give
+back, and a v1 cpuset is given back with its subtree.
 
 Holdings that are not cgroup files (an egress tree on a device, the cgroup root the agent made) are *marks*:
 a kind and the data their remover needs, kept in the same file.
