@@ -29,6 +29,11 @@ BENCHES = {
     "footprint.py": ("cpu_percent", "wakeups_per_s", "rss_mb", "rss_saved_by_lazy_kube_mb"),
     "metrics_flood.py": ("idle_connections_tick_cadence", "idle_connections_open_s",
                          "tick_mean_ratio_scrapers"),
+    "holdings.py": ("first_pass_append_ms", "first_pass_rewrite_ms", "rewrite_over_append_ratio",
+                    "steady_pass_journal_writes"),
+    "io.py": ("alone_fsync_p99_ms", "direct_write_fsync_p99_ms", "direct_write_capped_fsync_p99_ms",
+              "buffered_write_capped_fsync_p99_ms", "be_alone_direct_write_mb_per_s",
+              "be_alone_direct_write_capped_mb_per_s", "buffered_write_be_cgroup_mb_per_s"),
     "load.py": ("tick_interval_p99_ratio", "rpc_snapshot_p99_ms", "agent_vm_hwm_mib", "errors",
                 "snapshot_quiet_p99_ms"),
 }
