@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kit.bench import finish, pct, progress
+from kit.bench import drop_cache, finish, pct, progress
 from kit.realcg import CgroupsUnavailable, RealRoot
 
 from cgroups.io import NO_LIMIT, IoLimit, IoStat, disk_of, parse_blkio, parse_io_stat
@@ -295,16 +295,6 @@ def sleep_until(when: float) -> None:
     left = when - time.monotonic()
     if left > 0:
         time.sleep(left)
-
-
-def drop_cache(path: Path) -> None:
-    """Its dirty pages written, then its pages dropped from the page cache."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    finally:
-        os.close(fd)
 
 
 def summarise(results: dict[str, list[Sample]], args: argparse.Namespace, dev: str,

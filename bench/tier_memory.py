@@ -37,6 +37,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from kit.bench import drop_cache
 from kit.realcg import write_file
 
 from agent.executors.batch_limits import TierMemoryExecutor
@@ -117,15 +118,6 @@ class Node:
 def majflt(pid: int) -> int:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return int(fields[9])  # field 12 of the whole line: majflt
-
-
-def drop_cache(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    finally:
-        os.close(fd)
 
 
 def read_line(proc: subprocess.Popen[str], timeout: float) -> str:

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import shutil
 import sys
 import time
 from collections.abc import Iterable, Iterator, Mapping
+from pathlib import Path
 
 # binary -> the Debian package that installs it (scripts/test installs every one of them)
 PACKAGES = {
@@ -27,6 +29,16 @@ PACKAGES = {
 
 
 T0 = time.monotonic()
+
+
+def drop_cache(path: Path) -> None:
+    """A file's dirty pages written, then its pages dropped from the page cache."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
 
 
 def progress(msg: str) -> None:
