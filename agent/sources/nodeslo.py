@@ -13,6 +13,19 @@ A NodeSLO the settings refuse is logged and changes nothing.
 
 `spec.resourceQOSStrategy` (each class's `memoryQOS`) → memory QoS, `spec.cpuBurstStrategy` → CPU burst
 (`nodeslo_map.apply_resource_qos`), each where the NodeSLO gives it, else the YAML's `resource_qos:`.
+
+`spec.resourceQOSStrategy.{lsr,ls,be,system}Class.blkioQOS` and `cgroupRoot.blkioQOS` (koordlet's
+`BlkIOQOSCfg`: `enable`, `blocks` of `{name, type: device | podvolume | volumegroup, ioCfg}`) → disk QoS
+(`ResourceQos.blkio`, `qos/blkio_qos.py`) where the NodeSLO gives `resourceQOSStrategy`; the YAML gives none.
+A class without it is koord-manager's default: off, no blocks. The BE class's `device` blocks, while its
+`enable` is true: `ioCfg.readBPS` / `writeBPS` / `readIOPS` / `writeIOPS` → static caps of the BE tier on that
+device (`blkio_qos.be_device_caps`; 0 or absent: no cap, as koordlet). Read, checked and named as not acted
+on (`blkio_qos.unsupported`): `podvolume` and `volumegroup` blocks, `ioWeightPercent` other than 100,
+the latencies, their percentiles and the user cost model (koordlet reads those under `cgroupRoot` only), and
+the LSR, LS, system and `cgroupRoot` blocks. Every field is held to the CRD's bounds (a latency to ≥ 0, as
+koordlet's validator); a device block's `name` must be a path under /dev/; an unknown `type`, a missing
+`name` or a bad field refuses the NodeSLO's resource QoS as a whole, naming the field (memory QoS, CPU burst
+and disk QoS in force are kept).
 """
 
 from __future__ import annotations

@@ -7,16 +7,20 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from agent.config.load import ConfigError, check_bound
+from qos.blkio_qos import KINDS as BLOCK_KINDS
+from qos.blkio_qos import BlkioBlock, BlkioQosClass, BlkioQosSettings, DiskCaps
 from qos.cpu_burst import POLICIES as BURST_POLICIES
 from qos.cpu_burst import CpuBurstSettings
 from qos.memory_qos import MemoryQosClass, MemoryQosSettings
 from qos.model import Resources
 from qos.policies import PolicyConfig
+from qos.validation import short
 
 YAML, NODESLO = "yaml", "NodeSLO"
 # (NodeSLO field, policy section, setting)
@@ -98,7 +102,7 @@ def apply_nodeslo(
         raise NodeSloError(f"NodeSLO refused: {err}") from err
 
 
-# -- memory QoS and CPU burst (koordlet's CgroupReconcile and CPUBurst strategies) ---------------------------
+# -- memory QoS, CPU burst, disk QoS (koordlet's CgroupReconcile, CPUBurst, BlkIOReconcile strategies) ----
 
 _MEMORY_FIELDS = (("minLimitPercent", "min_limit_percent"), ("lowLimitPercent", "low_limit_percent"),
                   ("throttlingPercent", "throttling_percent"))
@@ -107,12 +111,15 @@ _CLASSES = (("lsrClass", "lsr"), ("lsClass", "ls"), ("beClass", "be"), ("systemC
 
 @dataclass(frozen=True, slots=True)
 class ResourceQos:
-    """Memory QoS and CPU burst settings in force, and where each came from (NodeSLO | yaml)."""
+    """Memory QoS, CPU burst and disk QoS settings in force, and where each came from (NodeSLO | yaml; the
+    YAML gives no disk QoS: its default is none)."""
 
     memory: MemoryQosSettings
     burst: CpuBurstSettings
     memory_source: str = YAML
     burst_source: str = YAML
+    blkio: BlkioQosSettings = dataclasses.field(default_factory=BlkioQosSettings)
+    blkio_source: str = YAML
 
 
 def _int_field(obj: Mapping[str, object], key: str, where: str) -> int | None:
@@ -182,16 +189,106 @@ def _burst_settings(raw: object) -> CpuBurstSettings:
         raise NodeSloError(f"{where}.cpuBurstPercent: {err}") from None
 
 
+_INT64_MAX = (1 << 63) - 1
+_CAP_FIELDS = (("readBPS", "rbps"), ("writeBPS", "wbps"), ("readIOPS", "riops"), ("writeIOPS", "wiops"))
+_MODEL_FIELDS = ("modelReadBPS", "modelWriteBPS", "modelReadSeqIOPS", "modelWriteSeqIOPS",
+                 "modelReadRandIOPS", "modelWriteRandIOPS")
+_DEVICE_PART = re.compile(r"[A-Za-z0-9_.:+@-]{1,255}")
+
+
+def _bounded_int(obj: Mapping[str, object], key: str, where: str, low: int,
+                 high: int = _INT64_MAX) -> int | None:
+    """`obj[key]` (None: absent) if an integer in [low, high]: the CRD's bounds, within its int64 format."""
+    value = obj.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        bound = f"from {low} to {high}" if high < _INT64_MAX else f"≥ {low}"
+        if high == _INT64_MAX and isinstance(value, int) and value > high:
+            bound += " that fits in int64"
+        raise NodeSloError(f"{where}.{key}: expected an integer {bound}, got {short(value)}")
+    return value
+
+
+def _device_path(name: str) -> bool:
+    """A path under /dev/ of plain names (no `.` or `..`): what the agent may resolve to a disk."""
+    parts = name.removeprefix("/dev/").split("/") if name.startswith("/dev/") else []
+    return bool(parts) and all(_DEVICE_PART.fullmatch(p) and p not in (".", "..") for p in parts)
+
+
+def _blkio_block(raw: object, where: str) -> BlkioBlock:
+    """One `blocks` entry (koordlet's `BlockCfg`); an unknown type or a missing name is what koordlet fails
+    the class's whole update on."""
+    block = _object(raw, where)
+    if block is None:
+        raise NodeSloError(f"{where}: expected an object, got null")
+    kind = block.get("type")
+    if kind not in BLOCK_KINDS:
+        raise NodeSloError(f"{where}.type: must be one of {', '.join(BLOCK_KINDS)}, got {short(kind)}")
+    name = block.get("name")
+    if not isinstance(name, str) or not name:
+        raise NodeSloError(f"{where}.name: expected a non-empty string, got {short(name)}")
+    if kind == "device" and not _device_path(name):
+        raise NodeSloError(f"{where}.name: a device block names a device under /dev/ (e.g. /dev/vdb), "
+                           f"got {short(name)}")
+    io_where = f"{where}.ioCfg"
+    io = _object(block.get("ioCfg"), io_where) or {}
+    # 0 is koordlet's "no cap" (it writes `MAJ:MIN 0`, which lifts a v1 throttle)
+    caps = {attr: _bounded_int(io, key, io_where, 0) or None for key, attr in _CAP_FIELDS}
+    user_model = io.get("enableUserModel")
+    if user_model is not None and not isinstance(user_model, bool):
+        raise NodeSloError(f"{io_where}.enableUserModel: expected true or false, got {short(user_model)}")
+    model = tuple((key, v) for key in _MODEL_FIELDS if (v := _bounded_int(io, key, io_where, 1)) is not None)
+    return BlkioBlock(
+        name, kind, DiskCaps(**caps),
+        weight_percent=_bounded_int(io, "ioWeightPercent", io_where, 1, 100),
+        # no bound in the CRD; koordlet's blkio.cost.qos validator refuses a negative one
+        read_latency_us=_bounded_int(io, "readLatency", io_where, 0),
+        write_latency_us=_bounded_int(io, "writeLatency", io_where, 0),
+        read_latency_percent=_bounded_int(io, "readLatencyPercent", io_where, 0, 100),
+        write_latency_percent=_bounded_int(io, "writeLatencyPercent", io_where, 0, 100),
+        user_model=user_model, model=model)
+
+
+def _blkio_class(raw: object, where: str) -> BlkioQosClass:
+    """One class's `blkioQOS` over koord-manager's default (`NoneBlkIOQOS`: off, no blocks)."""
+    cfg = _object(raw, where)
+    if cfg is None:
+        return BlkioQosClass()
+    enable = cfg.get("enable")
+    if enable is not None and not isinstance(enable, bool):
+        raise NodeSloError(f"{where}.enable: expected true or false, got {short(enable)}")
+    blocks = cfg.get("blocks")
+    if blocks is None:
+        blocks = []
+    if not isinstance(blocks, list | tuple):
+        raise NodeSloError(f"{where}.blocks: expected a list, got {type(blocks).__name__}")
+    return BlkioQosClass(enable is True,
+                         tuple(_blkio_block(b, f"{where}.blocks[{i}]") for i, b in enumerate(blocks)))
+
+
+def _blkio_settings(raw: object) -> BlkioQosSettings:
+    where = "NodeSLO spec.resourceQOSStrategy"
+    strategy = _object(raw, where)
+    assert strategy is not None
+    classes = {}
+    for key, name in (*_CLASSES, ("cgroupRoot", "root")):
+        cls = _object(strategy.get(key), f"{where}.{key}")
+        classes[name] = _blkio_class(cls.get("blkioQOS") if cls else None, f"{where}.{key}.blkioQOS")
+    return BlkioQosSettings(**classes)
+
+
 def apply_resource_qos(base: ResourceQos, doc: object | None) -> ResourceQos:
-    """The NodeSLO's `resourceQOSStrategy` (memory QoS) and `cpuBurstStrategy` where it gives them, else the
-    YAML's (`base`). Raises NodeSloError naming the field."""
+    """The NodeSLO's `resourceQOSStrategy` (memory QoS, disk QoS) and `cpuBurstStrategy` where it gives them,
+    else the YAML's (`base`). Raises NodeSloError naming the field."""
     spec = doc.get("spec") if isinstance(doc, Mapping) else None
     if not isinstance(spec, Mapping):
         return base
     out = base
     if spec.get("resourceQOSStrategy") is not None:
-        out = dataclasses.replace(out, memory=_memory_settings(spec["resourceQOSStrategy"]),
-                                  memory_source=NODESLO)
+        strategy = spec["resourceQOSStrategy"]
+        out = dataclasses.replace(out, memory=_memory_settings(strategy), memory_source=NODESLO,
+                                  blkio=_blkio_settings(strategy), blkio_source=NODESLO)
     if spec.get("cpuBurstStrategy") is not None:
         out = dataclasses.replace(out, burst=_burst_settings(spec["cpuBurstStrategy"]), burst_source=NODESLO)
     return out
