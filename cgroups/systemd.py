@@ -7,9 +7,11 @@ within seconds of the next pod start. A value set with `SetUnitProperties(runtim
 it survives all three, until reboot or until it is set again.
 
 Only the knobs systemd has a property for go this way (`cpuset.cpus` → `AllowedCPUs`, v2 only; the CFS
-quota → `CPUQuotaPerSecUSec` + `CPUQuotaPeriodUSec`; `memory.max` → `MemoryMax`; `memory.high` →
-`MemoryHigh`). A cgroup is treated as a unit only when systemd itself says that unit's `ControlGroup` is that
-very cgroup: a hand-made tree whose names end in `.slice` is never sent to systemd.
+quota → `CPUQuotaPerSecUSec` + `CPUQuotaPeriodUSec`; the weight → `CPUWeight` (v2) or `CPUShares` (v1);
+`memory.max` → `MemoryMax`; `memory.high` → `MemoryHigh`; `memory.min` / `memory.low` → `MemoryMin` /
+`MemoryLow`; one disk's `io.max` → `IOReadBandwidthMax`, `IOWriteBandwidthMax`, `IOReadIOPSMax`,
+`IOWriteIOPSMax`, v2 only). A cgroup is treated as a unit only when systemd itself says that unit's
+`ControlGroup` is that very cgroup: a hand-made tree whose names end in `.slice` is never sent to systemd.
 
 The client speaks D-Bus through jeepney (pure Python) over systemd's private socket (no bus daemon needed,
 root only) or the system bus. Calls are synchronous with a short timeout: they happen only when a value
@@ -29,11 +31,13 @@ from typing import Any
 from jeepney import DBusAddress, HeaderFields, Message, MessageType, new_method_call
 from jeepney.io.blocking import DBusConnectionBase
 
+from cgroups.io import IoLimit, check_device
+
 log = logging.getLogger("coloc.systemd")
 
 PRIVATE_SOCKET = "/run/systemd/private"
 SYSTEM_BUS = "/run/dbus/system_bus_socket"
-USEC_INFINITY = 2**64 - 1  # systemd's "no limit" for usec and byte properties
+USEC_INFINITY = 2**64 - 1  # systemd's "no limit" for usec, byte and IOPS properties
 _MANAGER = DBusAddress("/org/freedesktop/systemd1", bus_name="org.freedesktop.systemd1",
                        interface="org.freedesktop.systemd1.Manager")
 _BUS = DBusAddress("/org/freedesktop/DBus", bus_name="org.freedesktop.DBus",
@@ -70,6 +74,24 @@ def quota_properties(quota_us: int | None, period_us: int) -> list[tuple[str, tu
 
 def memory_property(name: str, limit_bytes: int | None) -> list[tuple[str, tuple[str, Any]]]:
     return [(name, ("t", USEC_INFINITY if limit_bytes is None else limit_bytes))]
+
+
+# In the order of `IoLimit.values()`; systemd's names for the four keys of a line of `io.max`.
+IO_PROPERTIES = ("IOReadBandwidthMax", "IOWriteBandwidthMax", "IOReadIOPSMax", "IOWriteIOPSMax")
+
+
+def block_device(dev: str) -> str:
+    """A disk (`MAJ:MIN`) as the IO properties name it: `/dev/block/MAJ:MIN`."""
+    # systemd takes the numbers out of this path without looking in /dev (no udev link needed), and keeps
+    # one entry per path string: always this one name, or a disk would get a second entry.
+    return f"/dev/block/{check_device(dev)}"
+
+
+def io_properties(dev: str, limit: IoLimit) -> list[tuple[str, tuple[str, Any]]]:
+    """One disk's caps as systemd's four `a(st)` properties; a lifted cap is infinity (`max` in the file)."""
+    path = block_device(dev)
+    return [(name, ("a(st)", [(path, USEC_INFINITY if value is None else value)]))
+            for name, value in zip(IO_PROPERTIES, limit.values(), strict=True)]
 
 
 def unit_name(rel: str) -> str | None:

@@ -24,12 +24,13 @@ from cgroups.discovery import Hierarchy
 from cgroups.errors import CgroupError, CgroupGone, InvalidValue, from_oserror
 from cgroups.holding_writer import PRUNE_AT, HoldingWriter
 from cgroups.holdings import Holder, Holding, Journal
-from cgroups.io import IoLimit
+from cgroups.io import NO_LIMIT, IoLimit
 from cgroups.knobs import (
     BURST,
     CPUSET,
     FREEZE,
     IDLE,
+    IO_MAX,
     MEM_HIGH,
     MEM_LIMIT,
     MEM_LOW,
@@ -58,7 +59,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("coloc.cgroups")
 V = TypeVar("V")
 BESTEFFORT_SHARES = 2  # the kubelet's cpu.shares for the BestEffort tier and its pods
-DEFAULT_CONTROLLERS = ("cpu", "cpuacct", "cpuset", "memory", "freezer", "pids")
+DEFAULT_CONTROLLERS = ("cpu", "cpuacct", "cpuset", "memory", "freezer", "pids", "blkio", "io")
 _W_FLAGS = os.O_WRONLY | os.O_TRUNC | os.O_CLOEXEC  # never O_CREAT: only existing files are written
 
 
@@ -83,6 +84,11 @@ class Override:
     wanted: str
     writer: str  # systemd | unknown
     at: float  # time.monotonic() of the re-assert
+
+
+def _io_device(knob: Knob[Any]) -> str | None:
+    """The disk (`MAJ:MIN`) of an `io_max@` knob; None for any other knob."""
+    return knob.name.removeprefix(IO_MAX) if knob.name.startswith(IO_MAX) else None
 
 
 def _show(value: object) -> str:
@@ -213,6 +219,9 @@ class CgroupWriter(HoldingWriter):
             if knob is CPUSET and rel:
                 cpuset: Knob[Any] = knob
                 self._hold(cpuset, rel, cpuset.read(self, rel.rpartition("/")[0]), wanted)
+            elif _io_device(knob) is not None:  # no io controller there yet: nothing capped the cgroup's IO
+                io: Knob[Any] = knob
+                self._hold(io, rel, NO_LIMIT, wanted)
             self._through_systemd(knob, rel, wanted)
             current = knob.read(self, rel)
             if knob.equal(current, wanted):
@@ -247,13 +256,17 @@ class CgroupWriter(HoldingWriter):
                                       "wanted": event.wanted, "writer": writer}})
 
     def _systemd_holds(self, knob: Knob[Any]) -> bool:
-        """Whether systemd has a property for `knob` here (cpuset only on v2: systemd has no v1 cpuset).
+        """Whether systemd has a property for `knob` here (cpuset and a disk's caps only on v2).
 
         The weight too: a set-property of any property of a unit makes systemd write all of them again,
         its CPUWeight (default 100) included, so a weight written to the file alone is undone by the next
         quota or memory set through systemd (seen in the v2 guest: a BE pod slice back at 100)."""
         if knob is CPUSET:
             return not self.hierarchy.is_v1("cpuset")
+        if _io_device(knob) is not None:
+            # On v1 systemd has only the deprecated BlockIO* properties, and carries the IO*Max bandwidths
+            # into blkio.throttle but never the IOPS: there the files alone hold the caps.
+            return not self.hierarchy.is_v1("blkio")
         return knob in (QUOTA, MEM_LIMIT, MEM_HIGH, MEM_MIN, MEM_LOW, SHARES)
 
     def _by_systemd(self, knob: Knob[Any], rel: str) -> bool:
@@ -277,6 +290,7 @@ class CgroupWriter(HoldingWriter):
             SystemdError,
             SystemdUnreachable,
             cpu_mask,
+            io_properties,
             memory_property,
             quota_properties,
         )
@@ -291,6 +305,9 @@ class CgroupWriter(HoldingWriter):
         elif knob is SHARES:
             assert isinstance(wanted, int)
             props = [("CPUShares" if self.hierarchy.is_v1("cpu") else "CPUWeight", ("t", wanted))]
+        elif (dev := _io_device(knob)) is not None:
+            assert isinstance(wanted, IoLimit)
+            props = io_properties(dev, wanted)
         else:
             names: dict[Knob[Any], str] = {MEM_LIMIT: "MemoryMax", MEM_MIN: "MemoryMin", MEM_LOW: "MemoryLow"}
             prop = names.get(knob, "MemoryHigh")
@@ -377,8 +394,7 @@ class CgroupWriter(HoldingWriter):
         return self._set(BURST, rel, burst_us)
 
     def set_io_limit(self, rel: str, dev: str, limit: IoLimit) -> bool:
-        """Caps on one disk (`MAJ:MIN`): v2 `io.max`, v1 `blkio.throttle.*_device`; a file write (systemd's
-        IO properties are not set here)."""
+        """Caps on one disk (`MAJ:MIN`): v2 `io.max`, and a unit's IO*Max too; v1 `blkio.throttle.*` alone."""
         return self._set(io_max(dev), rel, limit)
 
     def has_file(self, ctrl: str, rel: str, name: str) -> bool:
