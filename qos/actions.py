@@ -6,6 +6,8 @@ import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from qos.model import IoCap
+
 
 class ActionKind(enum.StrEnum):
     """What an executed action did, as records, logs and metrics name it."""
@@ -18,6 +20,7 @@ class ActionKind(enum.StrEnum):
     EVICT = "evict"
     SET_BE_EGRESS_CEILING = "set_be_egress_ceiling"
     SET_BE_EGRESS_SOURCES = "set_be_egress_sources"
+    SET_BE_IO_LIMIT = "set_be_io_limit"
 
 
 class EvictReason(enum.Enum):
@@ -25,6 +28,7 @@ class EvictReason(enum.Enum):
     MEMORY_PRESSURE = "memory_pressure"
     BATCH_OVERCOMMIT = "batch_overcommit"
     DRAIN_TIMEOUT = "drain_timeout"
+    IO_PRESSURE = "io_pressure"
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +76,16 @@ class SetBeEgressSources:
 
 
 @dataclass(frozen=True, slots=True)
+class SetBeIoLimit:
+    """Cap the BE tier's IO on one disk (`MAJ:MIN`) at `cap` (`NO_CAP` lifts every cap)."""
+
+    dev: str
+    cap: IoCap
+    reason: str
+    numbers: Mapping[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
 class Evict:
     """Evict one workload. `release` is what the policy expects to get back from it."""
 
@@ -91,5 +105,5 @@ class Hold:
     reason: str
 
 
-Action = (SetBeCpuset | SetBeCpuQuota | SetBeCpuIdle | SetBeEgressCeiling | SetBeEgressSources | Evict
-          | Hold)
+Action = (SetBeCpuset | SetBeCpuQuota | SetBeCpuIdle | SetBeEgressCeiling | SetBeEgressSources | SetBeIoLimit
+          | Evict | Hold)

@@ -20,34 +20,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from qos.model import NO_CAP, IoCap
+
 KINDS = ("device", "podvolume", "volumegroup")
 CLASS_KEYS = {"lsr": "lsrClass", "ls": "lsClass", "be": "beClass", "system": "systemClass",
               "root": "cgroupRoot"}
 DEFAULT_WEIGHT_PERCENT = 100  # koordlet's DefaultIOWeightPercentage: what it writes for an unset weight
-_CAPS = ("rbps", "wbps", "riops", "wiops")
-
-
-@dataclass(frozen=True, slots=True)
-class DiskCaps:
-    """Static caps on one disk (None: no cap): bytes/s read and written, IOs/s read and written. The fields
-    and order of `cgroups.io.IoLimit` (`IoLimit(*caps.values())`), which `qos` may not import."""
-
-    rbps: int | None = None
-    wbps: int | None = None
-    riops: int | None = None
-    wiops: int | None = None
-
-    def __post_init__(self) -> None:
-        for key in _CAPS:
-            v = getattr(self, key)
-            if v is not None and (type(v) is not int or v <= 0):
-                raise ValueError(f"disk cap {key}: must be an integer > 0 or none, got {v!r}")
-
-    def values(self) -> tuple[int | None, int | None, int | None, int | None]:
-        return self.rbps, self.wbps, self.riops, self.wiops
-
-
-NO_CAPS = DiskCaps()
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,7 +35,7 @@ class BlkioBlock:
 
     name: str
     kind: str
-    limit: DiskCaps = NO_CAPS
+    limit: IoCap = NO_CAP
     weight_percent: int | None = None
     read_latency_us: int | None = None
     write_latency_us: int | None = None
@@ -101,7 +79,7 @@ class BlkioQosSettings:
     root: BlkioQosClass = field(default_factory=BlkioQosClass)
 
 
-def be_device_caps(settings: BlkioQosSettings) -> dict[str, DiskCaps]:
+def be_device_caps(settings: BlkioQosSettings) -> dict[str, IoCap]:
     """The BE tier's static caps per device `name` (e.g. /dev/vdb) while the BE class is enabled; a device
     named twice takes the later block's, as koordlet's writes in order do."""
     if not settings.be.enable:

@@ -148,6 +148,95 @@ class NetworkSample:
 
 
 @dataclass(frozen=True, slots=True)
+class IoCap:
+    """Caps on one disk, per second (None: no cap): bytes read, bytes written, IOs read, IOs written."""
+
+    rbps: int | None = None
+    wbps: int | None = None
+    riops: int | None = None
+    wiops: int | None = None
+
+    def __post_init__(self) -> None:
+        for key, v in zip(("rbps", "wbps", "riops", "wiops"), self.values(), strict=True):
+            if v is not None and (type(v) is not int or v <= 0):
+                raise ValueError(f"disk cap {key}: must be an integer > 0 or none, got {v!r}")
+
+    def values(self) -> tuple[int | None, int | None, int | None, int | None]:
+        return self.rbps, self.wbps, self.riops, self.wiops
+
+    @property
+    def none(self) -> bool:
+        """No cap at all."""
+        return self.values() == (None, None, None, None)
+
+    def within(self, other: IoCap) -> IoCap:
+        """Each cap the tighter of the two (None is no cap)."""
+        return IoCap(*(b if a is None else a if b is None else min(a, b)
+                       for a, b in zip(self.values(), other.values(), strict=True)))
+
+    def scaled(self, factor: float) -> IoCap:
+        return IoCap(*(None if v is None else max(1, int(v * factor)) for v in self.values()))
+
+    def __str__(self) -> str:
+        if self.none:
+            return "none"
+        return " ".join(f"{k}={v}" for k, v in zip(("rbps", "wbps", "riops", "wiops"), self.values(),
+                                                   strict=True) if v is not None)
+
+
+NO_CAP = IoCap()
+
+
+@dataclass(frozen=True, slots=True)
+class IoRate:
+    """Bytes and IOs a second, read and written, over a window."""
+
+    rbps: float = 0.0
+    wbps: float = 0.0
+    riops: float = 0.0
+    wiops: float = 0.0
+
+    @property
+    def bps(self) -> float:
+        return self.rbps + self.wbps
+
+    @property
+    def iops(self) -> float:
+        return self.riops + self.wiops
+
+
+@dataclass(frozen=True, slots=True)
+class DiskSample:
+    """One guarded disk (`MAJ:MIN`) as the IO guard read it (rates over its last window).
+
+    `hp` is what the HP workloads did on it (the cgroup root less the BE tier), `be` the BE tier (YARN's
+    containers included); None until two readings exist. `hp_idle_s`: seconds since HP last did IO on it
+    (None: not since the guard started). `cap`: BE's caps on it as the kernel holds them (None: unread)."""
+
+    dev: str
+    hp: IoRate | None = None
+    be: IoRate | None = None
+    hp_idle_s: float | None = None
+    cap: IoCap | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class IoSample:
+    """The disks the agent guards for HP (`qos.io`).
+
+    `hp_stall_percent`: the worst HP cgroup's IO pressure (`io.pressure` some, percent of the window), None
+    where the kernel gives none for them. `static`: caps that hold on BE whatever HP does (a NodeSLO
+    `blkioQOS` device block), by disk. `by_workload`: each workload's IO over the last tick, by key.
+    `age_s`: how old the reading is."""
+
+    disks: tuple[DiskSample, ...] = ()
+    hp_stall_percent: float | None = None
+    static: Mapping[str, IoCap] = field(default_factory=dict)
+    by_workload: Mapping[str, IoRate] = field(default_factory=dict)
+    age_s: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
 class NodeSnapshot:
     """One consistent reading of the node.
 
@@ -162,7 +251,8 @@ class NodeSnapshot:
     `drain` the drain in progress. The daemon fills them from the API server and the ledger.
     `usage_report_age_s`: seconds since our last successful usage report (Koordinator NodeMetric) to the
     API server; None when none was written (or reporting is off).
-    `network`: the egress shaper's last reading (None when network control is off).
+    `network`: the egress shaper's last reading (None when network control is off); `io` the IO guard's
+    (None when it is off).
     """
 
     taken_at: float
@@ -182,6 +272,7 @@ class NodeSnapshot:
     drain: DrainView | None = None
     usage_report_age_s: float | None = None
     network: NetworkSample | None = None
+    io: IoSample | None = None
 
     @property
     def be_workloads(self) -> tuple[Workload, ...]:

@@ -1,7 +1,8 @@
 """The one place policies are registered: which run each tick, in what order, and what the agent reads back.
 
 Order: CPU suppression; memory eviction (memory cannot be throttled, so it evicts first); CPU eviction;
-the batch ledger's overcommit; a drain's DRAIN_TIMEOUT evictions; BE egress bandwidth (when configured).
+the batch ledger's overcommit; a drain's DRAIN_TIMEOUT evictions; BE egress bandwidth and BE disk IO (when
+configured).
 Memory and CPU eviction share their pending victims; batch and drain keep their own and are de-duplicated
 when the actions are merged. What the rest of the agent needs from a tick's decision is its named outputs
 (`NodeOutputs`): BE's CPU grant, the batch budget, the drain's verdict.
@@ -17,6 +18,7 @@ from qos.admission import BatchBudget
 from qos.batch import BatchConfig, BatchPolicy, BatchState
 from qos.cpu_eviction import CpuEvictionPolicy
 from qos.drain import DrainDecision, DrainPolicy
+from qos.io import IoPolicy, IoPolicyConfig
 from qos.memory_eviction import MemoryEvictionPolicy
 from qos.model import NodeSnapshot
 from qos.network import NetworkPolicy, NetworkPolicyConfig
@@ -70,20 +72,24 @@ class NodePolicies:
     batch: BatchPolicy
     drain: DrainPolicy
     network: NetworkPolicy | None = None
+    io: IoPolicy | None = None
 
     @classmethod
     def of(cls, config: PolicyConfig, batch: BatchConfig | None = None,
-           network: NetworkPolicyConfig | None = None, yarn_entries: tuple[str, ...] = ()) -> NodePolicies:
+           network: NetworkPolicyConfig | None = None, yarn_entries: tuple[str, ...] = (),
+           io: IoPolicyConfig | None = None) -> NodePolicies:
         """`yarn_entries`: the thirdPartyAllocations entries that report the YARN the agent counts itself."""
         return cls(*node_qos_policies(config),
                    BatchPolicy(batch or BatchConfig(origin="local"), yarn_entries=yarn_entries),
                    DrainPolicy(),
-                   NetworkPolicy(network) if network is not None else None)
+                   NetworkPolicy(network) if network is not None else None,
+                   IoPolicy(io, config.failsafe) if io is not None else None)
 
     def ordered(self) -> tuple[Policy[Any], ...]:
-        """In the order they run (BE egress last: it acts only on network readings)."""
+        """In the order they run (BE egress and IO last: they act only on their own readings)."""
         return (self.suppression, self.memory, self.cpu, self.batch, self.drain,
-                *((self.network,) if self.network is not None else ()))
+                *((self.network,) if self.network is not None else ()),
+                *((self.io,) if self.io is not None else ()))
 
     def outputs(self, snapshot: NodeSnapshot, state: PipelineState) -> NodeOutputs:
         suppression: SuppressionState = state[self.suppression.name]
@@ -94,14 +100,15 @@ class NodePolicies:
 
 def policies(config: PolicyConfig, batch: BatchConfig | None = None,
              network: NetworkPolicyConfig | None = None,
-             yarn_entries: tuple[str, ...] = ()) -> tuple[Policy[Any], ...]:
+             yarn_entries: tuple[str, ...] = (), io: IoPolicyConfig | None = None) -> tuple[Policy[Any], ...]:
     """Every policy of a tick, in the order they run."""
-    return NodePolicies.of(config, batch, network, yarn_entries).ordered()
+    return NodePolicies.of(config, batch, network, yarn_entries, io).ordered()
 
 
 def build_pipeline(config: PolicyConfig, batch: BatchConfig | None = None,
                    network: NetworkPolicyConfig | None = None,
-                   yarn_entries: tuple[str, ...] = ()) -> Pipeline[NodeOutputs]:
+                   yarn_entries: tuple[str, ...] = (),
+                   io: IoPolicyConfig | None = None) -> Pipeline[NodeOutputs]:
     """The node's pipeline; its decisions carry `NodeOutputs`."""
-    node = NodePolicies.of(config, batch, network, yarn_entries)
+    node = NodePolicies.of(config, batch, network, yarn_entries, io)
     return Pipeline(node.ordered(), node.outputs)

@@ -122,6 +122,7 @@ async def serve(config_path: str, dry_run: bool = False, ready: asyncio.Event | 
     reports = asyncio.create_task(rt.reports.run(stop))
     trim = loop.call_later(STARTUP_TRIM_AFTER_S, release_startup_memory)
     network = asyncio.create_task(rt.network.run(stop)) if rt.network is not None else None
+    io = asyncio.create_task(rt.io.run(stop)) if rt.io is not None else None
     limit_tasks = start_limits(rt, stop)
     try:
         if ready is not None:
@@ -135,6 +136,7 @@ async def serve(config_path: str, dry_run: bool = False, ready: asyncio.Event | 
         await _settle_each(limit_tasks)
         await rt.executor.drain(timeout_s=cfg.eviction.grace_period_s + 2)
         rt.executor.release_be()
+        await _stop_io(rt, io, cfg.eviction.dry_run)
         if network is not None:  # removes our egress tree (network.remove_on_exit) once `stop` is set
             await _settle(network, "network shaper")
         await rt.egress_left.exit(rt.network)
@@ -145,6 +147,15 @@ async def serve(config_path: str, dry_run: bool = False, ready: asyncio.Event | 
         rt.close()
         log.info("agent stopped")
     return 0
+
+
+async def _stop_io(rt: Runtime, task: asyncio.Task[None] | None, dry_run: bool) -> None:
+    """Stop the disk guard and put back the caps it set (nothing was written under dry run)."""
+    if task is None or rt.io is None:
+        return
+    await _settle(task, "disk guard")
+    if not dry_run:
+        rt.io.release()
 
 
 def main(argv: list[str]) -> int:

@@ -10,6 +10,7 @@ from typing import Literal
 
 from agent.config.api import ApiConfig
 from agent.config.batch_limits import BatchLimitsConfig
+from agent.config.io import IoConfig
 from agent.config.load import MAX_CONFIG_BYTES, ConfigError, from_mapping, parse_bytes, parse_yaml
 from agent.config.metrics import MetricsConfig
 from agent.config.network import NetworkConfig
@@ -221,6 +222,7 @@ class AgentConfig:
     batch: BatchConfig = field(default_factory=lambda: BatchConfig(origin="local"))
     protection: ProtectionConfig = field(default_factory=ProtectionConfig)
     network: NetworkConfig = field(default_factory=NetworkConfig)
+    io: IoConfig = field(default_factory=IoConfig)
     batch_limits: BatchLimitsConfig = field(default_factory=BatchLimitsConfig)
     resource_qos: ResourceQosConfig = field(default_factory=ResourceQosConfig)
     sources: SourcesConfig = field(default_factory=lambda: SourcesConfig(

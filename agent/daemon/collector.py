@@ -21,7 +21,7 @@ from cgroups.errors import CgroupError, CgroupGone
 from cgroups.node import NodeCpuMeter, read_meminfo
 from cgroups.parsers import psi_some_total
 from cgroups.reader import CgroupReader, CgroupSample
-from qos.model import BeTierState, NetworkSample, NodeSnapshot, Resources, Source, Usage, Workload
+from qos.model import BeTierState, IoSample, NetworkSample, NodeSnapshot, Resources, Source, Usage, Workload
 
 log = logging.getLogger("coloc.collect")
 
@@ -68,9 +68,11 @@ class Collector:
     def __init__(self, reader: CgroupReader, tiers: TierPaths, capacity: Resources, cpus: tuple[int, ...],
                  scope: str, interval_s: float, proc_root: str = "/proc",
                  be_reader: CgroupReader | None = None, hp_reader: CgroupReader | None = None,
-                 network: Callable[[tuple[Workload, ...]], NetworkSample] | None = None) -> None:
+                 network: Callable[[tuple[Workload, ...]], NetworkSample] | None = None,
+                 io: Callable[[tuple[Workload, ...]], IoSample] | None = None) -> None:
         self._reader = reader  # the root and the tiers
         self._network = network  # the egress shaper's last reading, given this tick's workloads
+        self._io = io  # the disk guard's reading, given this tick's workloads
         # BE cgroups are the many (hundreds of YARN containers); nobody reads their PSI, so a reader that
         # skips the pressure files saves two reads per cgroup (bench/collect.py: psi vs no_psi).
         self._be_reader = be_reader or reader
@@ -166,6 +168,7 @@ class Collector:
             stale=stale,
             interval_s=self._interval_s,
             network=self._network(tuple(sampled.workloads)) if self._network is not None else None,
+            io=self._io(tuple(sampled.workloads)) if self._io is not None else None,
         )
 
     def _sample_workloads(self, workloads: Iterable[Workload], terminating: frozenset[str],

@@ -270,6 +270,12 @@ class TickLoop:
         self.waker = PsiWaker(asyncio.get_running_loop(), spec, self._on_psi)
         self.mode, self.mode_reason = PSI_TRIGGER, ""
 
+    def wake(self) -> None:
+        """A tick now (the disk guard saw HP start waiting for IO, or go idle)."""
+        if not self._wake.is_set():
+            self.wakeups += 1
+            self._wake.set()
+
     def _on_psi(self) -> None:
         """A PSI event: HP stalled. A sustained stall (HP already at full CPU, BE at its floor) must not
         turn the loop into a fast one: at most one wake per quarter interval."""

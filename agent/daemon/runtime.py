@@ -36,6 +36,7 @@ from agent.daemon.settings import PipelineInForce
 from agent.daemon.source_runner import WorkloadSources, pod_cgroup_lister
 from agent.decommission.controller import DrainController
 from agent.executors.apply import ActionExecutor, Evictor
+from agent.executors.io_guard import BE_IO, IoGuard
 from agent.executors.process_kill import LocalEvictor
 from agent.executors.yarn_kill import YarnKiller
 from agent.metrics import MetricsHub
@@ -53,6 +54,7 @@ from cgroups.holdings import Journal
 from cgroups.layout import Layout
 from cgroups.reader import CgroupReader
 from cgroups.writer import CgroupWriter
+from qos.blkio_qos import be_device_caps
 from qos.model import NetworkSample, Resources, Source, Workload
 from qos.pipeline import Pipeline
 from qos.policies import PolicyConfig
@@ -87,6 +89,8 @@ class Runtime:
     resource_qos: resource_qos.ResourceQosRunner | None = None  # memory QoS and CPU burst: a task too
     created_root: bool = False  # made by this agent, now or by an earlier incarnation (its mark: `RootMark`)
     network: EgressShaper | None = None  # BE egress control; its task is `network.run(stop)`
+    io: IoGuard | None = None  # the disk guard; its task is `io.run(stop)`
+    io_off: str = ""  # why the disk guard does not run ("" when it does, or is turned off)
 
     def close(self) -> None:
         self.collector.close()
@@ -328,18 +332,22 @@ def _assemble(cfg: AgentConfig, board: Board | None, hierarchy: Hierarchy, reade
         from agent.executors.htb import EgressShaper
     shaper = (EgressShaper(cfg.network, cfg.loop.interval_s, hierarchy.unified)
               if cfg.network.enabled else None)
+    guard, io_off = make_io_guard(cfg, writer, be_tier)
+    if guard is not None:
+        guard.nodeslo = lambda: be_device_caps(settings.resource_qos.blkio)
     collector = Collector(reader, TierPaths(root="", besteffort=be_tier), capacity, cpus,
                           cfg.node.scope, cfg.loop.interval_s,
                           be_reader=CgroupReader(hierarchy, root, psi=False, **WORKLOAD_READER),
                           hp_reader=CgroupReader(hierarchy, root, memory_psi=False, **WORKLOAD_READER),
-                          network=_egress_reader(shaper, sources))
+                          network=_egress_reader(shaper, sources),
+                          io=guard.sample if guard is not None else None)
     audit = AuditLog(cfg.audit.path)
     evictors = make_evictors(cfg, layout, reader, writer, api_client)
     executor = ActionExecutor(
         writer, be_tier, evictors,
         dry_run=cfg.eviction.dry_run, rate_per_s=cfg.eviction.rate_per_minute / 60.0,
         burst=cfg.eviction.burst, recheck_cooldown_s=cfg.eviction.recheck_cooldown_s, audit=audit,
-        now=time.monotonic(), tier_owned=cfg.cgroups.setup_tiers, network=shaper)
+        now=time.monotonic(), tier_owned=cfg.cgroups.setup_tiers, network=shaper, io=guard)
     board = board or Board()
     hub = MetricsHub(cfg.metrics)
     drain = DrainController(ledger, _has_processes(reader))
@@ -354,13 +362,15 @@ def _assemble(cfg: AgentConfig, board: Board | None, hierarchy: Hierarchy, reade
                         cfg.loop.fast_hp_jump_milli_cpu, cfg.loop.fast_psi_stall_ratio,
                         cfg.loop.psi_max_cgroups, cfg.loop.psi_trigger, cfg.loop.calm_poll_s,
                         cfg.loop.fast_hold_s)
-    loop = TickLoop(inputs, PipelineInForce(settings, _pipeline_builder(cfg)).pipeline, executor, outputs,
-                    timing)
+    loop = TickLoop(inputs, PipelineInForce(settings, _pipeline_builder(cfg, guard is not None)).pipeline,
+                    executor, outputs, timing)
+    if guard is not None:
+        guard.wake = loop.wake
     limits, qos = make_limits(cfg, hierarchy, writer, sources, settings, ledger, hub)
     return Runtime(cfg, hierarchy, reader, writer, collector, sources, reports, executor, loop, board, audit,
                    capacity, cpus, hub, ledger, drain, settings, LeftEgress(writer.journal, cfg.network,
                                                                             hierarchy.unified),
-                   limits, qos, owned, network=shaper)
+                   limits, qos, owned, network=shaper, io=guard, io_off=io_off)
 
 
 def make_limits(cfg: AgentConfig, hierarchy: Hierarchy, writer: CgroupWriter, sources: WorkloadSources,
@@ -388,7 +398,18 @@ def make_limits(cfg: AgentConfig, hierarchy: Hierarchy, writer: CgroupWriter, so
     return limits, qos
 
 
-def _pipeline_builder(cfg: AgentConfig) -> Callable[[PolicyConfig], Pipeline[NodeOutputs]]:
+def make_io_guard(cfg: AgentConfig, writer: CgroupWriter, be_tier: str) -> tuple[IoGuard | None, str]:
+    """The disk guard (None: off, or nothing to guard, and why); off, what an earlier run's guard held is
+    given back now."""
+    guard, why = IoGuard.build(cfg.io, writer, be_tier) if cfg.io.enabled else (None, "")
+    if guard is None:
+        if why:
+            log.warning("the disk guard does not run", extra={"fields": {"why": why}})
+        writer.settle(BE_IO)
+    return guard, why
+
+
+def _pipeline_builder(cfg: AgentConfig, io: bool = False) -> Callable[[PolicyConfig], Pipeline[NodeOutputs]]:
     """The node's pipeline for a set of policy settings (the YAML's, then NodeSLO's)."""
     if cfg.policies.suppression.cpu_idle and not cfg.cgroups.setup_tiers:
         log.info("cpu.idle stays off: the kubelet owns the BE tier (cgroups.setup_tiers is false) and writes "
@@ -397,7 +418,8 @@ def _pipeline_builder(cfg: AgentConfig) -> Callable[[PolicyConfig], Pipeline[Nod
     yarn = yarn_entries(cfg)
 
     def build(settings: PolicyConfig) -> Pipeline[NodeOutputs]:
-        return build_pipeline(idle_rule(settings, cfg.cgroups.setup_tiers), cfg.batch, network, yarn)
+        return build_pipeline(idle_rule(settings, cfg.cgroups.setup_tiers), cfg.batch, network, yarn,
+                              cfg.io.policy if io else None)
     return build
 
 

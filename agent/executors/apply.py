@@ -35,12 +35,14 @@ from qos.actions import (
     SetBeCpuset,
     SetBeEgressCeiling,
     SetBeEgressSources,
+    SetBeIoLimit,
 )
 from qos.membership import Membership, tier_level
 from qos.model import NodeSnapshot, Source, Workload
 
 if TYPE_CHECKING:
     from agent.executors.htb import EgressShaper
+    from agent.executors.io_guard import IoGuard
 
 log = logging.getLogger("coloc.executor")
 
@@ -94,6 +96,7 @@ class ActionExecutor:
         now: float,
         tier_owned: bool,
         network: EgressShaper | None = None,
+        io: IoGuard | None = None,
     ) -> None:
         self._writer = writer
         self._be_tier = be_tier
@@ -116,6 +119,7 @@ class ActionExecutor:
         self._ended: list[ActionRecord] = []  # evictions that ended since `ended` was last read
         self._try_next: set[str] = set()
         self._network = network  # BE egress actions go here (when network control is on)
+        self._io = io  # BE disk IO actions go here (when the disk guard runs)
         self._fresh_ticks = 0  # ticks on fresh data before suppression decided (see `_decided`)
 
     @property
@@ -186,6 +190,8 @@ class ActionExecutor:
             self._knobs(actions, snapshot, members, records)
         if not snapshot.stale and not self.dry_run and self._decided(actions):
             records.extend(self._released_left())
+        if self._io is not None and not self.dry_run and snapshot.io is not None:
+            self._io.settle_left()
         return records
 
     def _decided(self, actions: Sequence[Action]) -> bool:
@@ -209,6 +215,9 @@ class ActionExecutor:
             elif isinstance(action, SetBeEgressCeiling | SetBeEgressSources):
                 if self._network is not None:
                     records.append(self._network.submit(action, self.dry_run, self._record))
+            elif isinstance(action, SetBeIoLimit):
+                if self._io is not None and (rec := self._io.submit(action, self.dry_run, self._record)):
+                    records.append(rec)
             else:
                 rec = self._knob(action, members)
                 if rec is not None:

@@ -14,11 +14,11 @@ from typing import Any
 
 from agent.config.load import ConfigError, check_bound
 from qos.blkio_qos import KINDS as BLOCK_KINDS
-from qos.blkio_qos import BlkioBlock, BlkioQosClass, BlkioQosSettings, DiskCaps
+from qos.blkio_qos import BlkioBlock, BlkioQosClass, BlkioQosSettings
 from qos.cpu_burst import POLICIES as BURST_POLICIES
 from qos.cpu_burst import CpuBurstSettings
 from qos.memory_qos import MemoryQosClass, MemoryQosSettings
-from qos.model import Resources
+from qos.model import IoCap, Resources
 from qos.policies import PolicyConfig
 from qos.validation import short
 
@@ -240,7 +240,7 @@ def _blkio_block(raw: object, where: str) -> BlkioBlock:
         raise NodeSloError(f"{io_where}.enableUserModel: expected true or false, got {short(user_model)}")
     model = tuple((key, v) for key in _MODEL_FIELDS if (v := _bounded_int(io, key, io_where, 1)) is not None)
     return BlkioBlock(
-        name, kind, DiskCaps(**caps),
+        name, kind, IoCap(**caps),
         weight_percent=_bounded_int(io, "ioWeightPercent", io_where, 1, 100),
         # no bound in the CRD; koordlet's blkio.cost.qos validator refuses a negative one
         read_latency_us=_bounded_int(io, "readLatency", io_where, 0),

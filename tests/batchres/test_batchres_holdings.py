@@ -13,6 +13,7 @@ import json
 import os
 import pkgutil
 import signal
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +22,7 @@ from typing import Any
 import pytest
 from batchkit import BIG, FIXTURE, POD, SMALL, be_pod, nm_fixture, pod_list
 from kit.agentproc import agent_config, get, kubelet_node_config, node_config, running_agent
+from kit.diskio import can_cap, commit_argv
 from kit.fakes.kubelet import FakeKubelet
 from kit.fakes.nodemanager import FakeNodeManager
 from kit.holdings import held
@@ -30,6 +32,7 @@ from kit.realcg import RealRoot
 
 import agent
 from cgroups.holdings import Holder
+from cgroups.io import disk_of
 from cgroups.layout import Layout
 
 pytestmark = [pytest.mark.cgroups, pytest.mark.slow]
@@ -94,6 +97,18 @@ def _kubelet_node(tmp: Path, root: str, urls: Urls, port: int, **sections: Any) 
 def _standalone(tmp: Path, root: str, urls: Urls, port: int, on: bool) -> Path:
     return agent_config(tmp, f"{root}/agent", port, node={"cpus": 2}, cgroups={"cleanup_on_exit": False},
                         policies={"suppression": {"policy": "cfsQuota", "enabled": on}})
+
+
+def _disk_guard(tmp: Path, root: str, urls: Urls, port: int, on: bool) -> Path:
+    io = {"devices": [DISK], "policy": {"stall_percent": 0}} if on else {"enabled": False}
+    return agent_config(tmp, f"{root}/agent", port, node={"cpus": 2}, cgroups={"cleanup_on_exit": False},
+                        io=io)
+
+
+def _hp_committing(root: RealRoot) -> None:
+    """The agent's root with an HP workload committing to the disk (4 KiB write + fsync every 5 ms)."""
+    root.mkcg("agent/hp")
+    root.spawn("agent/hp", commit_argv(Path(f"/var/tmp/coloc-test-io-hp-{uuid.uuid4().hex}")))
 
 
 def _batch_limits(tmp: Path, root: str, urls: Urls, port: int, on: bool) -> Path:
@@ -187,6 +202,7 @@ def _yarn_made(root: RealRoot) -> None:
             root.mkcg(rel)
 
 
+DISK = disk_of(os.stat("/var/tmp").st_dev) or "0:0"  # the guest's /tmp is a tmpfs
 SCENARIOS = {
     "be_cpu_suppression": Scenario(
         _standalone, _no_pods, _make("agent"), "cpu_quota", "besteffort",
@@ -207,6 +223,10 @@ SCENARIOS = {
     "memory_qos": Scenario(  # min 50 % of the pod's memory requests (2 × 64 Mi)
         _memory_qos, _web_pods, _web_made, "memory_min", _web_pod_rel(), None,
         File("unified", f"{_web_pod_rel()}/memory.min", "0", str(32 << 20))),
+    "be_io": Scenario(
+        _disk_guard, _no_pods, _hp_committing, f"io_max@{DISK}", "besteffort",
+        File("blkio", "agent/besteffort/blkio.throttle.write_bps_device", "", f"{DISK} 5000000"),
+        File("unified", "agent/besteffort/io.max", "", f"{DISK} wbps=5000000"), "state/state.json.held"),
     "yarn_limits": Scenario(
         _yarn, _no_pods, _yarn_made, "cpu_shares", "besteffort/hadoop-yarn",
         File("cpu", "besteffort/hadoop-yarn/cpu.shares", "1024", "2048"),
@@ -257,6 +277,8 @@ def test_a_knob_a_killed_agent_held_is_given_back_by_a_run_with_the_feature_off_
     if real_root.hierarchy.mode == "hybrid" and not real_root.hierarchy.is_v1("cpu"):
         pytest.skip("a host with cpu on neither v1 nor pure v2")
     f = _file(real_root, s)
+    if holder == "be_io" and (DISK == "0:0" or not can_cap(real_root)):
+        pytest.skip("/var/tmp is on no disk, or no IO controller that caps")
     if f is None:
         pytest.skip(f"cgroup v1 has no {s.knob} (an upstream v1 kernel): run in the v2 + systemd guest")
     s.made(real_root)

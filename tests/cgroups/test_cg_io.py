@@ -5,7 +5,6 @@ the disk behind a directory."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
 import subprocess
@@ -90,30 +89,19 @@ def test_the_disk_behind_a_directory_is_a_whole_disk_and_virtual_ones_are_none(t
 
 
 @pytest.fixture
-def be(real_root: RealRoot) -> Iterator[tuple[str, Path | None]]:
-    """The cgroup `be` below the test's root, on v1 in the blkio hierarchy too (the test kit's roots have no
-    blkio directory): its name and that directory (None on v2), removed afterwards."""
+def be(real_root: RealRoot) -> tuple[str, Path | None]:
+    """The cgroup `be` below the test's root (in v1's blkio hierarchy too): its name, and its v1 blkio
+    directory (None on v2)."""
     rel = real_root.mkcg("be")
     mount = real_root.hierarchy.v1.get("blkio")
-    if mount is None:
-        yield rel, None
-        return
-    top = mount / real_root.name
-    (top / rel).mkdir(parents=True)
-    try:
-        yield rel, top / rel
-    finally:
-        for d in (top / rel, top):
-            with contextlib.suppress(OSError):
-                d.rmdir()
+    return rel, (mount / real_root.name / rel if mount is not None else None)
 
 
 def _cap_holds_a_direct_writer(real_root: RealRoot, be: tuple[str, Path | None], target: Path) -> float:
     """MB/s a `dd oflag=direct` in `be` wrote to `target` in 1.5 s."""
-    rel, blkio = be
+    rel = be[0]
     dd = f"exec dd if=/dev/zero of={target} bs=256k oflag=direct count=100000"
-    join = f"echo $$ > {blkio}/cgroup.procs && " if blkio is not None else ""
-    proc = real_root.spawn(rel, ["sh", "-c", join + dd], stderr=subprocess.DEVNULL)
+    proc = real_root.spawn(rel, ["sh", "-c", dd], stderr=subprocess.DEVNULL)
     started = time.monotonic()
     time.sleep(1.5)
     size = target.stat().st_size if target.exists() else 0

@@ -42,7 +42,7 @@ from cgroups.discovery import Hierarchy, discover
 from cgroups.reader import CgroupReader
 from cgroups.writer import CgroupWriter
 
-V1_CONTROLLERS = ("cpu", "cpuacct", "cpuset", "memory", "freezer", "pids")
+V1_CONTROLLERS = ("cpu", "cpuacct", "cpuset", "memory", "freezer", "pids", "blkio")
 V2_CONTROLLERS = ("cpu", "cpuset", "memory", "pids", "io")
 
 

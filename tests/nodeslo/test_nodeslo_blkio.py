@@ -21,18 +21,10 @@ from agent.sources.nodeslo import NodeSloSource
 from agent.sources.nodeslo_map import NODESLO, YAML, NodeSloError, ResourceQos, apply_resource_qos
 from agent.sources.settings import SettingsInForce
 from cgroups.io import IoLimit, format_io_max
-from qos.blkio_qos import (
-    NO_CAPS,
-    BlkioBlock,
-    BlkioQosClass,
-    BlkioQosSettings,
-    DiskCaps,
-    be_device_caps,
-    unsupported,
-)
+from qos.blkio_qos import BlkioBlock, BlkioQosClass, BlkioQosSettings, be_device_caps, unsupported
 from qos.cpu_burst import CpuBurstSettings
 from qos.memory_qos import MemoryQosClass, MemoryQosSettings
-from qos.model import Resources
+from qos.model import NO_CAP, IoCap, Resources
 from qos.policies import PolicyConfig
 
 CRD = Path(__file__).parents[1] / "vendor" / "koordinator" / "slo.koordinator.sh_nodeslos.yaml"
@@ -103,12 +95,12 @@ def test_a_realistic_nodeslo_maps_every_class_and_marks_the_source() -> None:
     assert got.blkio_source == NODESLO and got.memory_source == NODESLO
     assert got.memory.ls == MemoryQosClass(True, 20)  # the memory mapping is untouched beside it
     assert got.blkio.be == BlkioQosClass(True, (
-        BlkioBlock("/dev/vdb", "device", DiskCaps(rbps=100 * MI, wbps=50 * MI, wiops=2000),
+        BlkioBlock("/dev/vdb", "device", IoCap(rbps=100 * MI, wbps=50 * MI, wiops=2000),
                    weight_percent=60),
         BlkioBlock("/dev/nvme0n1p2", "device"),
-        BlkioBlock("yoda-pool0", "volumegroup", DiskCaps(rbps=10 * MI)),
+        BlkioBlock("yoda-pool0", "volumegroup", IoCap(rbps=10 * MI)),
     ))
-    assert got.blkio.ls == BlkioQosClass(True, (BlkioBlock("/dev/vdb", "device", DiskCaps(rbps=400 * MI)),))
+    assert got.blkio.ls == BlkioQosClass(True, (BlkioBlock("/dev/vdb", "device", IoCap(rbps=400 * MI)),))
     assert got.blkio.system == BlkioQosClass() and got.blkio.lsr == BlkioQosClass()
     root = got.blkio.root.blocks[0]
     assert (root.read_latency_us, root.write_latency_us, root.read_latency_percent,
@@ -118,8 +110,8 @@ def test_a_realistic_nodeslo_maps_every_class_and_marks_the_source() -> None:
                                 "modelReadRandIOPS": 352545, "modelWriteRandIOPS": 339390}
 
     # readIOPS 0 and the absent caps are koordlet's "no cap"; a block without ioCfg caps nothing
-    assert be_device_caps(got.blkio) == {"/dev/vdb": DiskCaps(100 * MI, 50 * MI, None, 2000),
-                                         "/dev/nvme0n1p2": NO_CAPS}
+    assert be_device_caps(got.blkio) == {"/dev/vdb": IoCap(100 * MI, 50 * MI, None, 2000),
+                                         "/dev/nvme0n1p2": NO_CAP}
     notes = unsupported(got.blkio)
     assert len(notes) == 4, notes
     assert notes[0].startswith("lsClass.blkioQOS: 1 block(s) not acted on") and "BE class only" in notes[0]
@@ -159,14 +151,14 @@ def test_a_strategy_without_blkio_is_koord_managers_default_and_none_keeps_the_y
 def test_a_device_named_twice_takes_the_later_block_as_koordlets_writes_do() -> None:
     got = apply_resource_qos(BASE, _nodeslo(_be(_device("/dev/vdb", readBPS=MI, writeIOPS=10),
                                                 _device("/dev/vdb", writeBPS=2 * MI))))
-    assert be_device_caps(got.blkio) == {"/dev/vdb": DiskCaps(wbps=2 * MI)}
+    assert be_device_caps(got.blkio) == {"/dev/vdb": IoCap(wbps=2 * MI)}
 
 
 def test_a_podvolume_block_is_named_and_the_device_blocks_still_cap() -> None:
     got = apply_resource_qos(BASE, _nodeslo(_be({"name": "html", "type": "podvolume",
                                                  "ioCfg": {"readBPS": MI}},
                                                 _device("/dev/vdc", writeBPS=MI))))
-    assert be_device_caps(got.blkio) == {"/dev/vdc": DiskCaps(wbps=MI)}
+    assert be_device_caps(got.blkio) == {"/dev/vdc": IoCap(wbps=MI)}
     [note] = unsupported(got.blkio)
     assert note.startswith("beClass.blkioQOS.blocks[0] (podvolume html): not acted on")
     assert "koordlet applies none of the BE class's blocks" in note
@@ -176,7 +168,7 @@ def test_latencies_and_the_model_in_the_be_class_are_named_as_ignored_like_koord
     got = apply_resource_qos(BASE, _nodeslo(_be(_device("/dev/vdb", readBPS=MI, ioWeightPercent=100,
                                                         readLatency=2000, writeLatencyPercent=90,
                                                         enableUserModel=False, modelWriteBPS=5))))
-    assert be_device_caps(got.blkio) == {"/dev/vdb": DiskCaps(rbps=MI)}
+    assert be_device_caps(got.blkio) == {"/dev/vdb": IoCap(rbps=MI)}
     [note] = unsupported(got.blkio)  # weight 100 is koordlet's default: nothing to say
     assert note == ("beClass.blkioQOS.blocks[0] (device /dev/vdb): readLatency, writeLatencyPercent, "
                     "enableUserModel, modelWriteBPS ignored: koordlet reads them only under cgroupRoot")
@@ -192,14 +184,14 @@ def test_blocks_of_another_class_cap_nothing_for_be(cls: str) -> None:
 
 
 def test_the_caps_are_cgroups_io_limits_field_for_field() -> None:
-    assert [f.name for f in dataclasses.fields(DiskCaps)] == [f.name for f in dataclasses.fields(IoLimit)]
+    assert [f.name for f in dataclasses.fields(IoCap)] == [f.name for f in dataclasses.fields(IoLimit)]
     caps = be_device_caps(apply_resource_qos(BASE, _nodeslo(_be(_device(
         "/dev/vdb", readBPS=100 * MI, writeBPS=0, readIOPS=300, writeIOPS=200)))).blkio)["/dev/vdb"]
     limit = IoLimit(*caps.values())
     assert limit == IoLimit(rbps=100 * MI, riops=300, wiops=200)
     assert format_io_max("253:16", limit) == f"253:16 rbps={100 * MI} wbps=max riops=300 wiops=200"
     with pytest.raises(ValueError, match="rbps"):
-        DiskCaps(rbps=0)
+        IoCap(rbps=0)
 
 
 def test_a_refused_blkio_keeps_what_is_in_force(caplog: pytest.LogCaptureFixture) -> None:
@@ -209,7 +201,7 @@ def test_a_refused_blkio_keeps_what_is_in_force(caplog: pytest.LogCaptureFixture
     src = NodeSloSource(NodeSloConfig(), client.ApiClient(), "node-1", Resources(4000, 8 << 30), settings)
     assert src.update(_nodeslo(_be(_device("/dev/vdb", readBPS=MI))))
     good = settings.resource_qos
-    assert be_device_caps(good.blkio) == {"/dev/vdb": DiskCaps(rbps=MI)}
+    assert be_device_caps(good.blkio) == {"/dev/vdb": IoCap(rbps=MI)}
     with caplog.at_level(logging.ERROR, logger="coloc.sources.nodeslo"):
         assert not src.update(_doc(_be(_device("/dev/vdb", readBPS=-1))))
     assert settings.resource_qos is good
@@ -390,4 +382,4 @@ def test_a_field_the_crd_lacks_is_ignored_as_the_api_server_prunes_it() -> None:
     assert pruned != doc and "readBps" not in str(pruned)
     _validator().validate(pruned)
     assert apply_resource_qos(BASE, doc) == apply_resource_qos(BASE, pruned)
-    assert be_device_caps(apply_resource_qos(BASE, doc).blkio) == {"/dev/vdb": DiskCaps(rbps=MI)}
+    assert be_device_caps(apply_resource_qos(BASE, doc).blkio) == {"/dev/vdb": IoCap(rbps=MI)}

@@ -1,0 +1,55 @@
+"""Config of the disk guard (`io:`): which disks, how often they are read, the policy (`qos.io`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from agent.config.load import ConfigError
+from cgroups.errors import InvalidValue
+from cgroups.io import check_device
+from qos.io import IoPolicyConfig
+from qos.validation import bounded, check_bounds, check_choices
+
+__all__ = ["DEFAULT_PATHS", "IoConfig"]
+
+DEFAULT_PATHS = (
+    "/var/lib/kubelet",  # the kubelet's root dir: emptyDir volumes, logs
+    "/var/lib/containerd", "/var/lib/docker", "/var/lib/containers",  # the container runtimes' storage
+    "/var/lib/hadoop-yarn",  # where packaged NodeManagers keep yarn.nodemanager.local-dirs
+)
+
+
+@dataclass(frozen=True)
+class IoConfig:
+    """BE disk IO held back while HP needs the disk. On by default: it acts only while HP waits for IO.
+
+    `devices`: the disks to guard, as `MAJ:MIN`; empty: the disks behind `paths` (those that exist; virtual
+    devices and what has no disk under it are skipped). List YARN's `yarn.nodemanager.local-dirs` in `paths`
+    where they are elsewhere. `poll_s`: how often the counters are read between ticks (a tick is woken when HP
+    starts waiting or goes idle); `window_s`: the window rates are taken over. `hp_psi_cgroups`: how many HP
+    cgroups' IO pressure is read, the busiest on the disk first.
+    """
+
+    enabled: bool = True
+    devices: tuple[str, ...] = ()
+    paths: tuple[str, ...] = DEFAULT_PATHS
+    poll_s: float = bounded(0.1, 0.01, 10.0)
+    window_s: float = bounded(0.3, 0.05, 10.0)
+    hp_psi_cgroups: int = bounded(16, 1, 1024)
+    policy: IoPolicyConfig = field(default_factory=IoPolicyConfig)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.policy, IoPolicyConfig):
+            raise ConfigError("io.policy: must be a mapping")
+        check_choices(self, "io", ConfigError)
+        check_bounds(self, "io", ConfigError)
+        for n, dev in enumerate(self.devices):
+            try:
+                check_device(dev)
+            except InvalidValue as err:
+                raise ConfigError(f"io.devices[{n}]: {err}") from None
+        for n, p in enumerate(self.paths):
+            if not isinstance(p, str) or not p.startswith("/"):
+                raise ConfigError(f"io.paths[{n}]: must be an absolute path, got {p!r}")
+        if self.window_s < self.poll_s:
+            raise ConfigError(f"io.window_s: must be >= io.poll_s ({self.poll_s:g}), got {self.window_s:g}")

@@ -1,0 +1,350 @@
+"""The disk guard: reads what HP and BE do on the guarded disks, gives the loop an `IoSample` each tick, and
+sets the BE tier's IO caps the policy (`qos.io`) asks for.
+
+Reading: every `poll_s` the cgroup root's and the BE tier's IO counters per disk (the root less the BE tier
+is HP) and the IO pressure of the busiest HP cgroups, kept over a short history; a tick's sample carries
+the rates over the last `window_s` (three polls by default, not the loop's second), so a cap follows HP
+within a fraction of a second. Between ticks the guard wakes the loop when the policy would act: HP waiting
+for IO while BE is not at its floor, or HP idle on a disk BE is capped on.
+
+Writing: `SetBeIoLimit` through the one writer under the moving holder `BE_IO` (v2 `io.max`, v1
+`blkio.throttle.*_device`; through systemd on a systemd unit, so daemon-reload keeps it). A clean exit puts
+back what was there before the agent; after a crash the next run does (`cgroups/holdings.py`). Caps another
+writer set before the agent held the knob are the floor's bound as well (`IoSample.static`): the agent
+only ever tightens them.
+
+On cgroup v1, buffered writeback is issued by the kernel's flusher threads and charged to no cgroup: the
+caps hold BE's direct IO and reads, not its buffered writes (v2 charges them to the cgroup that dirtied the
+pages). See docs/io.md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+
+from agent.config.io import IoConfig
+from agent.published import ActionRecord, Outcome
+from cgroups.errors import CgroupError
+from cgroups.holdings import Holder
+from cgroups.io import IoLimit, IoStat, disk_of, disks_of
+from cgroups.io_meter import IoMeter
+from cgroups.knobs import IO_MAX, io_max
+from cgroups.writer import CgroupWriter
+from qos.actions import ActionKind, SetBeIoLimit
+from qos.model import NO_CAP, DiskSample, IoCap, IoRate, IoSample, Workload
+
+log = logging.getLogger("coloc.io")
+
+BE_IO = Holder("be_io", moving=True)
+"""The BE tier's IO caps: they move with HP (floor, doubled, lifted); held from the first write to a clean
+exit."""
+
+Recorder = Callable[[str, str, str, Outcome, str, Mapping[str, float]], ActionRecord]
+SETTLE_AFTER_SAMPLES = 3  # the first samples have no rates: what an earlier run left waits for a decision
+
+
+@dataclass(slots=True)
+class _Poll:
+    at: float
+    hp: dict[str, IoStat]
+    be: dict[str, IoStat]
+    stall_us: dict[str, int]
+
+
+@dataclass(slots=True)
+class GuardStats:
+    """What the guard did, for /metrics and status."""
+
+    polls: int = 0
+    wakes: int = 0
+    sets: int = 0
+    errors: int = 0
+    last_error: str = ""
+    by_dev: dict[str, IoCap] = field(default_factory=dict)  # the caps it last set
+
+
+def _minus(a: IoStat | None, b: IoStat | None) -> IoStat:
+    a, b = a or IoStat(), b or IoStat()
+    return IoStat(max(0, a.rbytes - b.rbytes), max(0, a.wbytes - b.wbytes), max(0, a.rios - b.rios),
+                  max(0, a.wios - b.wios))
+
+
+def _rate(new: IoStat, old: IoStat, dt: float) -> IoRate:
+    return IoRate(max(0, new.rbytes - old.rbytes) / dt, max(0, new.wbytes - old.wbytes) / dt,
+                  max(0, new.rios - old.rios) / dt, max(0, new.wios - old.wios) / dt)
+
+
+def limit_of(cap: IoCap) -> IoLimit:
+    return IoLimit(*cap.values())
+
+
+def cap_of(limit: IoLimit) -> IoCap:
+    return IoCap(*limit.values())
+
+
+class IoGuard:
+    """One node's disk guard (see the module docstring)."""
+
+    def __init__(self, config: IoConfig, meter: IoMeter, writer: CgroupWriter, be_tier: str,
+                 devices: tuple[str, ...]) -> None:
+        self.config = config
+        self._meter = meter
+        self._writer = writer
+        self.be_tier = be_tier
+        self.devices = devices
+        self._history: deque[_Poll] = deque(maxlen=max(4, int(config.window_s / config.poll_s) + 4))
+        self._hp_rels: list[str] = []
+        self._hp_io_at: dict[str, float] = {}  # disk -> monotonic time HP last did IO on it
+        self._started = time.monotonic()
+        self._by_workload: dict[str, tuple[float, IoStat]] = {}
+        self._baseline: dict[str, IoCap] = {}
+        self._samples = 0
+        self._settled = False
+        self.stats = GuardStats()
+        self.wake: Callable[[], None] | None = None  # set by the loop: a tick now
+        # The NodeSLO's BE caps by device name (`blkioQOS` device blocks), where it is read.
+        self.nodeslo: Callable[[], Mapping[str, IoCap]] = dict
+        self._resolved: dict[str, str | None] = {}
+        self.unresolved: tuple[str, ...] = ()  # device names the NodeSLO gives that are on no disk here
+
+    @classmethod
+    def build(cls, config: IoConfig, writer: CgroupWriter, be_tier: str) -> tuple[IoGuard | None, str]:
+        """The guard for this node, or None and why not (no IO controller, no disk to guard)."""
+        devices = tuple(config.devices) or disks_of(list(config.paths))
+        if not devices:
+            return None, f"no disk to guard: none of {', '.join(config.paths)} is on a disk (io.paths)"
+        try:
+            meter = IoMeter(writer.hierarchy, writer.root)
+        except CgroupError as err:
+            return None, str(err)
+        if not meter.exists(be_tier):
+            return None, f"the BE tier has no IO cgroup: {meter.dir(be_tier)} does not exist"
+        return cls(config, meter, writer, be_tier, devices), ""
+
+    # -- reading -------------------------------------------------------------------------------------------
+
+    def poll(self) -> None:
+        """Read the counters now (the root, the BE tier, the busiest HP cgroups' pressure)."""
+        now = time.monotonic()
+        try:
+            root = self._meter.stat("") or {}
+            be = self._meter.stat(self.be_tier) or {}
+        except CgroupError as err:
+            self._failed("read", err)
+            return
+        hp = {dev: _minus(root.get(dev), be.get(dev)) for dev in self.devices}
+        stall = {}
+        for rel in self._hp_rels:
+            with contextlib.suppress(CgroupError):
+                us = self._meter.stall_us(rel)
+                if us is not None:
+                    stall[rel] = us
+        last = self._history[-1] if self._history else None
+        if last is not None:
+            for dev in self.devices:
+                if (hp[dev].rios + hp[dev].wios) > (last.hp[dev].rios + last.hp[dev].wios):
+                    self._hp_io_at[dev] = now
+        self._history.append(_Poll(now, hp, {d: be.get(d, IoStat()) for d in self.devices}, stall))
+        self.stats.polls += 1
+
+    def _window(self) -> tuple[_Poll, _Poll] | None:
+        if len(self._history) < 2:
+            return None
+        new = self._history[-1]
+        old = self._history[0]
+        for p in reversed(self._history):
+            if p.at <= new.at - self.config.window_s + 1e-3:
+                old = p
+                break
+        return (old, new) if new.at > old.at else None
+
+    def _stall_percent(self, old: _Poll, new: _Poll) -> float | None:
+        shares = [(new.stall_us[rel] - old.stall_us[rel]) / 1e4 / (new.at - old.at)
+                  for rel in new.stall_us if rel in old.stall_us and new.stall_us[rel] >= old.stall_us[rel]]
+        return min(100.0, max(shares)) if shares else None
+
+    def _cap_now(self, dev: str) -> IoCap | None:
+        try:
+            return cap_of(io_max(dev).read(self._writer, self.be_tier))
+        except (CgroupError, ValueError):
+            return None
+
+    def sample(self, workloads: tuple[Workload, ...]) -> IoSample:
+        """The reading a tick's snapshot carries; also notes which HP cgroups' pressure to read."""
+        self.poll()
+        by_workload = self._workload_rates(workloads)
+        self._follow(workloads, by_workload)
+        window = self._window()
+        now = time.monotonic()
+        disks = []
+        for dev in self.devices:
+            cap = self._cap_now(dev)
+            if cap is not None and dev not in self._baseline:
+                self._baseline[dev] = self._before_us(dev, cap)
+            seen = self._hp_io_at.get(dev)
+            idle = None if seen is None else now - seen
+            if window is None:
+                disks.append(DiskSample(dev, None, None, idle, cap))
+                continue
+            old, new = window
+            dt = new.at - old.at
+            hp, be = _rate(new.hp[dev], old.hp[dev], dt), _rate(new.be[dev], old.be[dev], dt)
+            disks.append(DiskSample(dev, hp, be, idle, cap))
+        stall = self._stall_percent(*window) if window is not None else None
+        age = now - self._history[-1].at if self._history else 0.0
+        self._samples += 1
+        return IoSample(tuple(disks), stall, self._static(), by_workload, age)
+
+    def _static(self) -> dict[str, IoCap]:
+        """The caps that hold whatever HP does, by disk: another writer's from before the agent, within the
+        NodeSLO's BE device blocks."""
+        out = {dev: c for dev, c in self._baseline.items() if not c.none}
+        missing = []
+        for name, cap in self.nodeslo().items():
+            dev = self._device(name)
+            if dev is None:
+                missing.append(name)
+            elif not cap.none:
+                out[dev] = cap.within(out.get(dev, NO_CAP))
+        self.unresolved = tuple(missing)
+        return out
+
+    def _device(self, name: str) -> str | None:
+        """The disk a device path names (a partition's disk), as `MAJ:MIN`; None where there is none."""
+        if name not in self._resolved:
+            try:
+                self._resolved[name] = disk_of(os.stat(name).st_rdev)
+            except OSError:
+                self._resolved[name] = None
+        return self._resolved[name]
+
+    def _before_us(self, dev: str, found: IoCap) -> IoCap:
+        """The caps another writer set before the agent held the knob: those it gives back, else what it
+        finds now (nothing of ours is there yet)."""
+        held = self._writer.journal.held.get((f"{IO_MAX}{dev}", self.be_tier))
+        if held is None:
+            return found
+        try:
+            return cap_of(io_max(dev).load(held.give_back))
+        except (ValueError, TypeError):
+            return NO_CAP
+
+    def _workload_rates(self, workloads: tuple[Workload, ...]) -> dict[str, IoRate]:
+        """Each workload's IO on the guarded disks since the last tick (from its second sighting)."""
+        now = time.monotonic()
+        out: dict[str, IoRate] = {}
+        seen = {}
+        for w in workloads:
+            try:
+                stat = self._meter.stat(w.cgroup)
+            except CgroupError:
+                continue
+            if stat is None:
+                continue
+            total = IoStat()
+            for dev in self.devices:
+                s = stat.get(dev)
+                if s is not None:
+                    total = IoStat(total.rbytes + s.rbytes, total.wbytes + s.wbytes, total.rios + s.rios,
+                                   total.wios + s.wios)
+            seen[w.key] = (now, total)
+            prev = self._by_workload.get(w.key)
+            if prev is not None and now > prev[0]:
+                out[w.key] = _rate(total, prev[1], now - prev[0])
+        self._by_workload = seen
+        return out
+
+    def _follow(self, workloads: Iterable[Workload], rates: Mapping[str, IoRate]) -> None:
+        """The HP cgroups whose pressure is read between ticks: the busiest on the disks first."""
+        hp = [w for w in workloads if not w.be]
+        hp.sort(key=lambda w: -(rates[w.key].iops if w.key in rates else 0.0))
+        self._hp_rels = [w.cgroup for w in hp[: self.config.hp_psi_cgroups]]
+
+    # -- waking the loop -----------------------------------------------------------------------------------
+
+    def wanted_tick(self) -> bool:
+        """Whether the policy would change a cap now: HP waits for IO on a disk BE is not at its floor on, or
+        HP went idle on a disk BE is capped on."""
+        window = self._window()
+        if window is None:
+            return False
+        old, new = window
+        dt = new.at - old.at
+        p = self.config.policy
+        stall = self._stall_percent(old, new)
+        now = time.monotonic()
+        for dev in self.devices:
+            cap = self.stats.by_dev.get(dev, NO_CAP)
+            hp = _rate(new.hp[dev], old.hp[dev], dt)
+            active = hp.iops >= p.hp_active_iops
+            if active and (stall is None or stall >= p.stall_percent) and cap != p.floor.within(cap):
+                return True
+            seen = self._hp_io_at.get(dev)
+            if not cap.none and (seen is None or now - seen >= p.idle_s):
+                return True
+        return False
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Poll every `poll_s`; wake the loop when the policy would act."""
+        while not stop.is_set():
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(stop.wait(), self.config.poll_s)
+            if stop.is_set():
+                return
+            self.poll()
+            if self.wake is not None and self.wanted_tick():
+                self.stats.wakes += 1
+                self.wake()
+
+    # -- writing -------------------------------------------------------------------------------------------
+
+    def submit(self, action: SetBeIoLimit, dry_run: bool, record: Recorder) -> ActionRecord | None:
+        """Set one disk's caps on the BE tier; None when they were in place already."""
+        kind, target = ActionKind.SET_BE_IO_LIMIT, f"{action.dev} {action.cap}"
+        if dry_run:
+            return record("io", kind, target, Outcome.DRY_RUN, action.reason, action.numbers)
+        try:
+            with self._writer.held_by(BE_IO):
+                changed = self._writer.set_io_limit(self.be_tier, action.dev, limit_of(action.cap))
+        except CgroupError as err:
+            self._failed(f"set {target}", err)
+            return record("io", kind, target, Outcome.FAILED, str(err), action.numbers)
+        self.stats.by_dev[action.dev] = action.cap
+        self.stats.sets += 1
+        return record("io", kind, target, Outcome.APPLIED, action.reason, action.numbers) if changed else None
+
+    def settle_left(self) -> int:
+        """Once the policy had rates: give back what an earlier run held and this run does not."""
+        if self._settled or self._samples < SETTLE_AFTER_SAMPLES:
+            return 0
+        self._settled = True
+        return self._writer.settle(BE_IO)
+
+    def release(self) -> bool:
+        """At a clean exit: put back on each disk what was there before the agent; False if a write failed."""
+        ok = True
+        for (knob, rel), h in list(self._writer.journal.held.items()):
+            if h.holder != BE_IO.name or not knob.startswith(IO_MAX):
+                continue
+            dev = knob.removeprefix(IO_MAX)
+            try:
+                with self._writer.held_by(BE_IO):
+                    self._writer.set_io_limit(rel, dev, io_max(dev).load(h.give_back))
+            except (CgroupError, ValueError) as err:
+                self._failed(f"give back {dev}", err)
+                ok = False
+        if ok:
+            self._writer.release(BE_IO)
+        return ok
+
+    def _failed(self, what: str, err: Exception) -> None:
+        self.stats.errors += 1
+        self.stats.last_error = f"{what}: {err}"
+        log.warning("io: %s failed: %s", what, err)

@@ -1,0 +1,98 @@
+"""The disk guard (`agent/executors/io_guard.py`) on the real kernel (v1 blkio here, v2 io in the guest): what
+it reads (HP as the root less the BE tier, each workload's IO, the caps in force), the caps that bound the
+policy (another writer's from before the agent, the NodeSLO's BE device blocks by device name), and a clean
+exit that puts back what was there before."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from kit.diskio import be_cap, can_cap, commit_argv, flood_argv, on_disk
+from kit.realcg import RealRoot
+
+from agent.config.io import IoConfig
+from agent.executors.io_guard import BE_IO, IoGuard
+from cgroups.holdings import Journal
+from cgroups.io import IoLimit
+from cgroups.writer import CgroupWriter
+from qos.actions import SetBeIoLimit
+from qos.model import NO_CAP, IoCap, Source, Tier, Workload
+
+pytestmark = [pytest.mark.cgroups]
+
+
+def _workload(key: str, rel: str, be: bool) -> Workload:
+    return Workload(key, key, Source.LOCAL, Tier.BESTEFFORT if be else Tier.GUARANTEED, be, 0, rel)
+
+
+def _node_of(dev: str) -> str:
+    """The device node of disk `dev` (e.g. /dev/vda)."""
+    for line in Path(f"/sys/dev/block/{dev}/uevent").read_text().splitlines():
+        if line.startswith("DEVNAME="):
+            return "/dev/" + line.removeprefix("DEVNAME=")
+    raise LookupError(dev)
+
+
+def _record(*args: object) -> object:
+    return args
+
+
+def test_the_guard_reads_hp_be_and_each_workload_and_bounds_by_what_it_found(
+        real_root: RealRoot, tmp_path: Path) -> None:
+    if not can_cap(real_root):
+        pytest.skip("no IO controller that caps (v1 blkio, or io on pure v2)")
+    for rel in ("be", "be/batch", "hp"):
+        real_root.mkcg(rel)
+    with on_disk() as (disk, dev):
+        writer = CgroupWriter(real_root.hierarchy, real_root.name, journal=Journal(tmp_path / "held", "b"))
+        writer.set_io_limit("be", dev, IoLimit(riops=7000))  # an operator's, before the agent
+        guard, why = IoGuard.build(IoConfig(devices=(dev,)), writer, "be")
+        assert guard is not None, why
+        guard.nodeslo = lambda: {_node_of(dev): IoCap(wbps=50_000_000), "/dev/no-such-disk": IoCap(rbps=1)}
+        ws = (_workload("local/batch", "be/batch", True), _workload("local/hp", "hp", False))
+        flood = real_root.spawn("be/batch", flood_argv(disk / "be.out"), stderr=subprocess.DEVNULL)
+        hp = real_root.spawn("hp", commit_argv(disk / "hp.out"))
+        try:
+            guard.sample(ws)
+            for _ in range(5):
+                time.sleep(0.1)
+                guard.poll()
+            s = guard.sample(ws)
+        finally:
+            for p in (flood, hp):
+                p.kill()
+                p.wait(10)
+        (d,) = s.disks
+        assert d.dev == dev and d.hp is not None and d.be is not None
+        assert d.be.wbps > 1e6 and d.hp.wiops > 10, (d.be, d.hp)  # the flood is BE's, the commits HP's
+        assert d.hp.wbps < d.be.wbps
+        assert d.hp_idle_s is not None and d.hp_idle_s < 0.5
+        assert d.cap == IoCap(riops=7000)
+        assert s.static == {dev: IoCap(wbps=50_000_000, riops=7000)}  # the NodeSLO's within the operator's
+        assert guard.unresolved == ("/dev/no-such-disk",)
+        assert s.by_workload["local/batch"].wbps > 1e6 and s.by_workload["local/hp"].wiops > 10
+        # the agent's cap, then a clean exit: the operator's is back
+        rec = guard.submit(SetBeIoLimit(dev, IoCap(20_000_000, 20_000_000, 400, 400), "test"), False,
+                           _record)  # type: ignore[arg-type]
+        assert rec is not None and be_cap(real_root, "be", dev) == (20_000_000, 20_000_000, 400, 400)
+        assert (f"io_max@{dev}", "be") in writer.journal.held
+        assert writer.journal.held[(f"io_max@{dev}", "be")].holder == BE_IO.name
+        assert guard.submit(SetBeIoLimit(dev, IoCap(20_000_000, 20_000_000, 400, 400), "again"), False,
+                            _record) is None  # type: ignore[arg-type]
+        assert guard.release()
+        assert be_cap(real_root, "be", dev) == (None, None, 7000, None)
+        assert writer.journal.held == {}
+
+
+def test_no_guard_where_there_is_nothing_to_guard(real_root: RealRoot, tmp_path: Path) -> None:
+    real_root.mkcg("be")
+    writer = CgroupWriter(real_root.hierarchy, real_root.name)
+    guard, why = IoGuard.build(IoConfig(paths=("/dev/shm", str(tmp_path / "missing"))), writer, "be")
+    assert guard is None and "no disk to guard" in why
+    if can_cap(real_root):
+        guard, why = IoGuard.build(IoConfig(devices=("254:0",)), writer, "not-there")
+        assert guard is None and "the BE tier has no IO cgroup" in why
+    assert NO_CAP.none
