@@ -22,7 +22,7 @@ from agent.state.records import (
     Refusal,
     Tags,
 )
-from qos.model import Resources, Source
+from qos.model import IoSample, Resources, Source, Workload
 from qos.policies import PolicyConfig
 
 PROTOCOL = "coloc.v1"
@@ -237,3 +237,27 @@ def limits_pb(held: HeldLimits) -> list[pb.WorkloadLimits]:
     for name, r in rows.items():
         r.cgroups.extend(sorted(cgroups.get(name, {}).values(), key=lambda c: (c.level != "pod", c.cgroup)))
     return [rows[name] for name in sorted(rows)]
+
+
+def disks_pb(io: IoSample | None, workloads: tuple[Workload, ...], top: int = 5) -> list[pb.DiskStatus]:
+    """The disk guard's last reading as `status` shows it (nothing while the guard does not run)."""
+    if io is None:
+        return []
+    names = {w.key: w for w in workloads}
+    busy = sorted(io.by_workload.items(), key=lambda kv: (-kv[1].bps, kv[0]))[:top]
+    users = [pb.WorkloadIo(key=k, name=names[k].name if k in names else k, be=k in names and names[k].be,
+                           bytes_per_s=r.bps, ios_per_s=r.iops) for k, r in busy if r.bps > 0 or r.iops > 0]
+    out = []
+    for d in io.disks:
+        st = pb.DiskStatus(device=d.dev, has_rates=d.hp is not None and d.be is not None,
+                           hp_idle_s=-1.0 if d.hp_idle_s is None else d.hp_idle_s,
+                           hp_io_stall_percent=-1.0 if io.hp_stall_percent is None else io.hp_stall_percent,
+                           top=users)
+        if d.hp is not None and d.be is not None:
+            st.hp_read_bytes_per_s, st.hp_write_bytes_per_s, st.hp_ios_per_s = d.hp.rbps, d.hp.wbps, d.hp.iops
+            st.be_read_bytes_per_s, st.be_write_bytes_per_s, st.be_ios_per_s = d.be.rbps, d.be.wbps, d.be.iops
+        cap = d.cap.values() if d.cap is not None else (None, None, None, None)
+        (st.cap_read_bytes_per_s, st.cap_write_bytes_per_s, st.cap_read_ios_per_s,
+         st.cap_write_ios_per_s) = (-1 if v is None else v for v in cap)
+        out.append(st)
+    return out

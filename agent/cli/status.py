@@ -139,6 +139,7 @@ def render(st: pb.Status) -> str:
     lines += _settings_lines(st)
     lines += _limits_lines(st)
     lines += _override_lines(st)
+    lines += _disk_lines(st)
     egress = [a for a in st.recent_actions if a.kind == "set_be_egress_ceiling"]
     if egress:  # BE egress control is on: its last ceiling (bits/s) and why
         lines.append(f"egress      BE ceiling {int(egress[-1].target) / 1e6:.1f} Mbit/s "
@@ -152,6 +153,33 @@ def render(st: pb.Status) -> str:
         lines += [f"  {_when(e.notice.at_unix_ms)} rev {e.revision:<6} {e.notice.kind:12} {e.notice.message}"
                   for e in st.recent_notices]
     return "\n".join(lines)
+
+
+def _disk_lines(st: pb.Status) -> list[str]:
+    """Each guarded disk: HP's and BE's IO, BE's caps, and who uses the disk most."""
+    def mb(v: float) -> str:
+        return f"{v / 1e6:.1f}"
+
+    def cap(bps: int, ios: int) -> str:
+        if bps < 0 and ios < 0:
+            return "none"
+        return f"{'-' if bps < 0 else mb(bps)} MB/s {'-' if ios < 0 else ios} IO/s"
+
+    out = []
+    for d in st.disks:
+        if not d.has_rates:
+            out.append(f"disk {d.device:7} no rates yet")
+            continue
+        stall = "" if d.hp_io_stall_percent < 0 else f", waits {d.hp_io_stall_percent:.0f}%"
+        out.append(f"disk {d.device:7} HP {mb(d.hp_read_bytes_per_s)}/{mb(d.hp_write_bytes_per_s)} MB/s r/w "
+                   f"{d.hp_ios_per_s:.0f} IO/s{stall}; BE {mb(d.be_read_bytes_per_s)}/"
+                   f"{mb(d.be_write_bytes_per_s)} MB/s r/w {d.be_ios_per_s:.0f} IO/s; BE allowed read "
+                   f"{cap(d.cap_read_bytes_per_s, d.cap_read_ios_per_s)}, write "
+                   f"{cap(d.cap_write_bytes_per_s, d.cap_write_ios_per_s)}")
+    if st.disks and st.disks[0].top:
+        out.append("  disk users " + ", ".join(f"{u.name} ({'BE' if u.be else 'HP'}) {mb(u.bytes_per_s)} MB/s"
+                                               for u in st.disks[0].top))
+    return out
 
 
 async def fetch(address: str, recent: int, timeout: float) -> pb.Status:

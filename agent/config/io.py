@@ -25,14 +25,17 @@ class IoConfig:
 
     `devices`: the disks to guard, as `MAJ:MIN`; empty: the disks behind `paths` (those that exist; virtual
     devices and what has no disk under it are skipped). List YARN's `yarn.nodemanager.local-dirs` in `paths`
-    where they are elsewhere. `poll_s`: how often the counters are read between ticks (a tick is woken when HP
-    starts waiting or goes idle); `window_s`: the window rates are taken over. `hp_psi_cgroups`: how many HP
-    cgroups' IO pressure is read, the busiest on the disk first.
+    where they are elsewhere. `host_root`: where the host's root is seen from the agent, put before each path
+    (a DaemonSet pod: `/host`, with the host's `/var/lib` mounted read-only at `/host/var/lib`). `poll_s`: how
+    often the counters are read between ticks (a tick is woken when HP starts waiting or goes idle);
+    `window_s`: the window rates are taken over. `hp_psi_cgroups`: how many HP cgroups' IO pressure is read,
+    the busiest on the disk first.
     """
 
     enabled: bool = True
     devices: tuple[str, ...] = ()
     paths: tuple[str, ...] = DEFAULT_PATHS
+    host_root: str = ""
     poll_s: float = bounded(0.1, 0.01, 10.0)
     window_s: float = bounded(0.3, 0.05, 10.0)
     hp_psi_cgroups: int = bounded(16, 1, 1024)
@@ -51,5 +54,7 @@ class IoConfig:
         for n, p in enumerate(self.paths):
             if not isinstance(p, str) or not p.startswith("/"):
                 raise ConfigError(f"io.paths[{n}]: must be an absolute path, got {p!r}")
+        if self.host_root and (not self.host_root.startswith("/") or ".." in self.host_root.split("/")):
+            raise ConfigError(f"io.host_root: must be an absolute path without '..', got {self.host_root!r}")
         if self.window_s < self.poll_s:
             raise ConfigError(f"io.window_s: must be >= io.poll_s ({self.poll_s:g}), got {self.window_s:g}")

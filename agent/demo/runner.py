@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from agent.config.agent import AgentConfig, CgroupConfig, EvictionConfig, LoopConfig, NodeConfig, StateConfig
+from agent.config.io import IoConfig
 from agent.config.standalone import LocalWorkload, StandaloneConfig
 from agent.daemon.cgroup_tree import BE_TIER, remove_tree
 from agent.daemon.runtime import Runtime, build
@@ -169,6 +170,7 @@ def demo_config(root: str, memory: str, interval: float) -> AgentConfig:
         eviction=EvictionConfig(grace_period_s=1.0, rate_per_minute=30, burst=3),
         standalone=StandaloneConfig(workloads=tuple(be)),
         state=StateConfig(path=""),
+        io=IoConfig(paths=("/var/lib",)),  # the disk guard on the machine's disk (the demo's HP does no IO)
     )
 
 

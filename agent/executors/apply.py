@@ -191,6 +191,7 @@ class ActionExecutor:
         if not snapshot.stale and not self.dry_run and self._decided(actions):
             records.extend(self._released_left())
         if self._io is not None and not self.dry_run and snapshot.io is not None:
+            self._io.follow()
             self._io.settle_left()
         return records
 

@@ -8,8 +8,12 @@ within a fraction of a second. Between ticks the guard wakes the loop when the p
 for IO while BE is not at its floor, or HP idle on a disk BE is capped on.
 
 Writing: `SetBeIoLimit` through the one writer under the moving holder `BE_IO` (v2 `io.max`, v1
-`blkio.throttle.*_device`; through systemd on a systemd unit, so daemon-reload keeps it). A clean exit puts
-back what was there before the agent; after a crash the next run does (`cgroups/holdings.py`). Caps another
+`blkio.throttle.*_device`; through systemd on a systemd unit, so daemon-reload keeps it). v2's throttling is
+hierarchical: the tier's cap holds everything below it. v1's is not (a parent's cap does not hold a child's
+IO, measured: tests/io/test_io_guard.py): there the cap is also spread over every cgroup below the tier, each
+leaf an equal share, followed at every tick while it is in force (BE pods and YARN containers come and go).
+A clean exit puts back what was there before the agent; after a crash the next run does
+(`cgroups/holdings.py`). Caps another
 writer set before the agent held the knob are the floor's bound as well (`IoSample.static`): the agent
 only ever tightens them.
 
@@ -31,7 +35,7 @@ from dataclasses import dataclass, field
 
 from agent.config.io import IoConfig
 from agent.published import ActionRecord, Outcome
-from cgroups.errors import CgroupError
+from cgroups.errors import CgroupError, CgroupGone
 from cgroups.holdings import Holder
 from cgroups.io import IoLimit, IoStat, disk_of, disks_of
 from cgroups.io_meter import IoMeter
@@ -117,9 +121,10 @@ class IoGuard:
     @classmethod
     def build(cls, config: IoConfig, writer: CgroupWriter, be_tier: str) -> tuple[IoGuard | None, str]:
         """The guard for this node, or None and why not (no IO controller, no disk to guard)."""
-        devices = tuple(config.devices) or disks_of(list(config.paths))
+        paths = [config.host_root.rstrip("/") + p for p in config.paths]
+        devices = tuple(config.devices) or disks_of(paths)
         if not devices:
-            return None, f"no disk to guard: none of {', '.join(config.paths)} is on a disk (io.paths)"
+            return None, f"no disk to guard: none of {', '.join(paths)} is on a disk (io.paths)"
         try:
             meter = IoMeter(writer.hierarchy, writer.root)
         except CgroupError as err:
@@ -306,19 +311,73 @@ class IoGuard:
     # -- writing -------------------------------------------------------------------------------------------
 
     def submit(self, action: SetBeIoLimit, dry_run: bool, record: Recorder) -> ActionRecord | None:
-        """Set one disk's caps on the BE tier; None when they were in place already."""
+        """Set one disk's caps on the BE tier (on v1 spread below it too); None when they were in place."""
         kind, target = ActionKind.SET_BE_IO_LIMIT, f"{action.dev} {action.cap}"
         if dry_run:
             return record("io", kind, target, Outcome.DRY_RUN, action.reason, action.numbers)
         try:
             with self._writer.held_by(BE_IO):
                 changed = self._writer.set_io_limit(self.be_tier, action.dev, limit_of(action.cap))
+                if self._meter.v1:
+                    changed = self._spread(action.dev, action.cap) or changed
         except CgroupError as err:
             self._failed(f"set {target}", err)
             return record("io", kind, target, Outcome.FAILED, str(err), action.numbers)
         self.stats.by_dev[action.dev] = action.cap
         self.stats.sets += 1
         return record("io", kind, target, Outcome.APPLIED, action.reason, action.numbers) if changed else None
+
+    def follow(self) -> None:
+        """At each tick on v1: the caps in force spread again over the cgroups below the tier now."""
+        if not self._meter.v1:
+            return
+        for dev, cap in self.stats.by_dev.items():
+            if cap.none:
+                continue
+            try:
+                with self._writer.held_by(BE_IO):
+                    self._spread(dev, cap)
+            except CgroupError as err:
+                self._failed(f"spread {dev}", err)
+
+    def _below(self) -> list[str]:
+        """Every cgroup below the BE tier in v1's blkio hierarchy, parents first."""
+        out: list[str] = []
+        todo = self._writer.children(self.be_tier, "blkio")
+        while todo:
+            rel = todo.pop(0)
+            out.append(rel)
+            with contextlib.suppress(CgroupError):
+                todo.extend(self._writer.children(rel, "blkio"))
+        return out
+
+    def _has_tasks(self, rel: str) -> bool:
+        try:
+            with open(self._writer.path("blkio", rel, "cgroup.procs"), "rb") as f:
+                return bool(f.read(16).strip())
+        except OSError:
+            return False
+
+    def _spread(self, dev: str, cap: IoCap) -> bool:
+        """v1: each leaf below the tier with a process an equal share of `cap`, every other cgroup the whole
+        of it; a lifted cap puts back what each had before the agent. Whether a file changed."""
+        below = self._below()
+        parents = {rel.rsplit("/", 1)[0] for rel in below}
+        busy = [rel for rel in below if rel not in parents and self._has_tasks(rel)]
+        share = cap.scaled(1 / max(1, len(busy)))
+        changed = False
+        for rel in below:
+            want = cap if cap.none or rel in parents else share
+            if want.none:
+                held = self._writer.journal.held.get((f"{IO_MAX}{dev}", rel))
+                if held is None:
+                    continue  # nothing of ours there
+                limit = io_max(dev).load(held.give_back)
+            else:
+                limit = limit_of(want)
+            with contextlib.suppress(CgroupError):  # gone meanwhile: a container that ended
+                changed = self._writer.set_io_limit(rel, dev, limit) or changed
+        return changed
 
     def settle_left(self) -> int:
         """Once the policy had rates: give back what an earlier run held and this run does not."""
@@ -330,13 +389,16 @@ class IoGuard:
     def release(self) -> bool:
         """At a clean exit: put back on each disk what was there before the agent; False if a write failed."""
         ok = True
-        for (knob, rel), h in list(self._writer.journal.held.items()):
+        held = sorted(self._writer.journal.held.items(), key=lambda kv: -kv[0][1].count("/"))
+        for (knob, rel), h in held:
             if h.holder != BE_IO.name or not knob.startswith(IO_MAX):
                 continue
             dev = knob.removeprefix(IO_MAX)
             try:
                 with self._writer.held_by(BE_IO):
                     self._writer.set_io_limit(rel, dev, io_max(dev).load(h.give_back))
+            except CgroupGone:
+                continue  # the cgroup went: nothing to give back
             except (CgroupError, ValueError) as err:
                 self._failed(f"give back {dev}", err)
                 ok = False

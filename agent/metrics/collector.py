@@ -18,6 +18,7 @@ from typing import TypeVar
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from agent.metrics.io import io_families, workload_io
 from agent.metrics.ledger import LIFECYCLE_STATES, LedgerFigures, ledger_figures
 from agent.metrics.tally import OTHER, ActionTally
 from agent.published import Board, Counters, Published
@@ -83,6 +84,7 @@ class ColocCollector(Collector):
         "tiers",
         "be",
         "network",
+        "io",
         "batch",
         "ledger",
         "sources",
@@ -122,6 +124,7 @@ class ColocCollector(Collector):
             "tiers": self._tiers,
             "be": self._be,
             "network": self._network,
+            "io": self._io,
             "batch": self._batch,
             "ledger": self._ledger,
             "sources": self._sources,
@@ -378,6 +381,13 @@ class ColocCollector(Collector):
                                       "BE egress ceiling changes applied since start.")
         changes.add_metric([], net.ceiling_changes)
         return [*out, owned, sources, changes]
+
+    def _io(self, p: Published | None, _: LedgerFigures | None) -> Iterable[Metric]:
+        """The disk guard: HP's and BE's IO per disk, BE's caps, HP's IO pressure, the busiest workloads."""
+        snap = p.snapshot if p is not None else None
+        if snap is None:
+            return []
+        return [*io_families(snap.io), *workload_io(snap.io, snap.workloads, self._top_n, _workload_labels)]
 
     def _batch(self, p: Published | None, ledger: LedgerFigures | None) -> Iterable[Metric]:
         snap = p.snapshot if p else None

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from kit.agentproc import agent_config, metric, running_agent, sample
+from kit.agentproc import agent_argv, agent_config, metric, running_agent, sample, samples
 from kit.diskio import be_cap, can_cap, commit_argv, flood_argv, on_disk
 from kit.poll import holds, wait
 from kit.ports import free_port
@@ -55,7 +55,21 @@ def test_be_is_cut_while_hp_commits_and_gets_the_disk_back_when_hp_stops(real_ro
                 assert cut_s < 4.0 and lifted_s < 4.0, (cut_s, lifted_s)
                 hp = real_root.spawn("agent/hp", commit_argv(disk / "hp.out"))
                 assert wait(lambda: be_cap(real_root, tier, dev)[1] == FLOOR, 10), log.read_text()[-3000:]
-                assert sample(port, "coloc_holdings", holder="be_io") == 1
+                # v1 spreads the cap below the tier (not hierarchical): the tier, batch and hadoop-yarn
+                v1 = real_root.hierarchy.is_v1("blkio")
+                assert sample(port, "coloc_holdings", holder="be_io") == (3 if v1 else 1)
+                if v1:  # the one busy leaf gets the whole floor
+                    assert be_cap(real_root, f"{tier}/batch", dev)[1] == FLOOR
+                # who uses the disk, what BE is allowed: /metrics and `coloc-agent status`
+                assert wait(lambda: sample(port, "coloc_io_be_cap_bytes_per_second", device=dev,
+                                           direction="write") == FLOOR, 5)
+                batch = (("name", "batch"), ("namespace", ""), ("source", "local"), ("tier", "besteffort"))
+                assert wait(lambda: samples(port).get("coloc_workload_io_bytes_per_second", {})
+                            .get(batch, 0) > 0, 5), samples(port).get("coloc_workload_io_bytes_per_second")
+                shown = subprocess.run(agent_argv("status", "--socket", str(tmp_path / "agent.sock")),
+                                       capture_output=True, text=True, timeout=30).stdout
+                assert f"disk {dev}" in shown and "write 20.0 MB/s 400 IO/s" in shown, shown
+                assert "batch (BE)" in shown and "hp (HP)" in shown, shown
                 assert agent.poll() is None
             finally:
                 flood.kill()

@@ -96,3 +96,56 @@ def test_no_guard_where_there_is_nothing_to_guard(real_root: RealRoot, tmp_path:
         guard, why = IoGuard.build(IoConfig(devices=("254:0",)), writer, "not-there")
         assert guard is None and "the BE tier has no IO cgroup" in why
     assert NO_CAP.none
+
+
+def _written_mb_per_s(root: RealRoot, rel: str, target: Path, seconds: float = 1.5) -> float:
+    flood = root.spawn(rel, flood_argv(target), stderr=subprocess.DEVNULL)
+    try:
+        started = time.monotonic()
+        time.sleep(seconds)
+        size = target.stat().st_size if target.exists() else 0
+        return size / (time.monotonic() - started) / 1e6
+    finally:
+        flood.kill()
+        flood.wait(10)
+
+
+def test_a_cap_on_the_be_tier_holds_the_yarn_containers_below_it(real_root: RealRoot, tmp_path: Path) -> None:
+    """YARN's containers live below the BE tier (`besteffort/hadoop-yarn/container_*`): the tier's cap holds
+    them as it holds BE pods. v2's throttling is hierarchical; v1's is not (without the guard's spreading a
+    container below a capped tier writes at the disk's speed): there each leaf gets its share, and a
+    container that starts while the cap is in force gets one at the next tick."""
+    if not can_cap(real_root):
+        pytest.skip("no IO controller that caps (v1 blkio, or io on pure v2)")
+    yarn = "be/hadoop-yarn/container_e01_1700000000000_0001_01_00000"
+    first = real_root.mkcg(yarn + "2")
+    with on_disk() as (disk, dev):
+        writer = CgroupWriter(real_root.hierarchy, real_root.name, journal=Journal(tmp_path / "held", "b"))
+        guard, why = IoGuard.build(IoConfig(devices=(dev,)), writer, "be")
+        assert guard is not None, why
+        assert guard.submit(SetBeIoLimit(dev, IoCap(wbps=4_000_000), "test"), False, _record) is not None
+        rate = _written_mb_per_s(real_root, first, disk / "a.out")
+        assert 0.5 < rate < 4 * 1.6, f"{rate:.1f} MB/s below a 4 MB/s cap on the tier"
+        # a second container starts while the cap is in force: the two together are held to it
+        second = real_root.mkcg(yarn + "3")
+        floods = [real_root.spawn(rel, flood_argv(disk / f"{n}.out"), stderr=subprocess.DEVNULL)
+                  for n, rel in enumerate((first, second))]
+        try:
+            time.sleep(0.2)
+            guard.follow()  # the tick after it started
+            if real_root.hierarchy.is_v1("blkio"):
+                assert be_cap(real_root, second, dev)[1] == 2_000_000  # two busy leaves: half each
+            sizes = [(disk / f"{n}.out").stat().st_size for n in range(2)]
+            started = time.monotonic()
+            time.sleep(1.5)
+            grown = sum((disk / f"{n}.out").stat().st_size - sizes[n] for n in range(2))
+            rate = grown / (time.monotonic() - started) / 1e6
+        finally:
+            for f in floods:
+                f.kill()
+                f.wait(10)
+        assert 0.5 < rate < 4 * 1.6, f"{rate:.1f} MB/s below a 4 MB/s cap, two containers"
+        assert guard.release()
+        assert be_cap(real_root, first, dev) == (None, None, None, None)
+        assert be_cap(real_root, "be", dev) == (None, None, None, None)
+        assert writer.journal.held == {}

@@ -980,6 +980,7 @@ class Status(_message.Message):
     NOT_READY_REASON_FIELD_NUMBER: _builtins.int
     KNOB_OVERRIDES_FIELD_NUMBER: _builtins.int
     ENFORCED_LIMITS_FIELD_NUMBER: _builtins.int
+    DISKS_FIELD_NUMBER: _builtins.int
     revision: _builtins.int
     applications: _builtins.int
     watchers: _builtins.int
@@ -1030,6 +1031,10 @@ class Status(_message.Message):
     def enforced_limits(self) -> _containers.RepeatedCompositeFieldContainer[Global___WorkloadLimits]:
         """Each pod's limits the agent holds on its cgroups now (batch limits, memory QoS, CPU burst), by pod name."""
 
+    @_builtins.property
+    def disks(self) -> _containers.RepeatedCompositeFieldContainer[Global___DiskStatus]:
+        """Each disk the disk guard watches (empty while it does not run): who uses it, what BE is allowed."""
+
     def __init__(
         self,
         *,
@@ -1058,14 +1063,119 @@ class Status(_message.Message):
         not_ready_reason: _builtins.str = ...,
         knob_overrides: _abc.Iterable[Global___KnobOverride] | None = ...,
         enforced_limits: _abc.Iterable[Global___WorkloadLimits] | None = ...,
+        disks: _abc.Iterable[Global___DiskStatus] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["batch_allocated", b"batch_allocated", "identity", b"identity", "node", b"node"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["allocations", b"allocations", "applications", b"applications", "awaits_scheduler_ack", b"awaits_scheduler_ack", "batch_allocated", b"batch_allocated", "dropped_watchers", b"dropped_watchers", "enforced_limits", b"enforced_limits", "fast_path_mode", b"fast_path_mode", "fast_path_reason", b"fast_path_reason", "identity", b"identity", "knob_overrides", b"knob_overrides", "node", b"node", "not_ready_reason", b"not_ready_reason", "recent_actions", b"recent_actions", "recent_notices", b"recent_notices", "revision", b"revision", "settings", b"settings", "sources", b"sources", "startup_problem", b"startup_problem", "state_unsaved", b"state_unsaved", "tick", b"tick", "tick_age_s", b"tick_age_s", "waiting_for", b"waiting_for", "waiting_s", b"waiting_s", "waiting_since_unix_ms", b"waiting_since_unix_ms", "watchers", b"watchers"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["allocations", b"allocations", "applications", b"applications", "awaits_scheduler_ack", b"awaits_scheduler_ack", "batch_allocated", b"batch_allocated", "disks", b"disks", "dropped_watchers", b"dropped_watchers", "enforced_limits", b"enforced_limits", "fast_path_mode", b"fast_path_mode", "fast_path_reason", b"fast_path_reason", "identity", b"identity", "knob_overrides", b"knob_overrides", "node", b"node", "not_ready_reason", b"not_ready_reason", "recent_actions", b"recent_actions", "recent_notices", b"recent_notices", "revision", b"revision", "settings", b"settings", "sources", b"sources", "startup_problem", b"startup_problem", "state_unsaved", b"state_unsaved", "tick", b"tick", "tick_age_s", b"tick_age_s", "waiting_for", b"waiting_for", "waiting_s", b"waiting_s", "waiting_since_unix_ms", b"waiting_since_unix_ms", "watchers", b"watchers"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___Status: _TypeAlias = Status  # noqa: Y015
+
+@_typing.final
+class DiskStatus(_message.Message):
+    """One guarded disk at the last tick: HP's and BE's IO over the guard's window, BE's caps as the kernel holds
+    them, and the workloads that did the most IO on the guarded disks over the last tick.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    DEVICE_FIELD_NUMBER: _builtins.int
+    HAS_RATES_FIELD_NUMBER: _builtins.int
+    HP_READ_BYTES_PER_S_FIELD_NUMBER: _builtins.int
+    HP_WRITE_BYTES_PER_S_FIELD_NUMBER: _builtins.int
+    HP_IOS_PER_S_FIELD_NUMBER: _builtins.int
+    BE_READ_BYTES_PER_S_FIELD_NUMBER: _builtins.int
+    BE_WRITE_BYTES_PER_S_FIELD_NUMBER: _builtins.int
+    BE_IOS_PER_S_FIELD_NUMBER: _builtins.int
+    CAP_READ_BYTES_PER_S_FIELD_NUMBER: _builtins.int
+    CAP_WRITE_BYTES_PER_S_FIELD_NUMBER: _builtins.int
+    CAP_READ_IOS_PER_S_FIELD_NUMBER: _builtins.int
+    CAP_WRITE_IOS_PER_S_FIELD_NUMBER: _builtins.int
+    HP_IDLE_S_FIELD_NUMBER: _builtins.int
+    HP_IO_STALL_PERCENT_FIELD_NUMBER: _builtins.int
+    TOP_FIELD_NUMBER: _builtins.int
+    device: _builtins.str
+    """MAJ:MIN"""
+    has_rates: _builtins.bool
+    """false until the guard has two readings"""
+    hp_read_bytes_per_s: _builtins.float
+    hp_write_bytes_per_s: _builtins.float
+    hp_ios_per_s: _builtins.float
+    be_read_bytes_per_s: _builtins.float
+    be_write_bytes_per_s: _builtins.float
+    be_ios_per_s: _builtins.float
+    cap_read_bytes_per_s: _builtins.int
+    """BE's caps on the disk: bytes/s read and written, IOs/s read and written; -1: none."""
+    cap_write_bytes_per_s: _builtins.int
+    cap_read_ios_per_s: _builtins.int
+    cap_write_ios_per_s: _builtins.int
+    hp_idle_s: _builtins.float
+    """since HP last did IO on it; -1: not since the guard started"""
+    hp_io_stall_percent: _builtins.float
+    """the worst HP cgroup's io.pressure 'some' over the window; -1: no PSI"""
+    @_builtins.property
+    def top(self) -> _containers.RepeatedCompositeFieldContainer[Global___WorkloadIo]:
+        """the busiest workloads by IO, most first (the same list on every disk)"""
+
+    def __init__(
+        self,
+        *,
+        device: _builtins.str = ...,
+        has_rates: _builtins.bool = ...,
+        hp_read_bytes_per_s: _builtins.float = ...,
+        hp_write_bytes_per_s: _builtins.float = ...,
+        hp_ios_per_s: _builtins.float = ...,
+        be_read_bytes_per_s: _builtins.float = ...,
+        be_write_bytes_per_s: _builtins.float = ...,
+        be_ios_per_s: _builtins.float = ...,
+        cap_read_bytes_per_s: _builtins.int = ...,
+        cap_write_bytes_per_s: _builtins.int = ...,
+        cap_read_ios_per_s: _builtins.int = ...,
+        cap_write_ios_per_s: _builtins.int = ...,
+        hp_idle_s: _builtins.float = ...,
+        hp_io_stall_percent: _builtins.float = ...,
+        top: _abc.Iterable[Global___WorkloadIo] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["be_ios_per_s", b"be_ios_per_s", "be_read_bytes_per_s", b"be_read_bytes_per_s", "be_write_bytes_per_s", b"be_write_bytes_per_s", "cap_read_bytes_per_s", b"cap_read_bytes_per_s", "cap_read_ios_per_s", b"cap_read_ios_per_s", "cap_write_bytes_per_s", b"cap_write_bytes_per_s", "cap_write_ios_per_s", b"cap_write_ios_per_s", "device", b"device", "has_rates", b"has_rates", "hp_idle_s", b"hp_idle_s", "hp_io_stall_percent", b"hp_io_stall_percent", "hp_ios_per_s", b"hp_ios_per_s", "hp_read_bytes_per_s", b"hp_read_bytes_per_s", "hp_write_bytes_per_s", b"hp_write_bytes_per_s", "top", b"top"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DiskStatus: _TypeAlias = DiskStatus  # noqa: Y015
+
+@_typing.final
+class WorkloadIo(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    KEY_FIELD_NUMBER: _builtins.int
+    NAME_FIELD_NUMBER: _builtins.int
+    BE_FIELD_NUMBER: _builtins.int
+    BYTES_PER_S_FIELD_NUMBER: _builtins.int
+    IOS_PER_S_FIELD_NUMBER: _builtins.int
+    key: _builtins.str
+    name: _builtins.str
+    be: _builtins.bool
+    bytes_per_s: _builtins.float
+    ios_per_s: _builtins.float
+    def __init__(
+        self,
+        *,
+        key: _builtins.str = ...,
+        name: _builtins.str = ...,
+        be: _builtins.bool = ...,
+        bytes_per_s: _builtins.float = ...,
+        ios_per_s: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["be", b"be", "bytes_per_s", b"bytes_per_s", "ios_per_s", b"ios_per_s", "key", b"key", "name", b"name"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___WorkloadIo: _TypeAlias = WorkloadIo  # noqa: Y015
 
 @_typing.final
 class WorkloadLimits(_message.Message):
