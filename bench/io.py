@@ -39,12 +39,16 @@ import signal
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kit.agentproc import agent_argv, agent_config, samples, stop
 from kit.bench import drop_cache, finish, pct, progress
+from kit.diskio import be_cap
+from kit.ports import free_port
 from kit.realcg import CgroupsUnavailable, RealRoot
 
 from cgroups.io import NO_LIMIT, IoLimit, IoStat, disk_of, parse_blkio, parse_io_stat
@@ -52,11 +56,32 @@ from cgroups.io import NO_LIMIT, IoLimit, IoStat, disk_of, parse_blkio, parse_io
 MI = 1 << 20
 MB = 1_000_000
 FLOODS = ("direct_write", "buffered_write", "direct_read")
-HP_CASES = ("alone", *FLOODS, *(f"{f}_capped" for f in FLOODS))
-BE_CASES = tuple(f"be_alone_{f}{c}" for f in FLOODS for c in ("", "_capped"))
-CASES = HP_CASES + BE_CASES
-REQUIRED = ("alone_fsync_p99_ms", *(f"{f}{c}_fsync_p99_ms" for f in FLOODS for c in ("", "_capped")),
-            *(f"be_alone_{f}{c}_mb_per_s" for f in FLOODS for c in ("", "_capped")))
+SUB = "node"  # the agent's cgroup root, below the bench's private root
+HP_REL, TIER = f"{SUB}/hp", f"{SUB}/besteffort"  # HP a direct child of the agent's root; BE below besteffort/
+BE_REL = f"{TIER}/be"
+NO_CAP = (None, None, None, None)
+REPO = Path(__file__).resolve().parents[1]
+# The issue's targets with the agent (issue #32): HP p99 <= 2x alone, HP ops >= 0.9 of alone, BE alone with
+# the agent >= 0.8 of BE alone without it, the cap set and lifted within 1 s of HP's start and stop.
+TARGET_P99_RATIO, TARGET_OPS_RATIO, TARGET_BE_SHARE, TARGET_REACTION_S = 2.0, 0.9, 0.8, 1.0
+
+
+def case_names(capped: bool) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The HP cases and the BE-alone cases of a run (the static `_capped` ones only with --capped)."""
+    kinds = ("", "_agent", *(("_capped",) if capped else ()))
+    return (("alone", *(f"{f}{k}" for f in FLOODS for k in kinds)),
+            tuple(f"be_alone_{f}{k}" for f in FLOODS for k in kinds))
+
+
+def required(capped: bool) -> tuple[str, ...]:
+    kinds = ("", "_agent", *(("_capped",) if capped else ()))
+    return ("alone_fsync_p99_ms", "alone_read_p99_ms", "alone_ops_per_s",
+            *(f"{f}{k}_{x}" for f in FLOODS for k in kinds
+              for x in ("fsync_p99_ms", "read_p99_ms", "ops_over_alone_ratio")),
+            *(f"be_alone_{f}{k}_mb_per_s" for f in FLOODS for k in kinds),
+            *(f"{f}_agent_{x}_over_alone_ratio" for f in FLOODS for x in ("fsync_p99", "read_p99")),
+            *(f"be_alone_{f}_agent_over_alone_ratio" for f in FLOODS))
+
 
 # One HP load: `fsync` (append 4 KiB, fsync) or `read` (4 KiB O_DIRECT pread at a random 4 KiB offset), one op
 # every `interval` s from `start` to `end` (time.monotonic, which is CLOCK_MONOTONIC: one clock for all
@@ -94,7 +119,8 @@ while True:
     lat.append(round((done - now) * 1000, 4))
     nxt = max(nxt + interval, done)
 os.close(fd)
-print(json.dumps({"lat_ms": lat, "span_s": max(end - begin, 1e-3)}))
+print(json.dumps({"lat_ms": lat, "span_s": max(end - begin, 1e-3), "first": begin,
+                  "last": done if lat else begin}))
 """
 
 
@@ -109,6 +135,76 @@ class Sample:
     be_mb_per_s: float = 0.0
     be_cgroup_mb_per_s: float = 0.0
     disk_mb_per_s: float = 0.0
+    # with the agent: BE's cap file read every ~10 ms
+    cut_s: float | None = None  # HP's first op -> the first cap seen (None: none seen while HP ran)
+    lift_s: float | None = None  # HP's last op -> no cap (None: no cap at HP's stop, or never lifted)
+    capped_share: float | None = None  # share of the polls in the measured window that saw a cap
+    capped_before_hp: bool = False  # a cap seen with BE flooding before HP's first op
+
+
+class Agent:
+    """The checkout's `coloc-agent run`, standalone on the bench's cgroup root `<root>/node` (HP its
+    direct child `hp`, BE below `besteffort/`), guarding `dev` with the shipped policy (`io: {devices:
+    [dev]}`, nothing else of `io:`), 1 s ticks, /metrics on a free port, its state and socket in `tmp`
+    (fresh at each start)."""
+
+    def __init__(self, root: RealRoot, dev: str, tmp: Path) -> None:
+        self.root, self.dev, self.tmp = root, dev, tmp
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.log = tmp / "agent.log"
+        self.port = 0
+        self.starts = 0
+        self.ready_s: list[float] = []
+
+    def start(self) -> None:
+        shutil.rmtree(self.tmp / "state", ignore_errors=True)
+        (self.tmp / "agent.sock").unlink(missing_ok=True)
+        self.port = free_port()
+        mem_gib = max(1, os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") >> 30)
+        cfg = agent_config(self.tmp, f"{self.root.name}/{SUB}", self.port,
+                           node={"cpus": os.cpu_count() or 1, "memory": f"{mem_gib}Gi"},
+                           loop={"interval_s": 1.0, "fast_path": None},
+                           cgroups={"setup_tiers": True, "cleanup_on_exit": False},
+                           io={"devices": [self.dev]})
+        began = time.monotonic()
+        with self.log.open("ab") as out:
+            out.write(f"--- start {self.starts}\n".encode())
+            out.flush()
+            self.proc = subprocess.Popen(agent_argv("run", "--config", str(cfg)), stdin=subprocess.DEVNULL,
+                                         stdout=out, stderr=out, cwd=REPO)
+        self.starts += 1
+        deadline = began + 60
+        while True:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"the agent exited {self.proc.returncode} at start:\n{self.tail()}")
+            got = samples(self.port, timeout=2)
+            if got.get("coloc_ticks_total", {}).get((), 0) >= 2 and "coloc_io_be_ios_per_second" in got:
+                break
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the agent's disk guard did not report within 60 s:\n{self.tail()}")
+            time.sleep(0.1)
+        self.ready_s.append(time.monotonic() - began)
+
+    def stop(self) -> None:
+        """SIGTERM; a clean exit must give BE's caps back (else RuntimeError)."""
+        if self.proc is None:
+            return
+        proc, self.proc = self.proc, None
+        rc = stop(proc, 30)
+        if rc != 0:
+            raise RuntimeError(f"the agent exited {rc} on SIGTERM:\n{self.tail()}")
+        left = be_cap(self.root, TIER, self.dev)
+        if left != NO_CAP:
+            raise RuntimeError(f"the agent's clean exit left BE capped on {self.dev}: {left}\n{self.tail()}")
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(30)
+        self.proc = None
+
+    def tail(self) -> str:
+        return self.log.read_text(errors="replace")[-3000:] if self.log.exists() else ""
 
 
 class Flood:
@@ -186,17 +282,20 @@ class Flood:
 
 
 class Bench:
-    def __init__(self, args: argparse.Namespace, root: RealRoot, workdir: Path, dev: str) -> None:
-        self.args, self.root, self.dir, self.dev = args, root, workdir, dev
+    def __init__(self, args: argparse.Namespace, root: RealRoot, workdir: Path, dev: str,
+                 agent: Agent) -> None:
+        self.args, self.root, self.dir, self.dev, self.agent = args, root, workdir, dev, agent
         self.v1 = root.hierarchy.is_v1("blkio")
         self.writer, _ = root.writer_reader()
-        self.hp = root.mkcg("hp")
-        self.be = root.mkcg("be")
+        self.hp = root.mkcg(HP_REL)
+        self.be = root.mkcg(TIER if args.be_in_tier else BE_REL)
+        self.writer.set_cpu_shares(TIER, 2)  # as the kubelet (and the agent's setup_tiers) lays the tier out
         self.writer.set_memory_limit(self.be, args.be_memory_mib * MI)
         self.hp_file = workdir / "hp-read.dat"
         self.write_file = workdir / "be-write.dat"
         self.read_file = workdir / "be-read.dat"
         self.cap = IoLimit(rbps=int(args.cap_mb * MB), wbps=int(args.cap_mb * MB))
+        self.trace: list[tuple[float, bool]] = []  # (when, BE capped) while the agent runs
 
     # -- files ---------------------------------------------------------------------------------------
 
@@ -235,58 +334,115 @@ class Bench:
         a = self.args
         flood_kind = next((f for f in FLOODS if f in case), None)
         with_hp = not case.startswith("be_alone")
+        with_agent = case.endswith("_agent")
+        # BE's own cgroup uncapped, or the static cap (v1's throttle is flat: a cap holds the cgroup it is on,
+        # not those below it); the agent's cases find the tier uncapped (its clean exit gave the caps back)
         self.writer.set_io_limit(self.be, self.dev, self.cap if case.endswith("_capped") else NO_LIMIT)
         log = self.dir / f"hp-log-{tag}"
-        t_be = time.monotonic() + 0.3  # room for the HP processes to start
-        start = t_be + (a.warmup if flood_kind else 0.0)
-        end = start + a.seconds
         hp: dict[str, subprocess.Popen[Any]] = {}
         flood = None
-        if flood_kind:
-            target = self.read_file if flood_kind == "direct_read" else self.write_file
-            mib = a.read_file_mib if flood_kind == "direct_read" else a.write_file_mib
-            flood = Flood(self.root, self.be, flood_kind, target, mib, min(a.chunk_mib, mib))
+        self.trace = []
         try:
+            if with_agent:
+                self.agent.start()  # before BE's warm-up; ticking, its guard reporting
+            t_be = time.monotonic() + 0.3  # room for the HP processes to start
+            start = t_be + (a.warmup if flood_kind else 0.0)
+            end = start + a.seconds
+            if flood_kind:
+                flood = self.flood(flood_kind)
             if with_hp:
-                for kind, path, every in (("fsync", log, a.commit_ms), ("read", self.hp_file, a.read_ms)):
-                    hp[kind] = self.root.spawn(self.hp, [sys.executable, "-c", HP_PROG, kind, str(path),
-                                                         repr(start), repr(end), repr(every / 1000)],
-                                               stdout=subprocess.PIPE)
+                hp = self.spawn_hp(log, start, end)
             sleep_until(t_be)
             if flood:
                 flood.start()
-            c0 = self.watch_until(start, flood)
-            c1 = self.watch_until(end, flood)
+            c0 = self.watch_until(start, flood, with_agent)
+            c1 = self.watch_until(end, flood, with_agent)
+            if with_agent and with_hp:
+                self.watch_until(end + a.lift_wait, flood, with_agent)  # BE still flooding: the cap lifted?
             out = Sample()
             dt = c1[0] - c0[0]
             out.be_mb_per_s = (c1[1] - c0[1]) / dt / MB
             out.be_cgroup_mb_per_s = (c1[2] - c0[2]) / dt / MB
             out.disk_mb_per_s = (c1[3] - c0[3]) / dt / MB
-            for kind, proc in hp.items():
-                stdout, _ = proc.communicate(timeout=a.seconds + 60)
-                self.root.procs.remove(proc)
-                if proc.returncode != 0:
-                    raise RuntimeError(f"HP {kind} exited {proc.returncode}")
-                got = json.loads(stdout)
-                setattr(out, f"{kind}_ms", got["lat_ms"])
-                setattr(out, f"{kind}_ops_per_s", len(got["lat_ms"]) / got["span_s"])
+            ends = self.collect_hp(hp, out)
+            if with_agent:
+                self.reaction(out, start, end, ends)
+                if flood:
+                    flood.stop()
+                self.agent.stop()  # SIGTERM: the caps given back, checked
             return out
         finally:
-            if flood:
-                flood.stop()
-            for proc in hp.values():
-                if proc.poll() is None:
-                    proc.kill()
-                    proc.wait()
-            log.unlink(missing_ok=True)
-            if flood_kind == "buffered_write":
-                drop_cache(self.write_file)  # its dirty pages written now, not in the next case
+            self.clean_case(flood, hp, log, flood_kind)
 
-    def watch_until(self, when: float, flood: Flood | None) -> tuple[float, int, int, int]:
-        """Keep the flood going until `when`, then the counters."""
+    def flood(self, kind: str) -> Flood:
+        a = self.args
+        target = self.read_file if kind == "direct_read" else self.write_file
+        mib = a.read_file_mib if kind == "direct_read" else a.write_file_mib
+        return Flood(self.root, self.be, kind, target, mib, min(a.chunk_mib, mib))
+
+    def spawn_hp(self, log: Path, start: float, end: float) -> dict[str, subprocess.Popen[Any]]:
+        a = self.args
+        return {kind: self.root.spawn(self.hp, [sys.executable, "-c", HP_PROG, kind, str(path), repr(start),
+                                                repr(end), repr(every / 1000)], stdout=subprocess.PIPE)
+                for kind, path, every in (("fsync", log, a.commit_ms), ("read", self.hp_file, a.read_ms))}
+
+    def collect_hp(self, hp: dict[str, subprocess.Popen[Any]], out: Sample) -> list[tuple[float, float]]:
+        """HP's latencies and ops/s into `out`; each process's first op's start and last op's end."""
+        ends = []
+        for kind, proc in hp.items():
+            stdout, _ = proc.communicate(timeout=self.args.seconds + 60)
+            self.root.procs.remove(proc)
+            if proc.returncode != 0:
+                raise RuntimeError(f"HP {kind} exited {proc.returncode}")
+            got = json.loads(stdout)
+            setattr(out, f"{kind}_ms", got["lat_ms"])
+            setattr(out, f"{kind}_ops_per_s", len(got["lat_ms"]) / got["span_s"])
+            ends.append((got["first"], got["last"]))
+        return ends
+
+    def clean_case(self, flood: Flood | None, hp: dict[str, subprocess.Popen[Any]], log: Path,
+                   flood_kind: str | None) -> None:
+        if flood:
+            flood.stop()
+        for proc in hp.values():
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        if self.agent.proc is not None:  # on the way out of a failure: SIGTERM, then SIGKILL
+            try:
+                self.agent.stop()
+            finally:
+                self.agent.kill()
+        log.unlink(missing_ok=True)
+        if flood_kind == "buffered_write":
+            drop_cache(self.write_file)  # its dirty pages written now, not in the next case
+
+    def reaction(self, out: Sample, start: float, end: float, ends: list[tuple[float, float]]) -> None:
+        """The cut (HP's first op to the first cap seen) and the lift (HP's last op to no cap seen), and the
+        share of the measured window BE was capped, from the cap file's trace."""
+        window = [c for t, c in self.trace if start <= t <= end]
+        out.capped_share = sum(window) / len(window) if window else None
+        if not ends:  # BE alone with the agent: only the share (HP idle: there should be no cap)
+            return
+        first, last = min(e[0] for e in ends), max(e[1] for e in ends)
+        out.capped_before_hp = any(c for t, c in self.trace if t < first)
+        out.cut_s = next((t - first for t, c in self.trace if t >= first and c), None)
+        at_stop = [c for t, c in self.trace if t <= last]
+        if at_stop and at_stop[-1]:
+            out.lift_s = next((t - last for t, c in self.trace if t > last and not c), None)
+
+    def watch_until(self, when: float, flood: Flood | None,
+                    trace: bool = False) -> tuple[float, int, int, int]:
+        """Keep the flood going until `when` (and with `trace`, read BE's cap file every ~10 ms), then the
+        counters."""
+        seen = 0.0
         while (left := when - time.monotonic()) > 0:
             if flood:
                 flood.tend()
+            now = time.monotonic()
+            if trace and now - seen >= 0.01:
+                seen = now
+                self.trace.append((now, be_cap(self.root, TIER, self.dev) != NO_CAP))
             time.sleep(min(left, 0.005))
         return self.counters(flood)
 
@@ -297,11 +453,17 @@ def sleep_until(when: float) -> None:
         time.sleep(left)
 
 
+def med(xs: list[float]) -> float | None:
+    return round(statistics.median(xs), 3) if xs else None
+
+
 def summarise(results: dict[str, list[Sample]], args: argparse.Namespace, dev: str,
               mode: str) -> dict[str, Any]:
+    hp_cases, _ = case_names(args.capped)
     out: dict[str, Any] = {"cgroup_mode": mode, "device": dev, "cap_mb_per_s": args.cap_mb,
                            "rounds": args.rounds, "seconds_per_case": args.seconds,
-                           "be_memory_mib": args.be_memory_mib}
+                           "be_memory_mib": args.be_memory_mib,
+                           "be_cgroup": TIER if args.be_in_tier else BE_REL}
     for case, rs in results.items():
         if not case.startswith("be_alone"):
             for kind in ("fsync", "read"):
@@ -311,46 +473,121 @@ def summarise(results: dict[str, list[Sample]], args: argparse.Namespace, dev: s
                 out[f"{case}_{kind}_max_ms"] = round(max(pooled, default=float("nan")), 3)
                 out[f"{case}_{kind}_ops_per_s"] = round(statistics.median(getattr(r, f"{kind}_ops_per_s")
                                                                           for r in rs), 1)
+            out[f"{case}_ops_per_s"] = round(statistics.median(r.fsync_ops_per_s + r.read_ops_per_s
+                                                               for r in rs), 1)
         if case != "alone":
             for key in ("be_mb_per_s", "be_cgroup_mb_per_s", "disk_mb_per_s"):
                 name = key.removeprefix("be_") if case.startswith("be_alone") and key != "disk_mb_per_s" \
                     else key
                 out[f"{case}_{name}"] = round(statistics.median(getattr(r, key) for r in rs), 1)
-    for case in HP_CASES[1:]:
+        if case.endswith("_agent"):
+            out[f"{case}_capped_share"] = med([r.capped_share for r in rs if r.capped_share is not None])
+    alone = results["alone"]
+    for case in hp_cases[1:]:
+        rs = results[case]
         for kind in ("fsync", "read"):
             out[f"{case}_{kind}_p99_over_alone_ratio"] = round(
                 out[f"{case}_{kind}_p99_ms"] / max(out[f"alone_{kind}_p99_ms"], 1e-3), 2)
+        # per round against that round's HP alone, then the median
+        out[f"{case}_ops_over_alone_ratio"] = round(statistics.median(
+            (r.fsync_ops_per_s + r.read_ops_per_s) / max(al.fsync_ops_per_s + al.read_ops_per_s, 1e-3)
+            for r, al in zip(rs, alone, strict=True)), 3)
+    for f in FLOODS:
+        for k in ("_agent", "_capped"):
+            if f"be_alone_{f}{k}" in results:
+                out[f"be_alone_{f}{k}_over_alone_ratio"] = round(statistics.median(
+                    x.be_mb_per_s / max(y.be_mb_per_s, 1e-3)
+                    for x, y in zip(results[f"be_alone_{f}{k}"], results[f"be_alone_{f}"], strict=True)), 3)
+        # BE's IO its cgroup is charged for, beside HP with no agent: what a per-cgroup cap can hold at all
+        out[f"{f}_charged_share"] = round(out[f"{f}_be_cgroup_mb_per_s"] / max(out[f"{f}_be_mb_per_s"], 1e-3),
+                                          3)
+    reaction_figures(out, results)
+    targets(out)
     return out
 
 
+def reaction_figures(out: dict[str, Any], results: dict[str, list[Sample]]) -> None:
+    cuts, lifts = [], []
+    for f in FLOODS:
+        rs = results[f"{f}_agent"]
+        c = [r.cut_s for r in rs if r.cut_s is not None]
+        li = [r.lift_s for r in rs if r.lift_s is not None]
+        out[f"{f}_agent_cut_s_median"], out[f"{f}_agent_lift_s_median"] = med(c), med(li)
+        out[f"{f}_agent_never_cut"] = sum(1 for r in rs if r.cut_s is None)
+        out[f"{f}_agent_never_lifted"] = sum(1 for r in rs if r.cut_s is not None and r.lift_s is None)
+        out[f"{f}_agent_capped_before_hp"] = sum(1 for r in rs if r.capped_before_hp)
+        cuts += c
+        lifts += li
+    out["io_cut_s_median"], out["io_lift_s_median"] = med(cuts), med(lifts)
+    out["io_cut_s_max"] = round(max(cuts), 3) if cuts else None
+    out["io_lift_s_max"] = round(max(lifts), 3) if lifts else None
+    out["io_reaction_trials"] = sum(len(results[f"{f}_agent"]) for f in FLOODS)
+
+
+def targets(out: dict[str, Any]) -> None:
+    """The issue's targets with the agent, flood by flood (a flood BE's cgroup is not charged for, v1's
+    buffered writes, is one no per-cgroup cap can hold: `<flood>_attributable` false)."""
+    out.update(target_p99_over_alone_ratio=TARGET_P99_RATIO, target_ops_over_alone_ratio=TARGET_OPS_RATIO,
+               target_be_share=TARGET_BE_SHARE, target_reaction_s=TARGET_REACTION_S)
+    for f in FLOODS:
+        c = f"{f}_agent"
+        out[f"{f}_attributable"] = out[f"{f}_charged_share"] >= 0.5
+        out[f"{c}_target_met"] = (out[f"{c}_fsync_p99_over_alone_ratio"] <= TARGET_P99_RATIO
+                                  and out[f"{c}_read_p99_over_alone_ratio"] <= TARGET_P99_RATIO
+                                  and out[f"{c}_ops_over_alone_ratio"] >= TARGET_OPS_RATIO)
+        out[f"be_alone_{c}_target_met"] = out[f"be_alone_{c}_over_alone_ratio"] >= TARGET_BE_SHARE
+    cut, lift = out["io_cut_s_median"], out["io_lift_s_median"]
+    out["io_reaction_target_met"] = (cut is not None and lift is not None
+                                     and max(cut, lift) <= TARGET_REACTION_S)
+
+
 def table(results: dict[str, list[Sample]], out: dict[str, Any]) -> None:
-    print(f"{'case':<24} {'commit p50/p99/max ms':>24} {'p99 range':>15} {'read p50/p99/max ms':>22} "
-          f"{'commit/s':>8} {'read/s':>7} {'BE MB/s':>8} {'charged':>8} {'disk':>7}")
+    print(f"{'case':<28} {'commit p50/p99/max ms':>24} {'p99 range':>15} {'read p50/p99/max ms':>22} "
+          f"{'commit/s':>8} {'read/s':>7} {'ops':>5} {'BE MB/s':>8} {'charged':>8} {'disk':>7} {'capped':>6}")
     for case, rs in results.items():
         if case.startswith("be_alone"):
-            hp = " " * 90
+            hp = " " * 96
         else:
             p99s = [pct(r.fsync_ms, 99) for r in rs]
+            ratio = out.get(f"{case}_ops_over_alone_ratio", 1.0)
             hp = (f"{out[f'{case}_fsync_p50_ms']:>7.2f}/{out[f'{case}_fsync_p99_ms']:>7.2f}/"
                   f"{out[f'{case}_fsync_max_ms']:>8.1f} {min(p99s):>7.1f}-{max(p99s):<7.1f}"
                   f"{out[f'{case}_read_p50_ms']:>6.2f}/{out[f'{case}_read_p99_ms']:>6.2f}/"
                   f"{out[f'{case}_read_max_ms']:>8.1f} {out[f'{case}_fsync_ops_per_s']:>8.0f} "
-                  f"{out[f'{case}_read_ops_per_s']:>7.0f}")
+                  f"{out[f'{case}_read_ops_per_s']:>7.0f} {ratio:>5.2f}")
         be = ""
         if case != "alone":
             pre = "" if case.startswith("be_alone") else "be_"
+            share = out.get(f"{case}_capped_share")
             be = (f"{out[f'{case}_{pre}mb_per_s']:>8.1f} {out[f'{case}_{pre}cgroup_mb_per_s']:>8.1f} "
-                  f"{out[f'{case}_disk_mb_per_s']:>7.1f}")
-        print(f"{case:<24} {hp} {be}")
+                  f"{out[f'{case}_disk_mb_per_s']:>7.1f} {'' if share is None else f'{share:>6.2f}'}")
+        print(f"{case:<28} {hp} {be}")
+    ok = {True: "met", False: "MISSED"}
+    for f in FLOODS:
+        c = f"{f}_agent"
+        uncharged = "" if out[f"{f}_attributable"] else ", BE not charged for it"
+        print(f"{c:<22} commit p99 {out[f'{c}_fsync_p99_over_alone_ratio']:.2f}x alone, read p99 "
+              f"{out[f'{c}_read_p99_over_alone_ratio']:.2f}x, ops {out[f'{c}_ops_over_alone_ratio']:.2f} of "
+              f"alone ({ok[out[f'{c}_target_met']]}{uncharged}); "
+              f"BE alone with the agent {out[f'be_alone_{c}_over_alone_ratio']:.2f} of without "
+              f"({ok[out[f'be_alone_{c}_target_met']]}); cut {out[f'{c}_cut_s_median']} s, lift "
+              f"{out[f'{c}_lift_s_median']} s (never cut {out[f'{c}_never_cut']})")
+    print(f"reaction: cut median {out['io_cut_s_median']} s (max {out['io_cut_s_max']}), lift median "
+          f"{out['io_lift_s_median']} s (max {out['io_lift_s_max']}) ({ok[out['io_reaction_target_met']]})")
 
 
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--quick", action="store_true", help="CI: 1 round, 1 s per case, small files (< 40 s)")
+    p.add_argument("--quick", action="store_true", help="CI: 1 round, 1 s per case, small files (< 60 s)")
     p.add_argument("--rounds", type=int, default=6)
     p.add_argument("--seconds", type=float, default=6.0, help="HP's measured window per case")
     p.add_argument("--warmup", type=float, default=1.0, help="BE runs this long before HP's window")
-    p.add_argument("--cap-mb", type=float, default=20.0, help="BE's read and write cap, MB/s (10^6 B)")
+    p.add_argument("--lift-wait", type=float, default=2.0,
+                   help="with the agent, BE keeps flooding this long after HP stops (the lift)")
+    p.add_argument("--capped", action="store_true", help="also the static-cap cases (`<flood>_capped`)")
+    p.add_argument("--be-in-tier", action="store_true",
+                   help="BE's processes in the besteffort tier itself, not in a pod cgroup below it")
+    p.add_argument("--cap-mb", type=float, default=20.0, help="the static cap (--capped), MB/s (10^6 B)")
     p.add_argument("--commit-ms", type=float, default=5.0)
     p.add_argument("--read-ms", type=float, default=1.0)
     p.add_argument("--hp-file-mib", type=int, default=64)
@@ -361,7 +598,7 @@ def main(argv: list[str]) -> int:
     p.add_argument("--dir", type=Path, default=None, help="where the files go (a real disk, not tmpfs)")
     args = p.parse_args(argv)
     if args.quick:
-        args.rounds, args.seconds, args.warmup = 1, 1.0, 0.3
+        args.rounds, args.seconds, args.warmup, args.lift_wait = 1, 1.0, 0.3, 1.5
         args.hp_file_mib, args.write_file_mib, args.read_file_mib, args.chunk_mib = 16, 48, 32, 8
         args.be_memory_mib = 24
     if shutil.which("dd") is None:
@@ -370,6 +607,7 @@ def main(argv: list[str]) -> int:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
     workdir = args.dir or Path(f"/var/tmp/coloc-bench-io-{os.getpid()}")
     workdir.mkdir(parents=True)
+    tmp = Path(tempfile.mkdtemp(prefix="coloc-bench-io-agent-"))  # the agent's state, socket, log
     try:
         dev = disk_of(os.stat(workdir).st_dev)
         if dev is None:
@@ -383,11 +621,12 @@ def main(argv: list[str]) -> int:
             return 2
         try:
             with_blkio(root)
-            return measure(args, root, workdir, dev)
+            return measure(args, root, workdir, dev, Agent(root, dev, tmp))
         finally:
             root.cleanup()
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def with_blkio(root: RealRoot) -> None:
@@ -399,26 +638,36 @@ def with_blkio(root: RealRoot) -> None:
         (h.v1["blkio"] / root.name).mkdir()
 
 
-def measure(args: argparse.Namespace, root: RealRoot, workdir: Path, dev: str) -> int:
+def measure(args: argparse.Namespace, root: RealRoot, workdir: Path, dev: str, agent: Agent) -> int:
     if not (root.hierarchy.is_v1("blkio") or root.hierarchy.mode == "v2"):
         print("bench/io.py: no blkio (v1) or io (v2) controller here", file=sys.stderr)
         return 2
-    bench = Bench(args, root, workdir, dev)
+    bench = Bench(args, root, workdir, dev, agent)
     progress(f"disk {dev}, {workdir}, cgroups {root.hierarchy.mode}; writing the files")
     bench.prepare()
-    results: dict[str, list[Sample]] = {c: [] for c in CASES}
+    hp_cases, be_cases = case_names(args.capped)
+    cases = hp_cases + be_cases
+    results: dict[str, list[Sample]] = {c: [] for c in cases}
     for r in range(args.rounds):
-        for case in CASES if r % 2 == 0 else tuple(reversed(CASES)):
+        for case in cases if r % 2 == 0 else tuple(reversed(cases)):
             s = bench.run_case(case, f"{r}-{case}")
             results[case].append(s)
             hp = (f"commit p99 {pct(s.fsync_ms, 99):.2f} ms, read p99 {pct(s.read_ms, 99):.2f} ms, "
-                  if s.fsync_ms else "")
+                  f"{s.fsync_ops_per_s + s.read_ops_per_s:.0f} ops/s, " if s.fsync_ms else "")
+            guard = "" if s.capped_share is None else (
+                f"; capped {s.capped_share:.0%} of the window, cut {fmt(s.cut_s)} s, lift {fmt(s.lift_s)} s")
             progress(f"round {r} {case}: {hp}BE {s.be_mb_per_s:.1f} MB/s (charged "
-                     f"{s.be_cgroup_mb_per_s:.1f}), disk {s.disk_mb_per_s:.1f} MB/s")
+                     f"{s.be_cgroup_mb_per_s:.1f}), disk {s.disk_mb_per_s:.1f} MB/s{guard}")
     out = summarise(results, args, dev, root.hierarchy.mode)
     table(results, out)
+    out["agent_starts"] = agent.starts
+    out["agent_ready_s_median"] = med(agent.ready_s)
     out["loadavg_1m"] = round(os.getloadavg()[0], 2)
-    return finish("bench/io.py", out, REQUIRED)
+    return finish("bench/io.py", out, required(args.capped))
+
+
+def fmt(x: float | None) -> str:
+    return "-" if x is None else f"{x:.2f}"
 
 
 if __name__ == "__main__":

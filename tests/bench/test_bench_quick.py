@@ -17,6 +17,8 @@ from kit.realcg import RealRoot
 
 REPO = Path(__file__).resolve().parents[2]
 
+IO_FLOODS = ("direct_write", "buffered_write", "direct_read")  # bench/io.py's
+
 # bench → keys its last line must carry (the figures the docs and closing notes quote)
 BENCHES = {
     "collect.py": ("psi_worst_ratio", "no_psi_worst_collect_ms_per_1000", "results"),
@@ -31,9 +33,13 @@ BENCHES = {
                          "tick_mean_ratio_scrapers"),
     "holdings.py": ("first_pass_append_ms", "first_pass_rewrite_ms", "rewrite_over_append_ratio",
                     "steady_pass_journal_writes"),
-    "io.py": ("alone_fsync_p99_ms", "direct_write_fsync_p99_ms", "direct_write_capped_fsync_p99_ms",
-              "buffered_write_capped_fsync_p99_ms", "be_alone_direct_write_mb_per_s",
-              "be_alone_direct_write_capped_mb_per_s", "buffered_write_be_cgroup_mb_per_s"),
+    "io.py": ("alone_fsync_p99_ms", "alone_read_p99_ms", "alone_ops_per_s", "direct_write_fsync_p99_ms",
+              "be_alone_direct_write_mb_per_s", "buffered_write_be_cgroup_mb_per_s",
+              *(f"{f}_agent_{x}" for f in IO_FLOODS
+                for x in ("fsync_p99_ms", "read_p99_ms", "fsync_p99_over_alone_ratio", "read_p99_over_alone_ratio",
+                          "ops_over_alone_ratio")),
+              *(f"be_alone_{f}_agent_over_alone_ratio" for f in IO_FLOODS),
+              "io_cut_s_median", "io_cut_s_max", "io_lift_s_median", "io_lift_s_max"),
     "load.py": ("tick_interval_p99_ratio", "rpc_snapshot_p99_ms", "agent_vm_hwm_mib", "errors",
                 "snapshot_quiet_p99_ms"),
 }
