@@ -48,8 +48,4 @@ _.last_snapshot  # agent/daemon/loop.py: the bench reads the last snapshot it ac
 # cgroups/systemd.py: read back by the guest tests (a unit's properties after SetUnitProperties)
 _.unit_properties
 
-# cgroups/io.py and CgroupWriter.set_io_limit: the disk guard's kernel interface (issue #32), tested on the
-# real kernel (tests/cgroups/test_cg_io.py, v1 here and v2 in the guest); its controller and collection next.
-_.rbytes, _.wbytes, _.rios, _.wios  # IoStat, as io.stat and blkio report them
-_.parse_io_stat, _.parse_blkio, _.disks_of
-_.set_io_limit
+_.blkio_source  # agent/sources/nodeslo_map.py: ResourceQos, where the blkio settings came from, as the others

@@ -227,13 +227,16 @@ class IoSample:
     `hp_stall_percent`: the worst HP cgroup's IO pressure (`io.pressure` some, percent of the window), None
     where the kernel gives none for them. `static`: caps that hold on BE whatever HP does (a NodeSLO
     `blkioQOS` device block), by disk. `by_workload`: each workload's IO over the last tick, by key.
-    `age_s`: how old the reading is."""
+    `age_s`: how old the reading is. `wakeups`: ticks the guard woke since start; `notes`: what of the
+    configuration it does not act on, in plain words (a NodeSLO block, a device not on this node)."""
 
     disks: tuple[DiskSample, ...] = ()
     hp_stall_percent: float | None = None
     static: Mapping[str, IoCap] = field(default_factory=dict)
     by_workload: Mapping[str, IoRate] = field(default_factory=dict)
     age_s: float = 0.0
+    wakeups: int = 0
+    notes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -257,6 +257,7 @@ class NodeAgentService:
             out.not_ready_reason = pub.snapshot.be_tier.missing if pub.snapshot is not None else ""
             if pub.snapshot is not None:
                 out.disks.extend(convert.disks_pb(pub.snapshot.io, pub.snapshot.workloads))
+                out.disk_notes.extend(pub.snapshot.io.notes if pub.snapshot.io is not None else ())
             for o in pub.knob_overrides[-n:]:
                 out.knob_overrides.append(pb.KnobOverride(
                     at_unix_ms=convert.ms(o.at), knob=o.knob, cgroup=o.cgroup, writer=o.writer, found=o.found,

@@ -176,6 +176,7 @@ def _disk_lines(st: pb.Status) -> list[str]:
                    f"{mb(d.be_write_bytes_per_s)} MB/s r/w {d.be_ios_per_s:.0f} IO/s; BE allowed read "
                    f"{cap(d.cap_read_bytes_per_s, d.cap_read_ios_per_s)}, write "
                    f"{cap(d.cap_write_bytes_per_s, d.cap_write_ios_per_s)}")
+    out += [f"  disk QoS not acted on: {n}" for n in st.disk_notes]
     if st.disks and st.disks[0].top:
         out.append("  disk users " + ", ".join(f"{u.name} ({'BE' if u.be else 'HP'}) {mb(u.bytes_per_s)} MB/s"
                                                for u in st.disks[0].top))

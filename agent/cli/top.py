@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import math
 import os
 import sys
 import time
@@ -278,6 +279,7 @@ def _budget(view: MetricsView) -> list[str]:
         f"  overcommit {_cores(v('coloc_batch_overcommit_cpu_cores'))}"
         f" / {_bytes(v('coloc_batch_overcommit_memory_bytes'))}",
         *_egress(view),
+        *_disks(view),
     ]
 
 
@@ -351,6 +353,29 @@ def _egress(view: MetricsView) -> list[str]:
             f"  HP {mbit(v('coloc_network_hp_egress_bits_per_second'))}"
             f"  BE {mbit(v('coloc_network_be_egress_bits_per_second'))}"
             f"  changes {v('coloc_network_be_ceiling_changes_total') or 0:.0f}  {shaping}"]
+
+
+def _disks(view: MetricsView) -> list[str]:
+    """The disk guard, when it runs: per disk HP's and BE's IO and BE's cap (write; read where it differs)."""
+    v = view.value
+    devices = sorted({lab["device"] for lab, _ in view.series("coloc_io_be_cap_bytes_per_second")})
+
+    def mb(x: float | None) -> str:
+        return "-" if x is None else ("none" if math.isinf(x) else f"{x / 1e6:.1f}")
+
+    out = []
+    for dev in devices:
+        def rate(name: str, d: str = dev) -> float:
+            return sum(v(name, device=d, direction=x) or 0.0 for x in ("read", "write"))
+        stall = v("coloc_io_hp_stall_ratio")
+        cap = "coloc_io_be_cap_bytes_per_second"
+        out.append(f"disk       {dev}  HP {mb(rate('coloc_io_hp_bytes_per_second'))} MB/s"
+                   f" {rate('coloc_io_hp_ios_per_second'):.0f} IO/s"
+                   + ("" if stall is None else f" (waits {100 * stall:.0f}%)")
+                   + f"  BE {mb(rate('coloc_io_be_bytes_per_second'))} MB/s"
+                   f"  BE cap write {mb(v(cap, device=dev, direction='write'))}"
+                   f" read {mb(v(cap, device=dev, direction='read'))} MB/s")
+    return out
 
 
 def _ledger(view: MetricsView, api: ApiStatus | str | None) -> list[str]:

@@ -54,7 +54,7 @@ from cgroups.holdings import Journal
 from cgroups.layout import Layout
 from cgroups.reader import CgroupReader
 from cgroups.writer import CgroupWriter
-from qos.blkio_qos import be_device_caps
+from qos.blkio_qos import be_device_caps, unsupported
 from qos.model import NetworkSample, Resources, Source, Workload
 from qos.pipeline import Pipeline
 from qos.policies import PolicyConfig
@@ -335,6 +335,7 @@ def _assemble(cfg: AgentConfig, board: Board | None, hierarchy: Hierarchy, reade
     guard, io_off = make_io_guard(cfg, writer, be_tier)
     if guard is not None:
         guard.nodeslo = lambda: be_device_caps(settings.resource_qos.blkio)
+        guard.nodeslo_unsupported = lambda: unsupported(settings.resource_qos.blkio)
     collector = Collector(reader, TierPaths(root="", besteffort=be_tier), capacity, cpus,
                           cfg.node.scope, cfg.loop.interval_s,
                           be_reader=CgroupReader(hierarchy, root, psi=False, **WORKLOAD_READER),

@@ -66,7 +66,6 @@ class _Poll:
 class GuardStats:
     """What the guard did, for /metrics and status."""
 
-    polls: int = 0
     wakes: int = 0
     sets: int = 0
     errors: int = 0
@@ -113,10 +112,12 @@ class IoGuard:
         self._settled = False
         self.stats = GuardStats()
         self.wake: Callable[[], None] | None = None  # set by the loop: a tick now
-        # The NodeSLO's BE caps by device name (`blkioQOS` device blocks), where it is read.
+        # The NodeSLO's BE caps by device name (`blkioQOS` device blocks), where it is read, and what of its
+        # blkioQOS the agent does not act on.
         self.nodeslo: Callable[[], Mapping[str, IoCap]] = dict
+        self.nodeslo_unsupported: Callable[[], list[str]] = list
         self._resolved: dict[str, str | None] = {}
-        self.unresolved: tuple[str, ...] = ()  # device names the NodeSLO gives that are on no disk here
+        self._unresolved: tuple[str, ...] = ()  # device names the NodeSLO gives that are on no disk here
 
     @classmethod
     def build(cls, config: IoConfig, writer: CgroupWriter, be_tier: str) -> tuple[IoGuard | None, str]:
@@ -157,7 +158,6 @@ class IoGuard:
                 if (hp[dev].rios + hp[dev].wios) > (last.hp[dev].rios + last.hp[dev].wios):
                     self._hp_io_at[dev] = now
         self._history.append(_Poll(now, hp, {d: be.get(d, IoStat()) for d in self.devices}, stall))
-        self.stats.polls += 1
 
     def _window(self) -> tuple[_Poll, _Poll] | None:
         if len(self._history) < 2:
@@ -205,7 +205,10 @@ class IoGuard:
         stall = self._stall_percent(*window) if window is not None else None
         age = now - self._history[-1].at if self._history else 0.0
         self._samples += 1
-        return IoSample(tuple(disks), stall, self._static(), by_workload, age)
+        static = self._static()
+        notes = (*(f"NodeSLO blkioQOS device {n}: no such disk on this node" for n in self._unresolved),
+                 *self.nodeslo_unsupported())
+        return IoSample(tuple(disks), stall, static, by_workload, age, self.stats.wakes, notes)
 
     def _static(self) -> dict[str, IoCap]:
         """The caps that hold whatever HP does, by disk: another writer's from before the agent, within the
@@ -218,7 +221,7 @@ class IoGuard:
                 missing.append(name)
             elif not cap.none:
                 out[dev] = cap.within(out.get(dev, NO_CAP))
-        self.unresolved = tuple(missing)
+        self._unresolved = tuple(missing)
         return out
 
     def _device(self, name: str) -> str | None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from qos.model import IoRate, IoSample, Workload
 
@@ -52,7 +52,13 @@ def io_families(io: IoSample | None) -> list[Metric]:
                 cap_i.add_metric([d.dev, direction], math.inf if i is None else i)
         if d.hp_idle_s is not None:
             idle.add_metric([d.dev], d.hp_idle_s)
-    out: list[Metric] = [hp_b, hp_i, be_b, be_i, cap_b, cap_i, idle]
+    wakes = CounterMetricFamily("coloc_io_guard_wakeups", "Ticks the disk guard woke (HP began waiting for "
+                                "IO, or went idle on a capped disk) since start.")
+    wakes.add_metric([], io.wakeups)
+    notes = GaugeMetricFamily("coloc_io_config_notes", "Parts of the disk QoS configuration (the NodeSLO's "
+                              "blkioQOS) the agent does not act on; `coloc-agent status` names them.")
+    notes.add_metric([], len(io.notes))
+    out: list[Metric] = [hp_b, hp_i, be_b, be_i, cap_b, cap_i, idle, wakes, notes]
     if io.hp_stall_percent is not None:
         stall = GaugeMetricFamily("coloc_io_hp_stall_ratio",
                                   "Share of the guard's window the worst HP cgroup waited for IO "

@@ -67,7 +67,7 @@ def test_be_is_cut_while_hp_commits_and_gets_the_disk_back_when_hp_stops(real_ro
                 assert wait(lambda: samples(port).get("coloc_workload_io_bytes_per_second", {})
                             .get(batch, 0) > 0, 5), samples(port).get("coloc_workload_io_bytes_per_second")
                 shown = subprocess.run(agent_argv("status", "--socket", str(tmp_path / "agent.sock")),
-                                       capture_output=True, text=True, timeout=30).stdout
+                                       check=True, capture_output=True, text=True, timeout=30).stdout
                 assert f"disk {dev}" in shown and "write 20.0 MB/s 400 IO/s" in shown, shown
                 assert "batch (BE)" in shown and "hp (HP)" in shown, shown
                 assert agent.poll() is None

@@ -72,7 +72,7 @@ def test_the_guard_reads_hp_be_and_each_workload_and_bounds_by_what_it_found(
         assert d.hp_idle_s is not None and d.hp_idle_s < 0.5
         assert d.cap == IoCap(riops=7000)
         assert s.static == {dev: IoCap(wbps=50_000_000, riops=7000)}  # the NodeSLO's within the operator's
-        assert guard.unresolved == ("/dev/no-such-disk",)
+        assert s.notes == ("NodeSLO blkioQOS device /dev/no-such-disk: no such disk on this node",)
         assert s.by_workload["local/batch"].wbps > 1e6 and s.by_workload["local/hp"].wiops > 10
         # the agent's cap, then a clean exit: the operator's is back
         rec = guard.submit(SetBeIoLimit(dev, IoCap(20_000_000, 20_000_000, 400, 400), "test"), False,

@@ -981,6 +981,7 @@ class Status(_message.Message):
     KNOB_OVERRIDES_FIELD_NUMBER: _builtins.int
     ENFORCED_LIMITS_FIELD_NUMBER: _builtins.int
     DISKS_FIELD_NUMBER: _builtins.int
+    DISK_NOTES_FIELD_NUMBER: _builtins.int
     revision: _builtins.int
     applications: _builtins.int
     watchers: _builtins.int
@@ -1035,6 +1036,12 @@ class Status(_message.Message):
     def disks(self) -> _containers.RepeatedCompositeFieldContainer[Global___DiskStatus]:
         """Each disk the disk guard watches (empty while it does not run): who uses it, what BE is allowed."""
 
+    @_builtins.property
+    def disk_notes(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """What of the disk QoS configuration the agent does not act on, in plain words (NodeSLO blkioQOS blocks
+        other than the BE class's devices, a device not on this node).
+        """
+
     def __init__(
         self,
         *,
@@ -1064,10 +1071,11 @@ class Status(_message.Message):
         knob_overrides: _abc.Iterable[Global___KnobOverride] | None = ...,
         enforced_limits: _abc.Iterable[Global___WorkloadLimits] | None = ...,
         disks: _abc.Iterable[Global___DiskStatus] | None = ...,
+        disk_notes: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["batch_allocated", b"batch_allocated", "identity", b"identity", "node", b"node"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["allocations", b"allocations", "applications", b"applications", "awaits_scheduler_ack", b"awaits_scheduler_ack", "batch_allocated", b"batch_allocated", "disks", b"disks", "dropped_watchers", b"dropped_watchers", "enforced_limits", b"enforced_limits", "fast_path_mode", b"fast_path_mode", "fast_path_reason", b"fast_path_reason", "identity", b"identity", "knob_overrides", b"knob_overrides", "node", b"node", "not_ready_reason", b"not_ready_reason", "recent_actions", b"recent_actions", "recent_notices", b"recent_notices", "revision", b"revision", "settings", b"settings", "sources", b"sources", "startup_problem", b"startup_problem", "state_unsaved", b"state_unsaved", "tick", b"tick", "tick_age_s", b"tick_age_s", "waiting_for", b"waiting_for", "waiting_s", b"waiting_s", "waiting_since_unix_ms", b"waiting_since_unix_ms", "watchers", b"watchers"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["allocations", b"allocations", "applications", b"applications", "awaits_scheduler_ack", b"awaits_scheduler_ack", "batch_allocated", b"batch_allocated", "disk_notes", b"disk_notes", "disks", b"disks", "dropped_watchers", b"dropped_watchers", "enforced_limits", b"enforced_limits", "fast_path_mode", b"fast_path_mode", "fast_path_reason", b"fast_path_reason", "identity", b"identity", "knob_overrides", b"knob_overrides", "node", b"node", "not_ready_reason", b"not_ready_reason", "recent_actions", b"recent_actions", "recent_notices", b"recent_notices", "revision", b"revision", "settings", b"settings", "sources", b"sources", "startup_problem", b"startup_problem", "state_unsaved", b"state_unsaved", "tick", b"tick", "tick_age_s", b"tick_age_s", "waiting_for", b"waiting_for", "waiting_s", b"waiting_s", "waiting_since_unix_ms", b"waiting_since_unix_ms", "watchers", b"watchers"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
