@@ -85,11 +85,12 @@ def required(capped: bool) -> tuple[str, ...]:
 
 # One HP load: `fsync` (append 4 KiB, fsync) or `read` (4 KiB O_DIRECT pread at a random 4 KiB offset), one op
 # every `interval` s from `start` to `end` (time.monotonic, which is CLOCK_MONOTONIC: one clock for all
-# processes); prints {"lat_ms": [...], "span_s": ...} when done.
+# processes), the three read from stdin once the process is up (its start-up's IO done before the case's
+# agent and BE start); prints {"lat_ms": [...], "span_s": ..., "first": ..., "last": ...} when done (`first`
+# the first op's start, `last` the last op's end).
 HP_PROG = r"""
 import json, mmap, os, random, sys, time
 kind, path = sys.argv[1], sys.argv[2]
-start, end, interval = float(sys.argv[3]), float(sys.argv[4]), float(sys.argv[5])
 buf = mmap.mmap(-1, 4096)  # page-aligned, as O_DIRECT wants
 buf.write(os.urandom(4096))
 if kind == "fsync":
@@ -102,6 +103,7 @@ else:
     blocks, rnd = os.fstat(fd).st_size // 4096, random.Random(os.getpid())
     def op():
         os.preadv(fd, [buf], rnd.randrange(blocks) * 4096)
+start, end, interval = map(float, sys.stdin.readline().split())
 lat = []
 now = time.monotonic()
 if now < start:
@@ -148,8 +150,9 @@ class Agent:
     [dev]}`, nothing else of `io:`), 1 s ticks, /metrics on a free port, its state and socket in `tmp`
     (fresh at each start)."""
 
-    def __init__(self, root: RealRoot, dev: str, tmp: Path) -> None:
-        self.root, self.dev, self.tmp = root, dev, tmp
+    def __init__(self, root: RealRoot, dev: str, tmp: Path, tree: Path, be: str) -> None:
+        self.root, self.dev, self.tmp, self.tree = root, dev, tmp, tree
+        self.watched = tuple(dict.fromkeys((TIER, be)))  # where BE's caps show: the tier, BE's own cgroup
         self.proc: subprocess.Popen[bytes] | None = None
         self.log = tmp / "agent.log"
         self.port = 0
@@ -171,7 +174,7 @@ class Agent:
             out.write(f"--- start {self.starts}\n".encode())
             out.flush()
             self.proc = subprocess.Popen(agent_argv("run", "--config", str(cfg)), stdin=subprocess.DEVNULL,
-                                         stdout=out, stderr=out, cwd=REPO)
+                                         stdout=out, stderr=out, cwd=self.tree)
         self.starts += 1
         deadline = began + 60
         while True:
@@ -193,9 +196,16 @@ class Agent:
         rc = stop(proc, 30)
         if rc != 0:
             raise RuntimeError(f"the agent exited {rc} on SIGTERM:\n{self.tail()}")
-        left = be_cap(self.root, TIER, self.dev)
-        if left != NO_CAP:
-            raise RuntimeError(f"the agent's clean exit left BE capped on {self.dev}: {left}\n{self.tail()}")
+        for rel in self.watched:
+            left = be_cap(self.root, rel, self.dev)
+            if left != NO_CAP:
+                raise RuntimeError(f"the agent's clean exit left {rel} capped on {self.dev}: {left}\n"
+                                   f"{self.tail()}")
+
+    def capped(self) -> bool:
+        """Whether BE is capped on the disk now: the tier (v2: it holds what is below it) or BE's own cgroup
+        (v1's throttle is flat: the agent spreads the cap there)."""
+        return any(be_cap(self.root, rel, self.dev) != NO_CAP for rel in self.watched)
 
     def kill(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
@@ -288,7 +298,7 @@ class Bench:
         self.v1 = root.hierarchy.is_v1("blkio")
         self.writer, _ = root.writer_reader()
         self.hp = root.mkcg(HP_REL)
-        self.be = root.mkcg(TIER if args.be_in_tier else BE_REL)
+        self.be = root.mkcg(agent.watched[-1])
         self.writer.set_cpu_shares(TIER, 2)  # as the kubelet (and the agent's setup_tiers) lays the tier out
         self.writer.set_memory_limit(self.be, args.be_memory_mib * MI)
         self.hp_file = workdir / "hp-read.dat"
@@ -343,15 +353,16 @@ class Bench:
         flood = None
         self.trace = []
         try:
+            if with_hp:
+                hp = self.spawn_hp(log)  # up and waiting for their window before the agent and BE start
             if with_agent:
                 self.agent.start()  # before BE's warm-up; ticking, its guard reporting
-            t_be = time.monotonic() + 0.3  # room for the HP processes to start
-            start = t_be + (a.warmup if flood_kind else 0.0)
+            t_be = time.monotonic() + 0.05
+            start = t_be + (a.warmup if flood_kind else 0.3)
             end = start + a.seconds
+            self.start_hp(hp, start, end)
             if flood_kind:
                 flood = self.flood(flood_kind)
-            if with_hp:
-                hp = self.spawn_hp(log, start, end)
             sleep_until(t_be)
             if flood:
                 flood.start()
@@ -380,17 +391,28 @@ class Bench:
         mib = a.read_file_mib if kind == "direct_read" else a.write_file_mib
         return Flood(self.root, self.be, kind, target, mib, min(a.chunk_mib, mib))
 
-    def spawn_hp(self, log: Path, start: float, end: float) -> dict[str, subprocess.Popen[Any]]:
-        a = self.args
-        return {kind: self.root.spawn(self.hp, [sys.executable, "-c", HP_PROG, kind, str(path), repr(start),
-                                                repr(end), repr(every / 1000)], stdout=subprocess.PIPE)
-                for kind, path, every in (("fsync", log, a.commit_ms), ("read", self.hp_file, a.read_ms))}
+    def spawn_hp(self, log: Path) -> dict[str, subprocess.Popen[Any]]:
+        """HP's two processes, started; each waits for its window on stdin (`start_hp`)."""
+        return {kind: self.root.spawn(self.hp, [sys.executable, "-c", HP_PROG, kind, str(path)],
+                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+                for kind, path in (("fsync", log), ("read", self.hp_file))}
+
+    def start_hp(self, hp: dict[str, subprocess.Popen[Any]], start: float, end: float) -> None:
+        """HP's window and pace: an op every --commit-ms (commits) or --read-ms (reads), `start` to `end`."""
+        every = {"fsync": self.args.commit_ms, "read": self.args.read_ms}
+        for kind, proc in hp.items():
+            assert proc.stdin is not None
+            proc.stdin.write(f"{start!r} {end!r} {every[kind] / 1000!r}\n".encode())
+            proc.stdin.close()
 
     def collect_hp(self, hp: dict[str, subprocess.Popen[Any]], out: Sample) -> list[tuple[float, float]]:
         """HP's latencies and ops/s into `out`; each process's first op's start and last op's end."""
         ends = []
         for kind, proc in hp.items():
-            stdout, _ = proc.communicate(timeout=self.args.seconds + 60)
+            assert proc.stdout is not None
+            stdout = proc.stdout.read()  # ends when the process does: its last line, then EOF
+            proc.stdout.close()
+            proc.wait(60)
             self.root.procs.remove(proc)
             if proc.returncode != 0:
                 raise RuntimeError(f"HP {kind} exited {proc.returncode}")
@@ -442,7 +464,7 @@ class Bench:
             now = time.monotonic()
             if trace and now - seen >= 0.01:
                 seen = now
-                self.trace.append((now, be_cap(self.root, TIER, self.dev) != NO_CAP))
+                self.trace.append((now, self.agent.capped()))
             time.sleep(min(left, 0.005))
         return self.counters(flood)
 
@@ -596,6 +618,9 @@ def main(argv: list[str]) -> int:
     p.add_argument("--chunk-mib", type=int, default=64, help="MiB per dd run")
     p.add_argument("--be-memory-mib", type=int, default=64)
     p.add_argument("--dir", type=Path, default=None, help="where the files go (a real disk, not tmpfs)")
+    p.add_argument("--agent-tree", type=Path, default=REPO,
+                   help="the agent's code: this checkout, or a tree of it (`git archive` of a commit), run "
+                        "with it as the working directory")
     args = p.parse_args(argv)
     if args.quick:
         args.rounds, args.seconds, args.warmup, args.lift_wait = 1, 1.0, 0.3, 1.5
@@ -621,7 +646,8 @@ def main(argv: list[str]) -> int:
             return 2
         try:
             with_blkio(root)
-            return measure(args, root, workdir, dev, Agent(root, dev, tmp))
+            be = TIER if args.be_in_tier else BE_REL
+            return measure(args, root, workdir, dev, Agent(root, dev, tmp, args.agent_tree.resolve(), be))
         finally:
             root.cleanup()
     finally:
