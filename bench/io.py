@@ -1,31 +1,45 @@
-"""Disk IO: HP commit and read latency beside a BE disk flood, with and without a static cap on BE.
+"""Disk IO: HP commit and read latency beside a BE disk flood, with no agent and with the agent's disk guard.
 
 On a private cgroup root (`kit.realcg.RealRoot`: every v1 hierarchy including `blkio`, or the v2 tree with
-`io` handed down), with its files in a directory of its own on a real disk (`--dir`, default
+`io` handed down), laid out as the agent's standalone source finds a node (`<root>/node`: HP a direct child,
+BE below `besteffort/`), with its files in a directory of its own on a real disk (`--dir`, default
 `/var/tmp/coloc-bench-io-<pid>`, removed at the end):
 
-- **HP** (cgroup `hp`), two processes: a commit loop (append 4 KiB to a fresh log and `fsync` it, every
+- **HP** (cgroup `node/hp`), two processes: a commit loop (append 4 KiB to a fresh log and `fsync` it, every
   `--commit-ms` 5 ms: a small database's commit; the latency is write + fsync) and a reader (a 4 KiB
   O_DIRECT `pread` at a random offset of a pre-written file every `--read-ms` 1 ms). Both are paced: an op
-  that ends late starts the next at once, never a burst to catch up; ops/s fall when ops stall.
-- **BE** (cgroup `be`, memory limit `--be-memory-mib`, as a pod's), one of three floods, a `dd` after
-  another over a bounded file (chunks of 64 MiB at rotating offsets: the disk sees a flood, the file stays
-  small): `direct_write` (`dd bs=1M oflag=direct`), `buffered_write` (`dd bs=1M`, rewriting a file twice
-  BE's memory limit, so its dirty pages are written back while it runs, by the kernel's flusher threads),
-  `direct_read` (`dd bs=1M iflag=direct` of a pre-written file).
+  that ends late starts the next at once, never a burst to catch up; ops/s fall when ops stall. They are
+  started first and wait for their window (their start-up's IO is not HP's load).
+- **BE** (cgroup `node/besteffort/be`, a pod's; `--be-in-tier`: the tier itself; memory limit
+  `--be-memory-mib`), one of three floods, a `dd` after another over a bounded file (chunks of 64 MiB at
+  rotating offsets: the disk sees a flood, the file stays small): `direct_write` (`dd bs=1M oflag=direct`),
+  `buffered_write` (`dd bs=1M`, rewriting a file twice BE's memory limit, so its dirty pages are written back
+  while it runs), `direct_read` (`dd bs=1M iflag=direct` of a pre-written file).
+- **The agent** (`<flood>_agent` cases): a real `coloc-agent run` (this checkout's, or `--agent-tree`'s),
+  standalone on `<root>/node`, guarding the disk behind `--dir` with the shipped policy (config `io: {devices:
+  [dev]}`, nothing else of `io:`), 1 s ticks; started for the case (before BE's warm-up; the case starts once
+  it ticks and its guard reports), stopped with SIGTERM after it; a clean exit must leave BE uncapped (else
+  the bench fails). The bench reads BE's cap (the tier's, and BE's own cgroup's: v1's throttle is flat, the
+  guard spreads the cap there) every ~10 ms: the **cut** is from HP's first op to the first cap seen, the
+  **lift** from HP's last op to no cap (BE goes on flooding `--lift-wait` s after HP stops).
 - **Cases**, interleaved over `--rounds` (forward, then reversed): `alone` (HP, no BE); per flood: HP beside
-  it uncapped (`<flood>`), and with BE capped (`<flood>_capped`: `--cap-mb` MB/s read and write on the disk
-  behind `--dir`, set through `CgroupWriter.set_io_limit`: v1 `blkio.throttle.*_bps_device`, v2 `io.max`);
-  and BE alone uncapped and capped (`be_alone_<flood>[_capped]`: what the cap costs BE when HP is idle).
-  BE starts `--warmup` s before HP's `--seconds` s window.
+  it with no agent (`<flood>`), with the agent (`<flood>_agent`); BE alone with no agent and with the agent
+  (`be_alone_<flood>[_agent]`: what the guard costs BE when HP is idle). With `--capped`, also a static cap
+  on BE's cgroup (`<flood>_capped`, `be_alone_<flood>_capped`: `--cap-mb` MB/s read and write, through
+  `CgroupWriter.set_io_limit`: v1 `blkio.throttle.*_bps_device`, v2 `io.max`). BE starts `--warmup` s before
+  HP's `--seconds` s window.
 
 Per case, from the samples of every round pooled: HP commit (write + fsync) and read latency p50/p99/max (ms)
-and ops/s; BE MB/s (MB = 10^6 B) as `dd` moved it (`/proc/<pid>/io`), as BE's cgroup was charged for it
-(v1 `blkio.throttle.io_service_bytes_recursive`, v2 `io.stat`), and the whole disk's MB/s over the window
-(`/sys/dev/block/MAJ:MIN/stat`, everything on the disk, not only the bench). Last line: one JSON object.
+and ops/s (commits + reads, and its ratio to HP alone per round, then the median); BE MB/s (MB = 10^6 B) as
+`dd` moved it (`/proc/<pid>/io`), as BE's cgroup was charged for it (v1 `blkio.throttle.io_service_bytes_
+recursive`, v2 `io.stat`), and the whole disk's MB/s over the window (`/sys/dev/block/MAJ:MIN/stat`,
+everything on the disk, not only the bench); with the agent, the share of the window BE was capped, the cut
+and the lift (medians over rounds), and the issue's targets (`<flood>_agent_target_met`: p99 <= 2x alone and
+ops >= 0.9 of alone; `be_alone_<flood>_agent_target_met`: >= 0.8 of BE alone; `io_reaction_target_met`: cut
+and lift medians <= 1 s). Last line: one JSON object.
 
-    sudo python3 bench/io.py [--rounds 6] [--seconds 6] [--cap-mb 20] [--dir DIR]   # ~12 min
-    sudo python3 bench/io.py --quick                                                 # < 40 s
+    sudo python3 bench/io.py [--rounds 6] [--seconds 6] [--capped] [--dir DIR]   # ~11 min (8 rounds: 15)
+    sudo python3 bench/io.py --quick                                              # < 40 s
 """
 
 from __future__ import annotations
@@ -60,6 +74,7 @@ SUB = "node"  # the agent's cgroup root, below the bench's private root
 HP_REL, TIER = f"{SUB}/hp", f"{SUB}/besteffort"  # HP a direct child of the agent's root; BE below besteffort/
 BE_REL = f"{TIER}/be"
 NO_CAP = (None, None, None, None)
+SETTLE_S = 1.0  # HP's "settled" figures leave out its window's first second (with the agent: before the cut)
 REPO = Path(__file__).resolve().parents[1]
 # The issue's targets with the agent (issue #32): HP p99 <= 2x alone, HP ops >= 0.9 of alone, BE alone with
 # the agent >= 0.8 of BE alone without it, the cap set and lifted within 1 s of HP's start and stop.
@@ -86,8 +101,8 @@ def required(capped: bool) -> tuple[str, ...]:
 # One HP load: `fsync` (append 4 KiB, fsync) or `read` (4 KiB O_DIRECT pread at a random 4 KiB offset), one op
 # every `interval` s from `start` to `end` (time.monotonic, which is CLOCK_MONOTONIC: one clock for all
 # processes), the three read from stdin once the process is up (its start-up's IO done before the case's
-# agent and BE start); prints {"lat_ms": [...], "span_s": ..., "first": ..., "last": ...} when done (`first`
-# the first op's start, `last` the last op's end).
+# agent and BE start); prints {"lat_ms": [...], "at_s": [...], "span_s": ..., "first": ..., "last": ...} when
+# done (`at_s` each op's start from the first's, `first` the first op's start, `last` the last op's end).
 HP_PROG = r"""
 import json, mmap, os, random, sys, time
 kind, path = sys.argv[1], sys.argv[2]
@@ -104,7 +119,7 @@ else:
     def op():
         os.preadv(fd, [buf], rnd.randrange(blocks) * 4096)
 start, end, interval = map(float, sys.stdin.readline().split())
-lat = []
+lat, at = [], []
 now = time.monotonic()
 if now < start:
     time.sleep(start - now)
@@ -119,9 +134,10 @@ while True:
     op()
     done = time.monotonic()
     lat.append(round((done - now) * 1000, 4))
+    at.append(round(now - begin, 3))
     nxt = max(nxt + interval, done)
 os.close(fd)
-print(json.dumps({"lat_ms": lat, "span_s": max(end - begin, 1e-3), "first": begin,
+print(json.dumps({"lat_ms": lat, "at_s": at, "span_s": max(end - begin, 1e-3), "first": begin,
                   "last": done if lat else begin}))
 """
 
@@ -132,6 +148,8 @@ class Sample:
 
     fsync_ms: list[float] = field(default_factory=list)
     read_ms: list[float] = field(default_factory=list)
+    fsync_settled_ms: list[float] = field(default_factory=list)  # the ops SETTLE_S or more into the window
+    read_settled_ms: list[float] = field(default_factory=list)
     fsync_ops_per_s: float = 0.0
     read_ops_per_s: float = 0.0
     be_mb_per_s: float = 0.0
@@ -418,6 +436,8 @@ class Bench:
                 raise RuntimeError(f"HP {kind} exited {proc.returncode}")
             got = json.loads(stdout)
             setattr(out, f"{kind}_ms", got["lat_ms"])
+            setattr(out, f"{kind}_settled_ms",
+                    [x for x, at in zip(got["lat_ms"], got["at_s"], strict=True) if at >= SETTLE_S])
             setattr(out, f"{kind}_ops_per_s", len(got["lat_ms"]) / got["span_s"])
             ends.append((got["first"], got["last"]))
         return ends
@@ -488,15 +508,7 @@ def summarise(results: dict[str, list[Sample]], args: argparse.Namespace, dev: s
                            "be_cgroup": TIER if args.be_in_tier else BE_REL}
     for case, rs in results.items():
         if not case.startswith("be_alone"):
-            for kind in ("fsync", "read"):
-                pooled = [x for r in rs for x in getattr(r, f"{kind}_ms")]
-                out[f"{case}_{kind}_p50_ms"] = round(pct(pooled, 50), 3)
-                out[f"{case}_{kind}_p99_ms"] = round(pct(pooled, 99), 3)
-                out[f"{case}_{kind}_max_ms"] = round(max(pooled, default=float("nan")), 3)
-                out[f"{case}_{kind}_ops_per_s"] = round(statistics.median(getattr(r, f"{kind}_ops_per_s")
-                                                                          for r in rs), 1)
-            out[f"{case}_ops_per_s"] = round(statistics.median(r.fsync_ops_per_s + r.read_ops_per_s
-                                                               for r in rs), 1)
+            hp_figures(out, case, rs)
         if case != "alone":
             for key in ("be_mb_per_s", "be_cgroup_mb_per_s", "disk_mb_per_s"):
                 name = key.removeprefix("be_") if case.startswith("be_alone") and key != "disk_mb_per_s" \
@@ -510,6 +522,9 @@ def summarise(results: dict[str, list[Sample]], args: argparse.Namespace, dev: s
         for kind in ("fsync", "read"):
             out[f"{case}_{kind}_p99_over_alone_ratio"] = round(
                 out[f"{case}_{kind}_p99_ms"] / max(out[f"alone_{kind}_p99_ms"], 1e-3), 2)
+            if f"{case}_{kind}_settled_p99_ms" in out and f"alone_{kind}_settled_p99_ms" in out:
+                out[f"{case}_{kind}_settled_p99_over_alone_ratio"] = round(
+                    out[f"{case}_{kind}_settled_p99_ms"] / max(out[f"alone_{kind}_settled_p99_ms"], 1e-3), 2)
         # per round against that round's HP alone, then the median
         out[f"{case}_ops_over_alone_ratio"] = round(statistics.median(
             (r.fsync_ops_per_s + r.read_ops_per_s) / max(al.fsync_ops_per_s + al.read_ops_per_s, 1e-3)
@@ -526,6 +541,21 @@ def summarise(results: dict[str, list[Sample]], args: argparse.Namespace, dev: s
     reaction_figures(out, results)
     targets(out)
     return out
+
+
+def hp_figures(out: dict[str, Any], case: str, rs: list[Sample]) -> None:
+    """HP's latencies (pooled over rounds) and ops/s (median of rounds) in one case."""
+    for kind in ("fsync", "read"):
+        pooled = [x for r in rs for x in getattr(r, f"{kind}_ms")]
+        out[f"{case}_{kind}_p50_ms"] = round(pct(pooled, 50), 3)
+        out[f"{case}_{kind}_p99_ms"] = round(pct(pooled, 99), 3)
+        out[f"{case}_{kind}_max_ms"] = round(max(pooled, default=float("nan")), 3)
+        settled = [x for r in rs for x in getattr(r, f"{kind}_settled_ms")]
+        if settled:
+            out[f"{case}_{kind}_settled_p99_ms"] = round(pct(settled, 99), 3)
+        out[f"{case}_{kind}_ops_per_s"] = round(statistics.median(getattr(r, f"{kind}_ops_per_s")
+                                                                  for r in rs), 1)
+    out[f"{case}_ops_per_s"] = round(statistics.median(r.fsync_ops_per_s + r.read_ops_per_s for r in rs), 1)
 
 
 def reaction_figures(out: dict[str, Any], results: dict[str, list[Sample]]) -> None:
