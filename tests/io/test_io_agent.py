@@ -6,6 +6,8 @@ test's (tests/batchres/test_batchres_holdings.py, holder `be_io`)."""
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -27,6 +29,7 @@ def test_be_is_cut_while_hp_commits_and_gets_the_disk_back_when_hp_stops(real_ro
         pytest.skip("no IO controller that caps (v1 blkio, or io on pure v2)")
     port = free_port()
     log = tmp_path / "agent.log"
+    real_root.mkcg("agent")  # on v2 its parent hands cpuset down only to what the test kit makes
     with on_disk() as (disk, dev):
         cfg = agent_config(tmp_path, f"{real_root.name}/agent", port, loop={"interval_s": 1.0},
                            cgroups={"cleanup_on_exit": False},
@@ -35,7 +38,8 @@ def test_be_is_cut_while_hp_commits_and_gets_the_disk_back_when_hp_stops(real_ro
             assert wait(lambda: metric(port, "coloc_ticks_total") >= 2, 30), log.read_text()[-3000:]
             tier = "agent/besteffort"
             real_root.mkcg(f"{tier}/batch")
-            flood = real_root.spawn(f"{tier}/batch", flood_argv(disk / "be.out"), stderr=subprocess.DEVNULL)
+            flood = real_root.spawn(f"{tier}/batch", flood_argv(disk / "be.out"), stderr=subprocess.DEVNULL,
+                                    start_new_session=True)
             try:
                 assert holds(lambda: be_cap(real_root, tier, dev) == (None, None, None, None), 2.0), \
                     "BE capped while HP does no IO"
@@ -65,14 +69,14 @@ def test_be_is_cut_while_hp_commits_and_gets_the_disk_back_when_hp_stops(real_ro
                                            direction="write") == FLOOR, 5)
                 batch = (("name", "batch"), ("namespace", ""), ("source", "local"), ("tier", "besteffort"))
                 assert wait(lambda: samples(port).get("coloc_workload_io_bytes_per_second", {})
-                            .get(batch, 0) > 0, 5), samples(port).get("coloc_workload_io_bytes_per_second")
+                            .get(batch, 0) > 0, 5), {k: v for k, v in samples(port).items() if "_io_" in k}
                 shown = subprocess.run(agent_argv("status", "--socket", str(tmp_path / "agent.sock")),
                                        check=True, capture_output=True, text=True, timeout=30).stdout
                 assert f"disk {dev}" in shown and "write 20.0 MB/s 400 IO/s" in shown, shown
                 assert "batch (BE)" in shown and "hp (HP)" in shown, shown
                 assert agent.poll() is None
             finally:
-                flood.kill()
+                os.killpg(flood.pid, signal.SIGKILL)
                 flood.wait(10)
         # a clean exit puts back what was there before the agent: nothing
         assert be_cap(real_root, tier, dev) == (None, None, None, None)

@@ -5,12 +5,15 @@ exit that puts back what was there before."""
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
 import subprocess
 import time
 from pathlib import Path
 
 import pytest
-from kit.diskio import be_cap, can_cap, commit_argv, flood_argv, on_disk
+from kit.diskio import be_cap, can_cap, commit_argv, flood_argv, on_disk, written
 from kit.realcg import RealRoot
 
 from agent.config.io import IoConfig
@@ -53,7 +56,8 @@ def test_the_guard_reads_hp_be_and_each_workload_and_bounds_by_what_it_found(
         assert guard is not None, why
         guard.nodeslo = lambda: {_node_of(dev): IoCap(wbps=50_000_000), "/dev/no-such-disk": IoCap(rbps=1)}
         ws = (_workload("local/batch", "be/batch", True), _workload("local/hp", "hp", False))
-        flood = real_root.spawn("be/batch", flood_argv(disk / "be.out"), stderr=subprocess.DEVNULL)
+        flood = real_root.spawn("be/batch", flood_argv(disk / "be.out"), stderr=subprocess.DEVNULL,
+                                start_new_session=True)
         hp = real_root.spawn("hp", commit_argv(disk / "hp.out"))
         try:
             guard.sample(ws)
@@ -62,9 +66,9 @@ def test_the_guard_reads_hp_be_and_each_workload_and_bounds_by_what_it_found(
                 guard.poll()
             s = guard.sample(ws)
         finally:
-            for p in (flood, hp):
-                p.kill()
-                p.wait(10)
+            _stop(flood)
+            hp.kill()
+            hp.wait(10)
         (d,) = s.disks
         assert d.dev == dev and d.hp is not None and d.be is not None
         assert d.be.wbps > 1e6 and d.hp.wiops > 10, (d.be, d.hp)  # the flood is BE's, the commits HP's
@@ -98,16 +102,22 @@ def test_no_guard_where_there_is_nothing_to_guard(real_root: RealRoot, tmp_path:
     assert NO_CAP.none
 
 
-def _written_mb_per_s(root: RealRoot, rel: str, target: Path, seconds: float = 1.5) -> float:
-    flood = root.spawn(rel, flood_argv(target), stderr=subprocess.DEVNULL)
+def _written_mb_per_s(root: RealRoot, rel: str, dev: str, target: Path, seconds: float = 1.5) -> float:
+    """MB/s a flood in `rel` wrote, as the kernel charged `rel`."""
+    flood = root.spawn(rel, flood_argv(target), stderr=subprocess.DEVNULL, start_new_session=True)
     try:
-        started = time.monotonic()
+        before, started = written(root, rel, dev), time.monotonic()
         time.sleep(seconds)
-        size = target.stat().st_size if target.exists() else 0
-        return size / (time.monotonic() - started) / 1e6
+        return (written(root, rel, dev) - before) / (time.monotonic() - started) / 1e6
     finally:
-        flood.kill()
-        flood.wait(10)
+        _stop(flood)
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    """The flood's shell and its dd (one process group)."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(10)
 
 
 def test_a_cap_on_the_be_tier_holds_the_yarn_containers_below_it(real_root: RealRoot, tmp_path: Path) -> None:
@@ -124,26 +134,23 @@ def test_a_cap_on_the_be_tier_holds_the_yarn_containers_below_it(real_root: Real
         guard, why = IoGuard.build(IoConfig(devices=(dev,)), writer, "be")
         assert guard is not None, why
         assert guard.submit(SetBeIoLimit(dev, IoCap(wbps=4_000_000), "test"), False, _record) is not None
-        rate = _written_mb_per_s(real_root, first, disk / "a.out")
+        rate = _written_mb_per_s(real_root, first, dev, disk / "a.out")
         assert 0.5 < rate < 4 * 1.6, f"{rate:.1f} MB/s below a 4 MB/s cap on the tier"
         # a second container starts while the cap is in force: the two together are held to it
         second = real_root.mkcg(yarn + "3")
-        floods = [real_root.spawn(rel, flood_argv(disk / f"{n}.out"), stderr=subprocess.DEVNULL)
-                  for n, rel in enumerate((first, second))]
+        floods = [real_root.spawn(rel, flood_argv(disk / f"{n}.out"), stderr=subprocess.DEVNULL,
+                                  start_new_session=True) for n, rel in enumerate((first, second))]
         try:
             time.sleep(0.2)
             guard.follow()  # the tick after it started
             if real_root.hierarchy.is_v1("blkio"):
                 assert be_cap(real_root, second, dev)[1] == 2_000_000  # two busy leaves: half each
-            sizes = [(disk / f"{n}.out").stat().st_size for n in range(2)]
-            started = time.monotonic()
+            before, started = written(real_root, "be", dev), time.monotonic()
             time.sleep(1.5)
-            grown = sum((disk / f"{n}.out").stat().st_size - sizes[n] for n in range(2))
-            rate = grown / (time.monotonic() - started) / 1e6
+            rate = (written(real_root, "be", dev) - before) / (time.monotonic() - started) / 1e6
         finally:
             for f in floods:
-                f.kill()
-                f.wait(10)
+                _stop(f)
         assert 0.5 < rate < 4 * 1.6, f"{rate:.1f} MB/s below a 4 MB/s cap, two containers"
         assert guard.release()
         assert be_cap(real_root, first, dev) == (None, None, None, None)

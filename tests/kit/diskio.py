@@ -32,9 +32,24 @@ def commit_argv(path: Path, every_s: float = 0.005) -> list[str]:
     return [sys.executable, "-c", COMMIT, str(path), str(every_s)]
 
 
-def flood_argv(path: Path, mb: int = 100_000) -> list[str]:
-    """A BE flood: direct 1 MiB writes to `path` (charged to its cgroup on v1 and v2)."""
-    return ["dd", "if=/dev/zero", f"of={path}", "bs=1M", f"count={mb}", "oflag=direct", "status=none"]
+def flood_argv(path: Path, mib: int = 64) -> list[str]:
+    """A BE flood: direct 1 MiB writes (charged to its cgroup on v1 and v2) over and over the same `mib` MiB
+    of `path`, so the disk sees a flood and never fills (a small guest disk would within seconds)."""
+    dd = f"dd if=/dev/zero of={path} bs=1M count={mib} oflag=direct conv=notrunc status=none"
+    return ["sh", "-c", f"while {dd}; do :; done"]
+
+
+def written(root: RealRoot, rel: str, dev: str) -> int:
+    """Bytes `rel` (and below) wrote to `dev` since it was made, as the kernel charged them."""
+    from cgroups.io import parse_blkio, parse_io_stat
+
+    if root.hierarchy.is_v1("blkio"):
+        d = root.path("blkio", rel)
+        stats = parse_blkio((d / "blkio.throttle.io_service_bytes_recursive").read_bytes(),
+                            (d / "blkio.throttle.io_serviced_recursive").read_bytes())
+    else:
+        stats = parse_io_stat((root.path("unified", rel) / "io.stat").read_bytes())
+    return stats[dev].wbytes if dev in stats else 0
 
 
 @contextlib.contextmanager
