@@ -122,7 +122,7 @@ async def serve(config_path: str, dry_run: bool = False, ready: asyncio.Event | 
     reports = asyncio.create_task(rt.reports.run(stop))
     trim = loop.call_later(STARTUP_TRIM_AFTER_S, release_startup_memory)
     network = asyncio.create_task(rt.network.run(stop)) if rt.network is not None else None
-    io = asyncio.create_task(rt.io.run(stop)) if rt.io is not None else None
+    io = asyncio.create_task(rt.io.run(stop, rt.loop.wake)) if rt.io is not None else None
     limit_tasks = start_limits(rt, stop)
     try:
         if ready is not None:

@@ -36,7 +36,7 @@ from agent.daemon.settings import PipelineInForce
 from agent.daemon.source_runner import WorkloadSources, pod_cgroup_lister
 from agent.decommission.controller import DrainController
 from agent.executors.apply import ActionExecutor, Evictor
-from agent.executors.io_guard import BE_IO, IoGuard
+from agent.executors.io_guard import BE_IO, IoGuard, NodeSloBlkio
 from agent.executors.process_kill import LocalEvictor
 from agent.executors.yarn_kill import YarnKiller
 from agent.metrics import MetricsHub
@@ -332,10 +332,9 @@ def _assemble(cfg: AgentConfig, board: Board | None, hierarchy: Hierarchy, reade
         from agent.executors.htb import EgressShaper
     shaper = (EgressShaper(cfg.network, cfg.loop.interval_s, hierarchy.unified)
               if cfg.network.enabled else None)
-    guard, io_off = make_io_guard(cfg, writer, be_tier)
-    if guard is not None:
-        guard.nodeslo = lambda: be_device_caps(settings.resource_qos.blkio)
-        guard.nodeslo_unsupported = lambda: unsupported(settings.resource_qos.blkio)
+    blkio = NodeSloBlkio(lambda: be_device_caps(settings.resource_qos.blkio),
+                         lambda: unsupported(settings.resource_qos.blkio))
+    guard, io_off = make_io_guard(cfg, writer, be_tier, blkio)
     collector = Collector(reader, TierPaths(root="", besteffort=be_tier), capacity, cpus,
                           cfg.node.scope, cfg.loop.interval_s,
                           be_reader=CgroupReader(hierarchy, root, psi=False, **WORKLOAD_READER),
@@ -365,8 +364,6 @@ def _assemble(cfg: AgentConfig, board: Board | None, hierarchy: Hierarchy, reade
                         cfg.loop.fast_hold_s)
     loop = TickLoop(inputs, PipelineInForce(settings, _pipeline_builder(cfg, guard is not None)).pipeline,
                     executor, outputs, timing)
-    if guard is not None:
-        guard.wake = loop.wake
     limits, qos = make_limits(cfg, hierarchy, writer, sources, settings, ledger, hub)
     return Runtime(cfg, hierarchy, reader, writer, collector, sources, reports, executor, loop, board, audit,
                    capacity, cpus, hub, ledger, drain, settings, LeftEgress(writer.journal, cfg.network,
@@ -399,10 +396,11 @@ def make_limits(cfg: AgentConfig, hierarchy: Hierarchy, writer: CgroupWriter, so
     return limits, qos
 
 
-def make_io_guard(cfg: AgentConfig, writer: CgroupWriter, be_tier: str) -> tuple[IoGuard | None, str]:
+def make_io_guard(cfg: AgentConfig, writer: CgroupWriter, be_tier: str,
+                  nodeslo: NodeSloBlkio) -> tuple[IoGuard | None, str]:
     """The disk guard (None: off, or nothing to guard, and why); off, what an earlier run's guard held is
     given back now."""
-    guard, why = IoGuard.build(cfg.io, writer, be_tier) if cfg.io.enabled else (None, "")
+    guard, why = IoGuard.build(cfg.io, writer, be_tier, nodeslo) if cfg.io.enabled else (None, "")
     if guard is None:
         if why:
             log.warning("the disk guard does not run", extra={"fields": {"why": why}})

@@ -62,6 +62,15 @@ class _Poll:
     stall_us: dict[str, int]
 
 
+@dataclass(frozen=True, slots=True)
+class NodeSloBlkio:
+    """The NodeSLO's `blkioQOS` as the guard reads it: the BE class's caps by device name, and what of it the
+    agent does not act on (`qos.blkio_qos`)."""
+
+    caps: Callable[[], Mapping[str, IoCap]]
+    unsupported: Callable[[], list[str]]
+
+
 @dataclass(slots=True)
 class GuardStats:
     """What the guard did, for /metrics and status."""
@@ -96,7 +105,7 @@ class IoGuard:
     """One node's disk guard (see the module docstring)."""
 
     def __init__(self, config: IoConfig, meter: IoMeter, writer: CgroupWriter, be_tier: str,
-                 devices: tuple[str, ...]) -> None:
+                 devices: tuple[str, ...], nodeslo: NodeSloBlkio | None = None) -> None:
         self.config = config
         self._meter = meter
         self._writer = writer
@@ -111,16 +120,15 @@ class IoGuard:
         self._samples = 0
         self._settled = False
         self.stats = GuardStats()
-        self.wake: Callable[[], None] | None = None  # set by the loop: a tick now
         # The NodeSLO's BE caps by device name (`blkioQOS` device blocks), where it is read, and what of its
         # blkioQOS the agent does not act on.
-        self.nodeslo: Callable[[], Mapping[str, IoCap]] = dict
-        self.nodeslo_unsupported: Callable[[], list[str]] = list
+        self._nodeslo = nodeslo or NodeSloBlkio(dict, list)
         self._resolved: dict[str, str | None] = {}
         self._unresolved: tuple[str, ...] = ()  # device names the NodeSLO gives that are on no disk here
 
     @classmethod
-    def build(cls, config: IoConfig, writer: CgroupWriter, be_tier: str) -> tuple[IoGuard | None, str]:
+    def build(cls, config: IoConfig, writer: CgroupWriter, be_tier: str,
+              nodeslo: NodeSloBlkio | None = None) -> tuple[IoGuard | None, str]:
         """The guard for this node, or None and why not (no IO controller, no disk to guard)."""
         paths = [config.host_root.rstrip("/") + p for p in config.paths]
         devices = tuple(config.devices) or disks_of(paths)
@@ -132,7 +140,7 @@ class IoGuard:
             return None, str(err)
         if not meter.exists(be_tier):
             return None, f"the BE tier has no IO cgroup: {meter.dir(be_tier)} does not exist"
-        return cls(config, meter, writer, be_tier, devices), ""
+        return cls(config, meter, writer, be_tier, devices, nodeslo), ""
 
     # -- reading -------------------------------------------------------------------------------------------
 
@@ -207,7 +215,7 @@ class IoGuard:
         self._samples += 1
         static = self._static()
         notes = (*(f"NodeSLO blkioQOS device {n}: no such disk on this node" for n in self._unresolved),
-                 *self.nodeslo_unsupported())
+                 *self._nodeslo.unsupported())
         return IoSample(tuple(disks), stall, static, by_workload, age, self.stats.wakes, notes)
 
     def _static(self) -> dict[str, IoCap]:
@@ -215,7 +223,7 @@ class IoGuard:
         NodeSLO's BE device blocks."""
         out = {dev: c for dev, c in self._baseline.items() if not c.none}
         missing = []
-        for name, cap in self.nodeslo().items():
+        for name, cap in self._nodeslo.caps().items():
             dev = self._device(name)
             if dev is None:
                 missing.append(name)
@@ -299,17 +307,17 @@ class IoGuard:
                 return True
         return False
 
-    async def run(self, stop: asyncio.Event) -> None:
-        """Poll every `poll_s`; wake the loop when the policy would act."""
+    async def run(self, stop: asyncio.Event, wake: Callable[[], None]) -> None:
+        """Poll every `poll_s`; `wake` the loop when the policy would act."""
         while not stop.is_set():
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(stop.wait(), self.config.poll_s)
             if stop.is_set():
                 return
             self.poll()
-            if self.wake is not None and self.wanted_tick():
+            if self.wanted_tick():
                 self.stats.wakes += 1
-                self.wake()
+                wake()
 
     # -- writing -------------------------------------------------------------------------------------------
 

@@ -17,7 +17,7 @@ from kit.diskio import be_cap, can_cap, commit_argv, flood_argv, on_disk, writte
 from kit.realcg import RealRoot
 
 from agent.config.io import IoConfig
-from agent.executors.io_guard import BE_IO, IoGuard
+from agent.executors.io_guard import BE_IO, IoGuard, NodeSloBlkio
 from cgroups.holdings import Journal
 from cgroups.io import IoLimit
 from cgroups.writer import CgroupWriter
@@ -52,9 +52,11 @@ def test_the_guard_reads_hp_be_and_each_workload_and_bounds_by_what_it_found(
     with on_disk() as (disk, dev):
         writer = CgroupWriter(real_root.hierarchy, real_root.name, journal=Journal(tmp_path / "held", "b"))
         writer.set_io_limit("be", dev, IoLimit(riops=7000))  # an operator's, before the agent
-        guard, why = IoGuard.build(IoConfig(devices=(dev,)), writer, "be")
+        caps = {_node_of(dev): IoCap(wbps=50_000_000), "/dev/no-such-disk": IoCap(rbps=1)}
+        note = "beClass.blkioQOS.blocks[1] (podvolume data): not acted on"
+        nodeslo = NodeSloBlkio(lambda: caps, lambda: [note])
+        guard, why = IoGuard.build(IoConfig(devices=(dev,)), writer, "be", nodeslo)
         assert guard is not None, why
-        guard.nodeslo = lambda: {_node_of(dev): IoCap(wbps=50_000_000), "/dev/no-such-disk": IoCap(rbps=1)}
         ws = (_workload("local/batch", "be/batch", True), _workload("local/hp", "hp", False))
         flood = real_root.spawn("be/batch", flood_argv(disk / "be.out"), stderr=subprocess.DEVNULL,
                                 start_new_session=True)
@@ -76,7 +78,8 @@ def test_the_guard_reads_hp_be_and_each_workload_and_bounds_by_what_it_found(
         assert d.hp_idle_s is not None and d.hp_idle_s < 0.5
         assert d.cap == IoCap(riops=7000)
         assert s.static == {dev: IoCap(wbps=50_000_000, riops=7000)}  # the NodeSLO's within the operator's
-        assert s.notes == ("NodeSLO blkioQOS device /dev/no-such-disk: no such disk on this node",)
+        assert s.notes == ("NodeSLO blkioQOS device /dev/no-such-disk: no such disk on this node",
+                           "beClass.blkioQOS.blocks[1] (podvolume data): not acted on")
         assert s.by_workload["local/batch"].wbps > 1e6 and s.by_workload["local/hp"].wiops > 10
         # the agent's cap, then a clean exit: the operator's is back
         rec = guard.submit(SetBeIoLimit(dev, IoCap(20_000_000, 20_000_000, 400, 400), "test"), False,
