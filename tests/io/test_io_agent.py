@@ -82,3 +82,32 @@ def test_be_is_cut_while_hp_commits_and_gets_the_disk_back_when_hp_stops(real_ro
         assert be_cap(real_root, tier, dev) == (None, None, None, None)
         hp.kill()
         hp.wait(10)
+
+
+def test_sustained_need_at_the_floor_evicts_the_heaviest_be_io_user_when_turned_on(real_root: RealRoot,
+                                                                                      tmp_path: Path) -> None:
+    """`io.policy.evict` (off by default): HP has needed the disk for `evict_after_s` with BE at its floor, so
+    the BE workload that did the most IO is evicted (the standalone evictor kills its processes); the one
+    that did none is left."""
+    if not can_cap(real_root):
+        pytest.skip("no IO controller that caps (v1 blkio, or io on pure v2)")
+    port = free_port()
+    log = tmp_path / "agent.log"
+    real_root.mkcg("agent")
+    with on_disk() as (disk, dev):
+        policy = {"stall_percent": 0, "evict": True, "evict_after_s": 1}
+        cfg = agent_config(tmp_path, f"{real_root.name}/agent", port, cgroups={"cleanup_on_exit": False},
+                           io={"devices": [dev], "policy": policy}, eviction={"grace_period_s": 1})
+        with running_agent(cfg, log) as agent:
+            assert wait(lambda: metric(port, "coloc_ticks_total") >= 2, 30), log.read_text()[-3000:]
+            tier = "agent/besteffort"
+            for name in ("heavy", "light", "hp"):
+                real_root.mkcg(f"{tier}/{name}" if name != "hp" else "agent/hp")
+            heavy = real_root.spawn(f"{tier}/heavy", flood_argv(disk / "be.out"), stderr=subprocess.DEVNULL)
+            light = real_root.spawn(f"{tier}/light", ["sleep", "600"])
+            real_root.spawn("agent/hp", commit_argv(disk / "hp.out"))
+            assert wait(lambda: heavy.poll() is not None, 30), log.read_text()[-3000:]
+            assert light.poll() is None
+            assert wait(lambda: sample(port, "coloc_evictions_total", reason="io_pressure", source="local") == 1,
+                        5), log.read_text()[-3000:]
+            assert agent.poll() is None
