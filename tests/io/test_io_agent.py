@@ -108,6 +108,6 @@ def test_sustained_need_at_the_floor_evicts_the_heaviest_be_io_user_when_turned_
             real_root.spawn("agent/hp", commit_argv(disk / "hp.out"))
             assert wait(lambda: heavy.poll() is not None, 30), log.read_text()[-3000:]
             assert light.poll() is None
-            assert wait(lambda: sample(port, "coloc_evictions_total", reason="io_pressure", source="local") == 1,
-                        5), log.read_text()[-3000:]
+            evicted = {"reason": "io_pressure", "source": "local"}
+            assert wait(lambda: sample(port, "coloc_evictions_total", **evicted) == 1, 5), log.read_text()[-3000:]
             assert agent.poll() is None
