@@ -9,15 +9,22 @@ property, so a cap on a unit must be one of those properties; a cgroup that is n
 from __future__ import annotations
 
 import os
+from pathlib import Path
+from typing import Any
 
 import pytest
 from kit.poll import wait
 from kit.systemd import CGROUP2, SystemdPods, read, systemctl, systemd_v2_host
 
+from agent.config.io import IoConfig
+from agent.executors.io_guard import BE_IO, IoGuard
 from cgroups.discovery import Hierarchy
+from cgroups.holdings import Journal
 from cgroups.io import NO_LIMIT, IoLimit, disk_of
 from cgroups.systemd import SystemdUnits
 from cgroups.writer import CgroupWriter
+from qos.actions import SetBeIoLimit
+from qos.model import IoCap
 
 pytestmark = pytest.mark.guest
 why_not = systemd_v2_host()
@@ -97,3 +104,39 @@ def test_a_cap_on_a_unit_is_the_units_own_and_survives_reload_and_set_property_o
     assert w.set_io_limit(pod.rel, dev, IoLimit(rbps=16 * MB))
     assert _cap(rel, dev) == f"{dev} rbps={16 * MB} wbps=max riops=max wiops=max"
     assert w.stats.systemd_sets == 3 and w.stats.systemd_errors == 0
+
+
+def test_the_disk_guard_caps_the_be_tier_slice_through_systemd_and_a_next_run_gives_it_back(
+        own_pods: SystemdPods, tmp_path: Path) -> None:
+    """The guard's cap on the BE tier (a slice systemd owns) is the unit's IO*Max property: a daemon-reload
+    keeps it; a run killed while holding it leaves it (the journal names it); the next run with the guard off
+    gives it back through systemd, so no reload brings it back."""
+    dev = _disk()
+    own_pods.pod("besteffort")
+    tier = own_pods.tier_slice("besteffort")  # below the writer's root, the kubepods slice
+    units = SystemdUnits("/" + own_pods.root)
+
+    def writer() -> CgroupWriter:
+        journal = Journal(tmp_path / "held", "boot-1")
+        journal.load()
+        return CgroupWriter(Hierarchy.v2(CGROUP2), own_pods.root, units=units, journal=journal)
+
+    w = writer()
+    guard, why = IoGuard.build(IoConfig(devices=(dev,)), w, tier)
+    assert guard is not None, why
+    floor = IoCap(20_000_000, 20_000_000, 400, 400)
+    assert guard.submit(SetBeIoLimit(dev, floor, "HP waits"), False, _record) is not None
+    assert _io_properties(tier)["IOWriteBandwidthMax"] == f"/dev/block/{dev} 20000000"
+    own_pods.reload()
+    on_tier = own_pods.tier_rel("besteffort")
+    assert _cap(on_tier, dev) == f"{dev} rbps=20000000 wbps=20000000 riops=400 wiops=400"
+    # killed here (nothing given back); the next run, guard off, settles what the journal names
+    again = writer()
+    assert again.settle(BE_IO) == 1
+    assert _io_properties(tier) == NONE
+    own_pods.reload()
+    assert _cap(on_tier, dev) is None, "a reload put the crashed run's cap back"
+
+
+def _record(*args: object) -> Any:
+    return args
