@@ -2,12 +2,17 @@
 `blkio.throttle.io_service_bytes_recursive` + `io_serviced_recursive`) and its IO pressure (`io.pressure`
 `some total`, on the cgroup2 mount: v2, or a hybrid host's unified tree where the cgroup exists there).
 
-Counters only: the rates over a window are the caller's (`agent/daemon/io_guard.py`). A cgroup that is gone
-reads as None, never an error; a file in a format we do not know raises `UnknownFormat`.
+Counters only: the rates over a window are the caller's (`agent/executors/io_guard.py`). A cgroup that is
+gone reads as None, never an error; a file in a format we do not know raises `UnknownFormat`. Each file is
+opened once and read with `pread` after (the guard reads every workload's at each tick); `forget` closes a
+gone cgroup's.
 """
 
 from __future__ import annotations
 
+import errno
+import os
+from collections.abc import Iterable
 from pathlib import Path
 
 from cgroups.discovery import Hierarchy
@@ -31,6 +36,7 @@ class IoMeter:
         else:
             raise CgroupError("no IO controller: neither a v1 blkio mount nor io on the cgroup2 mount")
         self._psi = join(str(hierarchy.unified), root) if hierarchy.unified is not None else ""
+        self._fds: dict[str, int] = {}
 
     def dir(self, rel: str) -> str:
         return join(self._io, rel)
@@ -40,10 +46,10 @@ class IoMeter:
         d = join(self._io, rel)
         try:
             if self.v1:
-                return parse_blkio(_read(f"{d}/blkio.throttle.io_service_bytes_recursive"),
-                                   _read(f"{d}/blkio.throttle.io_serviced_recursive"))
-            return parse_io_stat(_read(f"{d}/io.stat"))
-        except FileNotFoundError:
+                return parse_blkio(self._read(f"{d}/blkio.throttle.io_service_bytes_recursive"),
+                                   self._read(f"{d}/blkio.throttle.io_serviced_recursive"))
+            return parse_io_stat(self._read(f"{d}/io.stat"))
+        except (FileNotFoundError, NotADirectoryError):
             return None
 
     def stall_us(self, rel: str) -> int | None:
@@ -52,14 +58,38 @@ class IoMeter:
             return None
         f = f"{join(self._psi, rel)}/io.pressure"
         try:
-            return psi_some_total(_read(f), "io.pressure")
+            return psi_some_total(self._read(f), "io.pressure")
         except (FileNotFoundError, NotADirectoryError):
             return None
 
     def exists(self, rel: str) -> bool:
         return Path(join(self._io, rel)).is_dir()
 
+    def _read(self, path: str) -> bytes:
+        """The file's text; FileNotFoundError once its cgroup is gone (the kernel's ENODEV on an open fd)."""
+        fd = self._fds.get(path)
+        if fd is None:
+            fd = self._fds[path] = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            return os.pread(fd, 65536, 0)
+        except OSError as err:
+            self._close(path)
+            if err.errno == errno.ENODEV:
+                raise FileNotFoundError(errno.ENOENT, "cgroup removed", path) from None
+            raise
 
-def _read(path: str) -> bytes:
-    with open(path, "rb", buffering=0) as f:
-        return f.read()
+    def _close(self, path: str) -> None:
+        fd = self._fds.pop(path, None)
+        if fd is not None:
+            os.close(fd)
+
+    def forget(self, rels: Iterable[str]) -> None:
+        """Close the files of these cgroups (gone, or no longer read)."""
+        dirs = {join(self._io, r) + "/" for r in rels} | ({join(self._psi, r) + "/" for r in rels}
+                                                          if self._psi else set())
+        for path in [p for p in self._fds if p.rsplit("/", 1)[0] + "/" in dirs]:
+            self._close(path)
+
+    def close(self) -> None:
+        for path in list(self._fds):
+            self._close(path)

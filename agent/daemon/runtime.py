@@ -94,6 +94,8 @@ class Runtime:
 
     def close(self) -> None:
         self.collector.close()
+        if self.io is not None:
+            self.io.close()
         self.reader.close()
         self.audit.close()
         if self.created_root and self.cfg.cgroups.cleanup_on_exit:

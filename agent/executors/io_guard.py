@@ -116,6 +116,7 @@ class IoGuard:
         self._hp_io_at: dict[str, float] = {}  # disk -> monotonic time HP last did IO on it
         self._started = time.monotonic()
         self._by_workload: dict[str, tuple[float, IoStat]] = {}
+        self._cgroups: set[str] = set()  # the workloads' cgroups read at the last tick
         self._baseline: dict[str, IoCap] = {}
         self._samples = 0
         self._settled = False
@@ -274,6 +275,9 @@ class IoGuard:
             prev = self._by_workload.get(w.key)
             if prev is not None and now > prev[0]:
                 out[w.key] = _rate(total, prev[1], now - prev[0])
+        gone = {w.cgroup for w in workloads}
+        self._meter.forget(rel for rel in self._cgroups if rel not in gone)
+        self._cgroups = gone
         self._by_workload = seen
         return out
 
@@ -416,6 +420,9 @@ class IoGuard:
         if ok:
             self._writer.release(BE_IO)
         return ok
+
+    def close(self) -> None:
+        self._meter.close()
 
     def _failed(self, what: str, err: Exception) -> None:
         self.stats.errors += 1

@@ -20,6 +20,7 @@ from agent.config.io import IoConfig
 from agent.executors.io_guard import BE_IO, IoGuard, NodeSloBlkio
 from cgroups.holdings import Journal
 from cgroups.io import IoLimit
+from cgroups.io_meter import IoMeter
 from cgroups.writer import CgroupWriter
 from qos.actions import SetBeIoLimit
 from qos.model import NO_CAP, IoCap, Source, Tier, Workload
@@ -159,3 +160,22 @@ def test_a_cap_on_the_be_tier_holds_the_yarn_containers_below_it(real_root: Real
         assert be_cap(real_root, first, dev) == (None, None, None, None)
         assert be_cap(real_root, "be", dev) == (None, None, None, None)
         assert writer.journal.held == {}
+
+
+def test_the_meter_reads_through_open_files_and_a_removed_cgroup_reads_as_gone(real_root: RealRoot) -> None:
+    if not can_cap(real_root):
+        pytest.skip("no IO controller (v1 blkio, or io on pure v2)")
+    rel = real_root.mkcg("w")
+    meter = IoMeter(real_root.hierarchy, real_root.name)
+    try:
+        assert meter.stat(rel) is not None and meter.stat(rel) is not None
+        assert len(meter._fds) >= 1  # opened once, read again with pread
+        for d in real_root.dirs(rel):
+            d.rmdir()
+        assert meter.stat(rel) is None  # the kernel's ENODEV on the open file: gone, no error
+        assert meter.stat("never-made") is None
+        meter.stat("")
+        meter.forget([rel, ""])
+        assert meter._fds == {}
+    finally:
+        meter.close()
