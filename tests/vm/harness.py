@@ -1,6 +1,7 @@
 """Boot the cgroup v2 + systemd guest once, run pytest inside it as root, and bring the results back.
 
     python3 tests/vm/harness.py --image DIR --venv DIR [--results DIR] [--timeout S] [-- PYTEST ARGS]
+    python3 tests/vm/harness.py --image DIR --venv DIR --data-disk MIB --command 'SHELL COMMAND'
 
 The guest (tests/vm/image.sh) boots under QEMU with its disk in snapshot mode (nothing it writes survives),
 the checkout and the guest venv shared over 9p at their host paths, and a private control directory (9p tag
@@ -9,6 +10,12 @@ prefixed "[guest] ". With --results, the guest's junit XML, its output, the cons
 (timings, exit status, or why the run failed) are copied there for the host's test run
 (tests/vm/test_vm_guest.py). Exits with the guest pytest's status, or 75 when the guest did not get to run
 it.
+
+Opt-in, for what needs a disk of its own (scripts/vm-bench: bench/io.py in the guest): `--data-disk MIB` gives
+the guest a second virtio disk, `/dev/vdb`, a sparse raw file of that size in the run's temporary directory
+(removed with it), attached with `cache=none` (the host's page cache out of the way: the guest's writes reach
+the host's disk); `--command` runs a shell command in the checkout instead of pytest (its status is the
+run's). Without them the run is as it always was.
 Standard library only: any python3 on the host runs it.
 """
 
@@ -36,8 +43,10 @@ CMDLINE = (
 )
 
 
-def qemu_argv(image: Path, ctl: Path, venv: Path, cpus: int, memory_mib: int) -> list[str]:
-    """QEMU's command line: TCG (no usable KVM is assumed), PVH boot of the ELF kernel, shares over 9p."""
+def qemu_argv(image: Path, ctl: Path, venv: Path, cpus: int, memory_mib: int,
+              data_disk: Path | None = None) -> list[str]:
+    """QEMU's command line: TCG (no usable KVM is assumed), PVH boot of the ELF kernel, shares over 9p; with
+    `data_disk`, that raw file as the guest's second disk (`/dev/vdb`)."""
     def share(path: Path, tag: str, ro: bool = False) -> list[str]:
         opts = f"local,path={path},mount_tag={tag},security_model=none" + (",readonly=on" if ro else "")
         return ["-virtfs", opts]
@@ -47,6 +56,7 @@ def qemu_argv(image: Path, ctl: Path, venv: Path, cpus: int, memory_mib: int) ->
         "-accel", "tcg,thread=multi,tb-size=256", "-cpu", "Nehalem", "-smp", str(cpus), "-m", str(memory_mib),
         "-kernel", str(image / "vmlinux"), "-initrd", str(image / "initrd.img"), "-append", CMDLINE,
         "-drive", f"file={image / 'rootfs.img'},if=virtio,format=raw,snapshot=on",
+        *(["-drive", f"file={data_disk},if=virtio,format=raw,cache=none"] if data_disk else []),
         *share(ctl, "ctl"), *share(CHECKOUT, "share"), *share(venv, "venv", ro=True),
         "-nic", "none", "-display", "none", "-monitor", "none", "-serial", f"file:{ctl / 'console.log'}",
         "-no-reboot",
@@ -68,9 +78,10 @@ def selection() -> list[str]:
     return out
 
 
-def write_job(ctl: Path, venv: Path, pytest_args: list[str]) -> None:
+def write_job(ctl: Path, venv: Path, pytest_args: list[str], command: str = "") -> None:
     shutil.copy(HERE / "job.sh", ctl / "job.sh")
-    env = {"CHECKOUT": str(CHECKOUT), "VENV": str(venv), "PYTEST_ARGS": shlex.join(pytest_args)}
+    env = {"CHECKOUT": str(CHECKOUT), "VENV": str(venv), "PYTEST_ARGS": shlex.join(pytest_args),
+           "COMMAND": command}
     (ctl / "env").write_text("".join(f"{k}={shlex.quote(v)}\n" for k, v in env.items()))
 
 
@@ -115,7 +126,7 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
 
 
 def run(image: Path, venv: Path, pytest_args: list[str], timeout_s: float, results: Path | None,
-        cpus: int, memory_mib: int) -> int:
+        cpus: int, memory_mib: int, data_disk_mib: int = 0, command: str = "") -> int:
     """Boot, run, collect; returns the exit status (see the module docstring)."""
     for name in ("vmlinux", "initrd.img", "rootfs.img"):
         if not (image / name).is_file():
@@ -126,8 +137,13 @@ def run(image: Path, venv: Path, pytest_args: list[str], timeout_s: float, resul
         return _fail(results, "qemu-system-x86_64 is not installed (Debian package qemu-system-x86)")
     ctl = Path(tempfile.mkdtemp(prefix="coloc-vm-"))
     try:
-        write_job(ctl, venv, pytest_args)
-        status = _boot_and_wait(ctl, image, venv, timeout_s, cpus, memory_mib)
+        write_job(ctl, venv, pytest_args, command)
+        data_disk = None
+        if data_disk_mib > 0:
+            data_disk = ctl / "data.img"
+            with data_disk.open("wb") as f:
+                f.truncate(data_disk_mib << 20)  # sparse: only what the guest writes takes room
+        status = _boot_and_wait(ctl, image, venv, timeout_s, cpus, memory_mib, data_disk)
         if results is not None:
             results.mkdir(parents=True, exist_ok=True)
             for name in ("junit.xml", "job.log", "console.log"):
@@ -137,17 +153,18 @@ def run(image: Path, venv: Path, pytest_args: list[str], timeout_s: float, resul
         if status["error"]:
             print(f"guest stage failed: {status['error']}", file=sys.stderr)
             return HARNESS_FAILED
-        return int(status["rc"])
+        rc = status["rc"]
+        return rc if isinstance(rc, int) else HARNESS_FAILED
     finally:
         shutil.rmtree(ctl, ignore_errors=True)
 
 
 def _boot_and_wait(ctl: Path, image: Path, venv: Path, timeout_s: float, cpus: int,
-                   memory_mib: int) -> dict[str, object]:
+                   memory_mib: int, data_disk: Path | None = None) -> dict[str, object]:
     started = time.monotonic()
     status: dict[str, object] = {"image": image.name, "kernel": _read(image / "kernel-release"),
                                  "error": "", "rc": None, "boot_s": None, "wall_s": None}
-    argv = qemu_argv(image, ctl, venv, cpus, memory_mib)
+    argv = qemu_argv(image, ctl, venv, cpus, memory_mib, data_disk)
     log = Streamer(ctl / "job.log")
     with open(ctl / "qemu.err", "wb") as err:
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=err, stderr=err, cwd=ctl)
@@ -205,13 +222,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--timeout", type=float, default=900.0, help="seconds for the whole run (default 900)")
     p.add_argument("--cpus", type=int, default=2)
     p.add_argument("--memory", type=int, default=2048, help="MiB")
+    p.add_argument("--data-disk", type=int, default=0, metavar="MIB",
+                   help="a second virtio disk (/dev/vdb) of this many MiB, sparse, in the run's temp dir")
+    p.add_argument("--command", default="", help="a shell command to run in the guest instead of pytest")
     p.add_argument("pytest_args", nargs="*", help="pytest arguments (default: tests/vm/selection)")
     args = p.parse_args(argv)
     # A SIGTERM (a CI timeout) unwinds like Ctrl-C, through the `finally` that stops QEMU.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
-    pytest_args = args.pytest_args or selection()
+    pytest_args = args.pytest_args or ([] if args.command else selection())
     return run(args.image.resolve(), args.venv.resolve(), pytest_args, args.timeout,
-               args.results.resolve() if args.results else None, args.cpus, args.memory)
+               args.results.resolve() if args.results else None, args.cpus, args.memory, args.data_disk,
+               args.command)
 
 
 if __name__ == "__main__":

@@ -13,10 +13,15 @@ cd "$CHECKOUT" || exit 75
 echo "guest: $(uname -r), $(nproc) cpus, cgroup2 controllers: $(cat /sys/fs/cgroup/cgroup.controllers)"
 export HOME=/root LANG=C.UTF-8 PATH="$VENV/bin:/usr/sbin:/usr/bin:/sbin:/bin" PYTHONPATH="$CHECKOUT"
 export COLOC_IN_GUEST=1 COLOC_REQUIRE_CGROUPS=1
-eval "set -- $PYTEST_ARGS"
-"$VENV/bin/python" -m pytest -p no:cacheprovider -v -rfEs \
-  --junitxml="$ctl/junit.xml" "$@"
-rc=$?
+if [ -n "${COMMAND:-}" ]; then  # harness.py --command (scripts/vm-bench): a command instead of pytest
+  bash -c "$COMMAND"
+  rc=$?
+else
+  eval "set -- $PYTEST_ARGS"
+  "$VENV/bin/python" -m pytest -p no:cacheprovider -v -rfEs \
+    --junitxml="$ctl/junit.xml" "$@"
+  rc=$?
+fi
 cd /
 sync
 umount "$CHECKOUT" "$VENV"
