@@ -14,6 +14,7 @@ from agent.config.io import IoConfig
 from agent.config.load import MAX_CONFIG_BYTES, ConfigError, from_mapping, parse_bytes, parse_yaml
 from agent.config.metrics import MetricsConfig
 from agent.config.network import NetworkConfig
+from agent.config.provenance import file_keys, remember
 from agent.config.resource_qos import ResourceQosConfig
 from agent.config.sources import (
     KubeApiConfig,
@@ -30,7 +31,7 @@ from qos.policies import PolicyConfig
 from qos.protection import ProtectionConfig
 from qos.validation import bounded, check_bounds, check_choices, short
 
-__all__ = ["AgentConfig", "ConfigError", "load_config"]
+__all__ = ["AgentConfig", "ConfigError", "LoadedConfig", "load_config", "read_config"]
 
 MAX_MEMORY = 16 << 50  # 16 PiB: above any node, far below int64 (the API's field)
 
@@ -43,9 +44,11 @@ class NodeConfig:
     root (tests, the demo) behaves as a small node of its own on a shared machine.
     """
 
-    name: str = ""
+    name: str = ""  # the node's name; "" takes $NODE_NAME, else the host name
+    # node CPU capacity; null: the machine's CPUs
     cpus: float | None = bounded(None, 0.0, 4096.0, low_open=True)
-    memory: int | str | None = None
+    memory: int | str | None = None  # node memory capacity (bytes or 4Gi); null: the machine's
+    # node usage from the whole machine, or from the agent's cgroup root alone
     scope: Literal["machine", "cgroup-root"] = "machine"
 
     def __post_init__(self) -> None:
@@ -68,12 +71,15 @@ class NodeConfig:
 class CgroupConfig:
     """Where the agent's cgroups are: `root` is relative to each hierarchy's mount (no leading slash)."""
 
-    mount: str = "/sys/fs/cgroup"
+    mount: str = "/sys/fs/cgroup"  # where the cgroup hierarchies are mounted
     root: str = "kubepods"
+    # the kubelet's cgroup driver; auto: detected on the node
     driver: Literal["auto", "cgroupfs", "systemd"] = "auto"
+    # YARN's directory under the BE tier (yarn.nodemanager.linux-container-executor.cgroups.hierarchy)
     yarn_hierarchy: str = "hadoop-yarn"
+    # make the root and its tiers when absent (standalone, demo, tests); off on a kubelet's node
     setup_tiers: bool = False
-    cleanup_on_exit: bool = False
+    cleanup_on_exit: bool = False  # remove the tiers this run made when it exits
     # How to reach systemd when the kubelet uses its driver (knobs of a unit are set through systemd so that
     # it keeps them): "auto" (systemd's private socket, then the system bus), "off", or a socket path.
     systemd_bus: str = "auto"
@@ -106,19 +112,28 @@ def check_psi_trigger(spec: str) -> None:
 
 @dataclass(frozen=True)
 class LoopConfig:
-    interval_s: float = bounded(1.0, 0.05, 60.0)
-    fast_path: bool = True
-    fast_poll_s: float = bounded(0.05, 0.005, 60.0)  # and at most interval_s
+    """The tick loop (sample, decide, act every `interval_s`) and its fast path between ticks.
+
+    The fast path is woken by the kernel (PSI triggers on the busiest HP cgroups' cpu.pressure) where it can
+    be, and otherwise polls: `fast_poll_s` for `fast_hold_s` after a change, `calm_poll_s` when calm."""
+
+    interval_s: float = bounded(1.0, 0.05, 60.0)  # seconds between ticks: sample, decide, act
+    fast_path: bool = True  # react between ticks to a rise in HP CPU use or pressure (PSI)
+    # the fast path's poll period after a change (at most interval_s)
+    fast_poll_s: float = bounded(0.05, 0.005, 60.0)
+    # a rise of HP CPU use by this much wakes a tick; a BE budget move this big keeps polling fast
     fast_hp_jump_milli_cpu: int = bounded(200, 1, 1_000_000)
+    # without PSI triggers: an HP CPU stall ratio above this, polled, wakes a tick
     fast_psi_stall_ratio: float = bounded(0.05, 0.0, 1.0, low_open=True)
-    # The fast path is woken by the kernel (PSI triggers on the busiest HP cgroups' cpu.pressure) where it
-    # can be, and otherwise polls: `fast_poll_s` for `fast_hold_s` after a change, `calm_poll_s` when calm.
+    # The PSI trigger that wakes the fast path, "some|full <stall us> <window us>"; "" never asks the kernel.
     # 20 ms of stall in 500 ms (4 %): the kernel checks every window/10 = 50 ms while HP stalls, so an
     # event comes ~50-100 ms after a stall starts, and at most 2 a second while it lasts. Windows under
-    # 2 s need CAP_SYS_RESOURCE; without it the kernel refuses them and the agent polls ("" = never try).
+    # 2 s need CAP_SYS_RESOURCE; without it the kernel refuses them and the agent polls.
     psi_trigger: str = "some 20000 500000"
+    # how many of the busiest HP cgroups get a PSI trigger (or are polled)
     psi_max_cgroups: int = bounded(16, 1, 1024)
-    calm_poll_s: float = bounded(0.5, 0.005, 60.0)  # and at least fast_poll_s
+    calm_poll_s: float = bounded(0.5, 0.005, 60.0)  # its poll period when calm (at least fast_poll_s)
+    # poll at fast_poll_s this long after a change, then at calm_poll_s
     fast_hold_s: float = bounded(3.0, 0.0, 600.0)
 
     def __post_init__(self) -> None:
@@ -136,10 +151,13 @@ class LoopConfig:
 class EvictionConfig:
     """How evictions are carried out: rate limit (token bucket), grace period, dry run."""
 
-    dry_run: bool = False
+    dry_run: bool = False  # decide and record evictions, carry none out
+    # evictions per minute at most, node-wide (the token bucket's refill)
     rate_per_minute: float = bounded(10.0, 0.0, 100_000.0, low_open=True)
-    burst: int = bounded(3, 1, 10_000)
+    burst: int = bounded(3, 1, 10_000)  # evictions at once at most (the token bucket's size)
+    # a victim's termination grace period (SIGTERM, then SIGKILL)
     grace_period_s: float = bounded(5.0, 0.0, 600.0)
+    # a workload evicted once is not evicted again for this long
     recheck_cooldown_s: float = bounded(30.0, 0.0, 86_400.0)
 
     def __post_init__(self) -> None:
@@ -160,8 +178,10 @@ class StateConfig:
     so one call cannot fence every real scheduler out (see `agent.state.ledger.LedgerConfig`)."""
 
     path: str = "/var/lib/coloc-agent/state.json"
-    ring_size: int = bounded(4096, 16, 1_000_000)
+    ring_size: int = bounded(4096, 16, 1_000_000)  # ledger events kept for Watch resumption (from_revision)
+    # events queued per Watch stream before a slow watcher is dropped
     watch_queue_size: int = bounded(1024, 16, 100_000)
+    # an admitted allocation whose workload never appears is released after this long
     pending_launch_ttl_s: float = bounded(300.0, 0.0, 7 * 86_400.0, low_open=True)
     await_scheduler_ack: Literal[True, False, "auto"] = "auto"
     epoch_clock_skew_s: float = bounded(600.0, 0.0, 86_400.0)
@@ -193,13 +213,15 @@ class DrainConfig:
 class AuditConfig:
     """Where audit records go: a JSON-lines file, or "" for the log only."""
 
-    path: str = ""
+    path: str = ""  # the JSON-lines file each act's audit record is appended to; "": the log only
 
 
 @dataclass(frozen=True)
 class LogConfig:
-    level: Literal["debug", "info", "warning", "error"] = "info"
-    format: Literal["auto", "json", "text"] = "auto"
+    """The agent's log on stderr."""
+
+    level: Literal["debug", "info", "warning", "error"] = "info"  # the lowest level logged
+    format: Literal["auto", "json", "text"] = "auto"  # auto: text on a terminal, JSON lines otherwise
 
     def __post_init__(self) -> None:
         check_choices(self, "log", ConfigError)
@@ -207,6 +229,8 @@ class LogConfig:
 
 @dataclass(frozen=True)
 class AgentConfig:
+    """The whole config file: one section per field; a section the file leaves out takes its defaults."""
+
     node: NodeConfig = field(default_factory=NodeConfig)
     cgroups: CgroupConfig = field(default_factory=CgroupConfig)
     loop: LoopConfig = field(default_factory=LoopConfig)
@@ -253,8 +277,23 @@ def with_source_defaults(data: object) -> object:
     return {**data, "sources": sources}
 
 
+@dataclass(frozen=True)
+class LoadedConfig:
+    """A config file as the loader read it: the config, and the dotted keys the file set (`file_keys`)."""
+
+    config: AgentConfig
+    keys: frozenset[str]
+    sections: tuple[str, ...]  # the top-level sections the file names
+
+
 def load_config(path: str | Path) -> AgentConfig:
     """Read and validate a YAML config file; raise ConfigError naming the file and the field."""
+    return read_config(path).config
+
+
+def read_config(path: str | Path) -> LoadedConfig:
+    """`load_config`, and which keys the file set. The policy settings' keys are also kept beside the
+    settings built (`agent.config.provenance`), so that `status` can say which the file set."""
     try:
         with Path(path).open("rb") as f:
             raw = f.read(MAX_CONFIG_BYTES + 1)
@@ -265,6 +304,19 @@ def load_config(path: str | Path) -> AgentConfig:
     except ConfigError as err:
         raise ConfigError(f"{path}: {err}") from None
     try:
-        return from_mapping(AgentConfig, with_source_defaults(data))
+        cfg = from_mapping(AgentConfig, with_source_defaults(data))
     except ConfigError as err:
         raise ConfigError(f"{path}: {err}") from err
+    keys = file_keys(data, AgentConfig) | _implied_source_switches(data)
+    remember(cfg.policies, frozenset(k.removeprefix("policies.") for k in keys if k.startswith("policies.")))
+    names = tuple(str(k) for k in data) if isinstance(data, dict) else ()
+    return LoadedConfig(cfg, keys, names)
+
+
+def _implied_source_switches(data: object) -> frozenset[str]:
+    """`sources.<name>.enabled` of each source section the file names: the section itself turns it on
+    (`with_source_defaults`), so the file set it."""
+    sources = data.get("sources") if isinstance(data, dict) else None
+    if not isinstance(sources, dict):
+        return frozenset()
+    return frozenset(f"sources.{name}.enabled" for name in _OFF if name != "reporting" and name in sources)

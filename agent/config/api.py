@@ -40,35 +40,39 @@ class ApiConfig:
     socket_mode: int = bounded(0o660, 0, 0o777)  # a permission mode giving others nothing
     admin_socket_path: str | None = None  # every method; default: admin.sock beside socket_path
     admin_socket_group: str | None = None  # with a group, admin_socket_mode may give it access (0660)
+    # the admin socket's mode: 0600 root only, 0660 with admin_socket_group
     admin_socket_mode: int = bounded(0o600, 0, 0o777)
     tcp_address: str | None = None  # e.g. "10.0.0.5:7443"; only with TLS and required client certificates
     tls_cert_file: str | None = None  # PEM server certificate (chain) for tcp_address
-    tls_key_file: str | None = None
+    tls_key_file: str | None = None  # PEM private key of tls_cert_file
     tls_client_ca_file: str | None = None  # every TCP client must present a certificate it signed
     tls_client_names: tuple[str, ...] = ()  # certificate common names that may mutate over TCP
-    max_streams: int = bounded(128, 1, 100_000)  # concurrent Watch streams
-    # each way (grpc.max_receive/send_message_length)
+    max_streams: int = bounded(128, 1, 100_000)  # concurrent Watch streams at most
+    # the largest message, each way (grpc.max_receive/send_message_length)
     max_message_bytes: int = bounded(16 << 20, 4096, 1 << 30)
     # Per listener, streams included (grpc.aio maximum_concurrent_rpcs); above max_streams, or open watches
     # starve calls.
     max_concurrent_rpcs: int = bounded(1024, 2, 1_000_000)
-    # per connection on the read socket (SETTINGS_MAX_CONCURRENT_STREAMS)
+    # concurrent calls per connection on the read socket (SETTINGS_MAX_CONCURRENT_STREAMS)
     max_concurrent_streams: int = bounded(16, 1, 10_000)
-    # ... on the admin socket and TCP (callers the agent trusts)
+    # concurrent calls per connection on the admin socket and TCP (callers the agent trusts)
     admin_max_concurrent_streams: int = bounded(100, 1, 10_000)
-    max_metadata_bytes: int = bounded(8192, 1024, 1 << 20)  # request headers (grpc.max_metadata_size)
+    # the largest request headers (grpc.max_metadata_size)
+    max_metadata_bytes: int = bounded(8192, 1024, 1 << 20)
     keepalive_min_interval_s: float = bounded(30.0, 1.0, 3600.0)  # pings closer than this are strikes
-    max_ping_strikes: int = bounded(2, 1, 100)  # then GOAWAY ENHANCE_YOUR_CALM
+    max_ping_strikes: int = bounded(2, 1, 100)  # strikes allowed, then GOAWAY ENHANCE_YOUR_CALM
     keepalive_time_s: float = bounded(300.0, 10.0, _DAY_S)  # the server pings an open connection this often
-    keepalive_timeout_s: float = bounded(20.0, 1.0, 600.0)  # ... and closes it when the answer takes longer
+    keepalive_timeout_s: float = bounded(20.0, 1.0, 600.0)  # a ping unanswered this long closes it
     # a connection with no call for this long is sent GOAWAY
     max_connection_idle_s: float = bounded(300.0, 1.0, _DAY_S)
     max_connection_age_s: float = bounded(900.0, 1.0, 30 * _DAY_S)  # every connection gets GOAWAY at this age
-    # ... and is closed this much later (calls still open end)
+    # a connection sent GOAWAY for its age is closed this much later (calls still open end there)
     max_connection_age_grace_s: float = bounded(60.0, 0.0, _DAY_S)
-    # TLS handshake and the client's HTTP/2 preface and SETTINGS
+    # the deadline for the TLS handshake and the client's HTTP/2 preface and SETTINGS
     handshake_timeout_s: float = bounded(5.0, 0.5, 120.0)
+    # a Watch stream with no event gets a bookmark this often
     bookmark_interval_s: float = bounded(5.0, 0.05, 3600.0)
+    # at most this many ledger events in one Watch message
     max_events_per_message: int = bounded(512, 1, 100_000)
 
     # Settings of earlier versions, refused with what became of them.

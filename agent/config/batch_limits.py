@@ -29,13 +29,14 @@ class BatchLimitsConfig:
     `high+max` (memory.high = budget × `tier_memory_high_percent`, memory.max = budget); see
     docs/batch-resources.md for the measurement behind the default."""
 
-    enabled: bool = True
+    enabled: bool = True  # set BE pods' batch limits on their cgroups
     on_creation: bool = True
     resync_s: float = bounded(10.0, 1.0, 600.0)
     cfs_quota: Literal["auto", "on", "off"] = "auto"
     yarn: bool = True
     yarn_cpu_quota: bool = False
     tier_memory: Literal["off", "high", "high+max"] = "off"
+    # memory.high as a percent of the budget, under tier_memory high+max
     tier_memory_high_percent: float = bounded(90.0, 0.0, 100.0, low_open=True)
 
     def __post_init__(self) -> None:

@@ -32,9 +32,9 @@ class IoConfig:
     the busiest on the disk first.
     """
 
-    enabled: bool = True
+    enabled: bool = True  # hold BE's disk IO back while HP waits for the disk
     devices: tuple[str, ...] = ()
-    paths: tuple[str, ...] = DEFAULT_PATHS
+    paths: tuple[str, ...] = DEFAULT_PATHS  # directories whose disks are guarded when `devices` is empty
     host_root: str = ""
     poll_s: float = bounded(0.1, 0.01, 10.0)
     window_s: float = bounded(0.3, 0.05, 10.0)

@@ -38,7 +38,7 @@ class MetricsConfig:
     startup_grace_s: float = bounded(60.0, 0.0, 3600.0)
     max_connections: int = bounded(64, 1, 4096)
     read_timeout_s: float = bounded(5.0, 0.1, 60.0)
-    write_timeout_s: float = bounded(10.0, 0.1, 300.0)
+    write_timeout_s: float = bounded(10.0, 0.1, 300.0)  # the deadline for a client to take a response
 
     def __post_init__(self) -> None:
         self.bind_address  # noqa: B018 - validates `bind` (and the variable it names) at load

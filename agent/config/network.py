@@ -32,10 +32,10 @@ class NetworkConfig:
     "" classifies none by cgroup.
     """
 
-    enabled: bool = False
-    device: str = ""
+    enabled: bool = False  # shape BE pods' egress with HTB on `device`
+    device: str = ""  # the network interface whose egress is shaped (required when on)
     netns: str = ""
-    link_mbit: float = bounded(0.0, 0.0, MAX_LINK_MBIT)  # and above 0 when on
+    link_mbit: float = bounded(0.0, 0.0, MAX_LINK_MBIT)  # above 0 when on
     own_device: bool = False
     remove_on_exit: bool = True
     leaf: Literal["fq_codel", "none"] = "fq_codel"

@@ -24,7 +24,7 @@ class ResourceQosConfig:
 
     memory_qos: MemoryQosSettings = field(default_factory=MemoryQosSettings)
     cpu_burst: CpuBurstSettings = field(default_factory=CpuBurstSettings)
-    resync_s: float = bounded(10.0, 1.0, 600.0)
+    resync_s: float = bounded(10.0, 1.0, 600.0)  # seconds between passes over every pod
 
     def __post_init__(self) -> None:
         check_bounds(self, "resource_qos", ConfigError)

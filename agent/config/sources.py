@@ -56,15 +56,17 @@ class KubeletConfig:
     self-signed serving cert, as koordlet does by default). `token_file` "" sends no token.
     """
 
-    enabled: bool = True
-    url: str = "https://127.0.0.1:10250"
+    enabled: bool = True  # read pods from the kubelet
+    url: str = "https://127.0.0.1:10250"  # the kubelet's base URL; its /pods is read
     ca_file: str = ""
     insecure_skip_verify: bool = False
     token_file: str = SA_TOKEN
-    timeout_s: float = bounded(3.0, *_TIMEOUT_S)
-    resync_s: float = bounded(10.0, *_RESYNC_S)
+    timeout_s: float = bounded(3.0, *_TIMEOUT_S)  # a GET's deadline
+    resync_s: float = bounded(10.0, *_RESYNC_S)  # seconds between reads of the pod list
+    # pods older than this are stale: nothing is evicted on them
     stale_after_s: float = bounded(35.0, *_STALE_AFTER_S)
-    min_resync_gap_s: float = bounded(0.2, 0.0, _RESYNC_S[1])  # and at most resync_s
+    # a new pod cgroup the last list does not name asks for an early read, at most this often (≤ resync_s)
+    min_resync_gap_s: float = bounded(0.2, 0.0, _RESYNC_S[1])
     # 250 pods × 16 KiB × 2 headroom (docs/sources.md, "Payload bounds")
     max_body_bytes: int = bounded(8 << 20, *_BODY_BYTES)
 
@@ -85,15 +87,17 @@ class NodeManagerConfig:
     """The YARN NodeManager's REST API. `url` "" discovers it through the kubelet's pod list: the pod
     labelled `discovery_label`, `localhost:<port>` with hostNetwork, else `<pod IP>:<port>`."""
 
-    enabled: bool = False
+    enabled: bool = False  # read YARN containers from the NodeManager
     url: str = ""
+    # key=value label of the NodeManager's pod, when url is ""
     discovery_label: str = "app.kubernetes.io/component=node-manager"
-    port: int = bounded(8042, 1, 65535)
-    scheme: Literal["http", "https"] = "http"
-    ca_file: str = ""
-    insecure_skip_verify: bool = False
-    timeout_s: float = bounded(3.0, *_TIMEOUT_S)
-    resync_s: float = bounded(10.0, *_RESYNC_S)
+    port: int = bounded(8042, 1, 65535)  # the NodeManager's web port, when url is ""
+    scheme: Literal["http", "https"] = "http"  # the scheme of a discovered NodeManager URL
+    ca_file: str = ""  # CA bundle for an https NodeManager; "": the system trust store
+    insecure_skip_verify: bool = False  # accept any certificate of an https NodeManager
+    timeout_s: float = bounded(3.0, *_TIMEOUT_S)  # a GET's deadline
+    resync_s: float = bounded(10.0, *_RESYNC_S)  # seconds between reads of the container list
+    # containers older than this are stale: nothing is evicted on them
     stale_after_s: float = bounded(35.0, *_STALE_AFTER_S)
     # 2000 containers × 1 KiB × 2 headroom (docs/sources.md, "Payload bounds")
     max_body_bytes: int = bounded(4 << 20, *_BODY_BYTES)
@@ -128,13 +132,13 @@ class KubeApiConfig:
     object the agent reads (and the one a patch answers with).
     """
 
-    enabled: bool = True
+    enabled: bool = True  # talk to the API server (evictions, Events, the Node)
     kubeconfig: str = ""
-    context: str = ""
-    timeout_s: float = bounded(5.0, *_API_TIMEOUT_S)
+    context: str = ""  # the kubeconfig context; "": its current one
+    timeout_s: float = bounded(5.0, *_API_TIMEOUT_S)  # a request's deadline
     evicted_memory_s: float = bounded(120.0, 0.0, 86_400.0)
     evict_non_be: bool = False
-    event_component: str = "coloc-agent"
+    event_component: str = "coloc-agent"  # the source component of the Events the agent posts
     # the Node we read: 256 KiB of annotations + status, × 4 (docs/sources.md)
     max_body_bytes: int = bounded(1 << 20, *_BODY_BYTES)
 
@@ -154,15 +158,17 @@ class ReportingConfig:
     """
 
     mode: Literal["annotation", "off"] = "annotation"
+    # the annotation is patched again after this long, changed or not
     resync_s: float = bounded(300.0, 10.0, 86_400.0)
     # Not koord-yarn-operator's "hadoop-yarn": two writers must never share one entry.
     allocation_name: str = "coloc-agent-yarn"
+    # the priority class of our entry
     priority_class: Literal["koord-prod", "koord-mid", "koord-batch", "koord-free"] = "koord-batch"
     # "always" writes our entry; "unless-operator" writes it only while no koord-yarn-operator entry
     # ("hadoop-yarn", `operator_entry`) is on the Node, and removes ours once one appears.
     yarn: Literal["always", "unless-operator"] = "always"
-    operator_entry: str = "hadoop-yarn"
-    max_conflict_retries: int = bounded(5, 1, 20)
+    operator_entry: str = "hadoop-yarn"  # the koord-yarn-operator's entry name
+    max_conflict_retries: int = bounded(5, 1, 20)  # retries of a patch refused for a conflict
 
     def __post_init__(self) -> None:
         check_choices(self, "sources.reporting", ConfigError)
@@ -186,13 +192,14 @@ class NodeMetricConfig:
     collection is stale or its last tick is older than `max_sample_age_s`: a fresh `updateTime` over old
     usage would make koord-manager trust it."""
 
-    enabled: bool = False
+    enabled: bool = False  # write the NodeMetric status (needs sources.kube_api)
     min_report_interval_s: float = bounded(30.0, 0.1, 3600.0)
+    # the shortest aggregation window taken from the spec
     min_aggregate_s: float = bounded(60.0, 0.1, 86_400.0)
-    max_sample_age_s: float = bounded(30.0, 1.0, 3600.0)
-    host_application: str = "hadoop-yarn"
-    timeout_s: float = bounded(5.0, *_API_TIMEOUT_S)
-    max_conflict_retries: int = bounded(5, 1, 20)
+    max_sample_age_s: float = bounded(30.0, 1.0, 3600.0)  # no write while the last tick is older than this
+    host_application: str = "hadoop-yarn"  # the hostApplications entry YARN's usage is reported under
+    timeout_s: float = bounded(5.0, *_API_TIMEOUT_S)  # a request's deadline
+    max_conflict_retries: int = bounded(5, 1, 20)  # retries of a write refused for a conflict
 
     def __post_init__(self) -> None:
         p = "sources.nodemetric"
@@ -208,9 +215,9 @@ class NodeSloConfig:
     for why not a watch). Its `resourceUsedThresholdWithBE` overrides the YAML policy settings it names;
     the YAML stays the fallback for the rest, and for all of them while no NodeSLO is read."""
 
-    enabled: bool = False
-    resync_s: float = bounded(10.0, 0.1, 3600.0)
-    timeout_s: float = bounded(5.0, *_API_TIMEOUT_S)
+    enabled: bool = False  # read the node's NodeSLO (needs sources.kube_api)
+    resync_s: float = bounded(10.0, 0.1, 3600.0)  # seconds between GETs of the NodeSLO
+    timeout_s: float = bounded(5.0, *_API_TIMEOUT_S)  # a GET's deadline
 
     def __post_init__(self) -> None:
         check_choices(self, "sources.nodeslo", ConfigError)
@@ -219,6 +226,9 @@ class NodeSloConfig:
 
 @dataclass(frozen=True)
 class SourcesConfig:
+    """The cluster's sources. A source is on when its section is in the file (naming only `yarn` turns on
+    the NodeManager source alone); with no `sources:` section the agent runs standalone."""
+
     kubelet: KubeletConfig = field(default_factory=KubeletConfig)
     yarn: NodeManagerConfig = field(default_factory=NodeManagerConfig)
     kube_api: KubeApiConfig = field(default_factory=KubeApiConfig)

@@ -17,10 +17,11 @@ __all__ = ["LocalWorkload", "StandaloneConfig"]
 class LocalWorkload:
     """Config of one local workload: its cgroup (relative to the root), priority and requests."""
 
-    cgroup: str
+    cgroup: str  # the workload's cgroup, relative to cgroups.root (e.g. besteffort/job-1)
+    # its priority (evictions take the lowest first); null: be_priority or hp_priority by tier
     priority: int | None = bounded(None, 0, MAX_PRIORITY)
-    milli_cpu: int = bounded(0, 0, 4_096_000)
-    memory: int | str = 0
+    milli_cpu: int = bounded(0, 0, 4_096_000)  # its CPU request, in milli-CPU
+    memory: int | str = 0  # its memory request (bytes or a quantity like 512Mi)
 
     def __post_init__(self) -> None:
         if self.cgroup.startswith("/") or ".." in Path(self.cgroup).parts:
@@ -32,9 +33,13 @@ class LocalWorkload:
 
 @dataclass(frozen=True)
 class StandaloneConfig:
-    enabled: bool = True
-    be_priority: int = bounded(3000, 0, MAX_PRIORITY)
-    hp_priority: int = bounded(9000, 0, MAX_PRIORITY)
+    """Workloads from the cgroup tree under `cgroups.root`: children of `besteffort` are BE, YARN's containers
+    below it are YARN BE, everything else is HP."""
+
+    enabled: bool = True  # take workloads from the cgroup tree under cgroups.root
+    be_priority: int = bounded(3000, 0, MAX_PRIORITY)  # priority of a BE workload not listed in workloads
+    hp_priority: int = bounded(9000, 0, MAX_PRIORITY)  # priority of an HP workload not listed in workloads
+    # per-cgroup priority and requests, where the defaults do not fit
     workloads: tuple[LocalWorkload, ...] = field(default_factory=tuple)
 
     def __post_init__(self) -> None:
