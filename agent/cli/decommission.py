@@ -27,7 +27,10 @@ BAR = 30
 def parse_args(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="coloc-agent", description="Decommission or recommission this node.")
     sub = p.add_subparsers(dest="command", required=True)
-    d = sub.add_parser("decommission", help="take the node out of service")
+    d = sub.add_parser("decommission", help="take the node out of service",
+                       description="Take this node out of service over the agent's admin socket: new batch "
+                                   "work is refused and what runs is evicted, at once or after --timeout "
+                                   "(--graceful); `recommission` undoes it.")
     d.add_argument("--graceful", action="store_true",
                    help="let running batch work finish until the timeout (default: evict it now)")
     d.add_argument("--timeout", type=int, default=3600, metavar="S",
@@ -37,7 +40,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                    help="apps: also wait for every application that ran here since the drain started")
     d.add_argument("--wait", action="store_true", help="show progress until the node is DECOMMISSIONED")
     d.add_argument("--reason", default="", help="free text recorded with the drain")
-    for q in (d, sub.add_parser("recommission", help="return the node to service")):
+    r = sub.add_parser("recommission", help="return the node to service",
+                       description="Return a decommissioning or decommissioned node to service over the "
+                                   "agent's admin socket: batch work is admitted again.")
+    for q in (d, r):
         q.add_argument("--socket", default=DEFAULT_ADMIN_SOCKET,
                        help=f"the agent's admin socket (relative or absolute), unix:PATH or host:port; "
                             f"the read socket refuses changes (default {DEFAULT_ADMIN_SOCKET})")

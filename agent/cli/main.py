@@ -10,6 +10,7 @@ from agent import __version__
 COMMANDS: dict[str, tuple[str, str]] = {
     "run": ("agent.cli.run", "run the agent (--config FILE)"),
     "demo": ("agent.demo.runner", "show the agent working on this machine, on a private cgroup hierarchy"),
+    "config": ("agent.cli.config", "check a config file, or show every key's value and where it came from"),
     "inspect": ("agent.cli.inspect", "sample this machine's cgroups and print the hierarchy"),
     "status": ("agent.cli.status", "node, lifecycle, ledger and last actions, over the agent's socket"),
     "top": ("agent.cli.top", "live view of tiers, BE budget, ledger and recent actions"),

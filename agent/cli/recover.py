@@ -131,18 +131,20 @@ def parser() -> argparse.ArgumentParser:
                    help="file with one agent socket address per line, or a directory of *.sock")
     p.add_argument("--epoch", type=int, default=None,
                    help="this scheduler's epoch; must exceed any earlier scheduler's (default: now in ms)")
-    p.add_argument("--scheduler-id", default="coloc-recover")
+    p.add_argument("--scheduler-id", default="coloc-recover",
+                   help="this scheduler's name in the fence of each AckRecovery (default coloc-recover)")
     p.add_argument("--parallel", type=int, default=32, help="nodes in initial sync at once (default 32)")
     p.add_argument("--lost-after", type=float, default=10.0, metavar="S",
                    help="declare a node lost after S seconds without success (default 10)")
-    p.add_argument("--rpc-timeout", type=float, default=5.0, metavar="S")
+    p.add_argument("--rpc-timeout", type=float, default=5.0, metavar="S",
+                   help="seconds each call to an agent may take (default 5)")
     p.add_argument("--follow", type=float, default=0.0, metavar="S",
                    help="after Running, keep following the agents for S seconds (late nodes are recovered)")
     out = p.add_mutually_exclusive_group()
     out.add_argument("--json", action="store_true", help="print the final cluster view as JSON")
     out.add_argument("--json-yunikorn", action="store_true",
                      help="print the final view as YuniKorn si messages, one JSON object per line")
-    p.add_argument("--rm-id", default="coloc", help="rmID for --json-yunikorn")
+    p.add_argument("--rm-id", default="coloc", help="rmID for --json-yunikorn (default coloc)")
     p.add_argument("--policy-group", default="queues",
                    help="policyGroup for --json-yunikorn (default queues)")
     p.add_argument("--queue", default="root.default",

@@ -1,4 +1,5 @@
-"""`coloc-agent status [--socket PATH] [--json]`: node, lifecycle, ledger, last actions, over the socket."""
+"""`coloc-agent status [--socket PATH | --config FILE] [--json]`: node, lifecycle, ledger, last actions,
+over the agent's read socket (`--config`: the one the agent's config file names, api.socket_path)."""
 
 from __future__ import annotations
 
@@ -9,12 +10,15 @@ import sys
 import time
 from typing import Any
 
+import grpc
 from google.protobuf import json_format
 
 from agent.api import convert
 from agent.api.client import AgentCallError, AgentClient
 from agent.api.coloc.v1 import agent_pb2 as pb
+from agent.cli.target import add_config_option, no_agent, resolve, socket_state
 from agent.config.api import DEFAULT_SOCKET
+from agent.config.load import ConfigError
 
 
 def _gib(n: int) -> str:
@@ -189,18 +193,32 @@ async def fetch(address: str, recent: int, timeout: float) -> pb.Status:
 
 
 def main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="coloc-agent status", description=__doc__)
-    p.add_argument("--socket", default=DEFAULT_SOCKET,
+    p = argparse.ArgumentParser(prog="coloc-agent status", description=__doc__.split("\n\n")[0])
+    p.add_argument("--socket",
                    help=f"agent socket path (relative or absolute), unix:PATH or host:port "
-                        f"(default {DEFAULT_SOCKET})")
+                        f"(default: the --config file's api.socket_path, else {DEFAULT_SOCKET})")
+    add_config_option(p)
     p.add_argument("--json", action="store_true", help="print the status as JSON")
     p.add_argument("--recent", type=int, default=10, help="how many recent actions and notices (default 10)")
-    p.add_argument("--timeout", type=float, default=5.0)
+    p.add_argument("--timeout", type=float, default=5.0, metavar="S",
+                   help="seconds to wait for the agent's answer (default 5)")
     args = p.parse_args(argv)
     try:
-        st = asyncio.run(fetch(args.socket, args.recent, args.timeout))
-    except AgentCallError as err:
+        socket = resolve(args.socket, None, args.config).socket
+    except ConfigError as err:
         print(f"coloc-agent status: {err}", file=sys.stderr)
+        return 2
+    if socket is None:
+        print(f"coloc-agent status: {args.config} serves no read socket (api.socket_path: null); "
+              "pass --socket", file=sys.stderr)
+        return 2
+    try:
+        st = asyncio.run(fetch(socket, args.recent, args.timeout))
+    except AgentCallError as err:
+        if err.code == grpc.StatusCode.UNAVAILABLE:
+            print(f"coloc-agent status: {no_agent(socket, socket_state(socket))}", file=sys.stderr)
+        else:
+            print(f"coloc-agent status: {err}", file=sys.stderr)
         return 1
     if args.json:
         data: dict[str, Any] = json_format.MessageToDict(st, preserving_proto_field_name=True)

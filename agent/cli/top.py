@@ -3,7 +3,8 @@
 Shows the usage by scope and QoS tier, the BE budget, the batch ledger, sources, eviction counters, the
 latest actions and the heaviest workloads. The node record, allocations and the latest actions (with their
 targets) come from the gRPC `GetStatus` call when the socket is there, else from `/metrics` alone.
-`--once` prints one frame and exits (scripts, tests).
+`--once` prints one frame and exits (scripts, tests). `--config FILE` finds both from the agent's config
+file (api.socket_path, metrics.bind and metrics.port).
 """
 
 from __future__ import annotations
@@ -21,9 +22,15 @@ from dataclasses import dataclass, field
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from agent.cli.target import POINT_TOP, add_config_option, no_agent, resolve
+from agent.config.load import ConfigError
 from agent.config.metrics import DEFAULT_PORT
 
 DEFAULT_SOCKET = "/var/run/coloc-agent/agent.sock"  # the API server's default (agent.api.server)
+
+
+class NoAnswer(OSError):
+    """Nothing answers at the metrics URL: no agent runs there."""
 
 
 @dataclass
@@ -57,7 +64,11 @@ def fetch(url: str, timeout: float = 5.0) -> str:
         with urllib.request.urlopen(req, timeout=timeout) as resp:
             body: bytes = resp.read()
     except (urllib.error.URLError, OSError) as err:
-        raise OSError(f"cannot read {url}: {getattr(err, 'reason', err)}") from err
+        reason = getattr(err, "reason", err)
+        if isinstance(reason, ConnectionRefusedError | TimeoutError):
+            why = "connection refused" if isinstance(reason, ConnectionRefusedError) else "timed out"
+            raise NoAnswer(no_agent(url, why, POINT_TOP)) from err
+        raise OSError(f"cannot read {url}: {reason}") from err
     return body.decode("utf-8", "replace")
 
 
@@ -481,15 +492,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="coloc-agent top", description=__doc__.splitlines()[0])
     parser.add_argument(
         "--url",
-        default=f"http://127.0.0.1:{DEFAULT_PORT}",
-        help="agent metrics endpoint (default %(default)s)",
+        help=f"agent metrics endpoint (default: the --config file's metrics.bind and metrics.port, else "
+             f"http://127.0.0.1:{DEFAULT_PORT})",
     )
     parser.add_argument("--interval", type=float, default=2.0, help="seconds between frames (default 2)")
     parser.add_argument(
         "--socket",
-        default=DEFAULT_SOCKET,
-        help="agent gRPC socket or host:port for GetStatus; 'none' for /metrics only (default %(default)s)",
+        help="agent gRPC socket or host:port for GetStatus; 'none' for /metrics only (default: the --config "
+             f"file's api.socket_path, else {DEFAULT_SOCKET})",
     )
+    add_config_option(parser)
     parser.add_argument("--once", action="store_true", help="print one frame and exit")
     parser.add_argument("--timeout", type=float, default=5.0, help="HTTP and gRPC timeout in seconds")
     try:
@@ -499,10 +511,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.interval <= 0:
         print("coloc-agent top: --interval must be > 0", file=sys.stderr)
         return 2
-    url = _metrics_url(args.url)
+    try:
+        target = resolve(args.socket, args.url, args.config)
+    except ConfigError as err:
+        print(f"coloc-agent top: {err}", file=sys.stderr)
+        return 2
+    if target.url is None:
+        print(f"coloc-agent top: {target.no_metrics}", file=sys.stderr)
+        return 2
+    url, socket = _metrics_url(target.url), target.socket or "none"
     if args.once:
         try:
-            frame = _frame(url, args.socket, args.timeout)
+            frame = _frame(url, socket, args.timeout)
         except (OSError, ValueError) as err:
             print(f"coloc-agent top: {err}", file=sys.stderr)
             return 1
@@ -511,7 +531,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         while True:
             try:
-                frame = _frame(url, args.socket, args.timeout)
+                frame = _frame(url, socket, args.timeout)
             except (OSError, ValueError) as err:
                 frame = f"coloc-agent top: {err}\n"
             sys.stdout.write("\x1b[H\x1b[2J" + frame)

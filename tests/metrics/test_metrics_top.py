@@ -62,7 +62,9 @@ def test_top_once_renders_tiers_budget_ledger_and_actions(serve, capsys) -> None
 
 def test_top_once_fails_clearly_when_the_agent_is_not_there(capsys) -> None:
     assert main(["--url", "http://127.0.0.1:9/", "--once", "--timeout", "2", "--socket", "none"]) == 1
-    assert "cannot read http://127.0.0.1:9/metrics" in capsys.readouterr().err
+    assert capsys.readouterr().err == (
+        "coloc-agent top: no agent answers at http://127.0.0.1:9/metrics (connection refused); point at one "
+        "with --url URL, --socket PATH or --config FILE (the agent's config)\n")
 
 
 def test_top_rejects_a_bad_interval(capsys) -> None:
