@@ -101,7 +101,7 @@ class Published:
     counters: Counters = Counters()
     knob_overrides: tuple[KnobOverride, ...] = ()  # the latest few, oldest first
     be_cpu_floor_milli: int | None = None  # the least suppression will leave BE (for "suppressed to floor")
-    settings_sources: Mapping[str, str] = field(default_factory=dict)  # policy setting -> yaml | NodeSLO
+    settings_sources: Mapping[str, str] = field(default_factory=dict)  # setting -> default | yaml | NodeSLO
     fast_path_mode: str = ""  # "psi-trigger" | "adaptive-poll" | "off" (agent/daemon/psi_wake.py)
     fast_path_reason: str = ""  # why it polls or is off instead of taking PSI triggers; "" when it takes them
 

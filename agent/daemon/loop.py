@@ -67,7 +67,7 @@ class TickInputs:
     sources_synced: Callable[[], bool] = lambda: True
     source_ages: Callable[[], dict[str, float]] = dict
     usage_report_age: Callable[[], float | None] = lambda: None  # our last NodeMetric write (issue 13)
-    settings_sources: Callable[[], Mapping[str, str]] = dict  # policy setting -> "yaml" | "NodeSLO"
+    settings_sources: Callable[[], Mapping[str, str]] = dict  # setting -> "default" | "yaml" | "NodeSLO"
 
     def snapshot(self, snap: NodeSnapshot) -> NodeSnapshot:
         """The collected snapshot with the ledger's and the API server's parts filled in."""

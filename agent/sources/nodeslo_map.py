@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agent.config.load import ConfigError, check_bound
+from agent.config.provenance import DEFAULT, YAML, policy_keys
 from qos.blkio_qos import KINDS as BLOCK_KINDS
 from qos.blkio_qos import BlkioBlock, BlkioQosClass, BlkioQosSettings
 from qos.cpu_burst import POLICIES as BURST_POLICIES
@@ -22,7 +23,9 @@ from qos.model import IoCap, Resources
 from qos.policies import PolicyConfig
 from qos.validation import short
 
-YAML, NODESLO = "yaml", "NodeSLO"
+NODESLO = "NodeSLO"
+__all__ = ["DEFAULT", "FIELDS", "NODESLO", "YAML", "NodeSloError", "ResourceQos", "apply_nodeslo",
+           "apply_resource_qos", "settings_sources"]
 # (NodeSLO field, policy section, setting)
 FIELDS = (
     ("cpuSuppressThresholdPercent", "suppression", "threshold_percent"),
@@ -64,9 +67,18 @@ def _setting(field: str, value: object, capacity: Resources) -> object:
 
 
 def settings_sources(base: PolicyConfig | None = None) -> dict[str, str]:
-    """Every mapped setting, from the YAML."""
-    del base
-    return {f"{section}.{name}": YAML for _, section, name in FIELDS}
+    """Where every mapped setting of `base` (the YAML's policy settings) came from: `yaml` when the config
+    file set it, else `default`. Settings no file built are told by their value: `default` where it is the
+    declared default (None: every setting's default)."""
+    if base is None:
+        return {f"{section}.{name}": DEFAULT for _, section, name in FIELDS}
+    known = policy_keys(base)
+    if known is None:
+        plain = PolicyConfig()
+        return {f"{s}.{n}": DEFAULT if getattr(getattr(base, s), n) == getattr(getattr(plain, s), n) else YAML
+                for _, s, n in FIELDS}
+    return {f"{section}.{name}": YAML if f"{section}.{name}" in known else DEFAULT
+            for _, section, name in FIELDS}
 
 
 def apply_nodeslo(

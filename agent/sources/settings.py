@@ -19,7 +19,8 @@ class SettingsInForce:
         self.yaml = policies  # the fallback of every setting the NodeSLO does not give
         self.yaml_resource_qos = resource_qos
         self.policies = policies
-        self.sources: Mapping[str, str] = settings_sources()  # policy setting -> "yaml" | "NodeSLO"
+        # policy setting -> "default" | "yaml" (the config file set it) | "NodeSLO"
+        self.sources: Mapping[str, str] = settings_sources(policies)
         self.resource_qos = resource_qos
         # Whether the settings are known: the NodeSLO read once (or found absent), where it is on. Until then
         # memory QoS and CPU burst plan nothing (their values would be given back for a pass).

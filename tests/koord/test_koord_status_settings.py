@@ -1,7 +1,8 @@
-"""`coloc-agent status` says where each NodeSLO-mappable policy setting comes from (the node's NodeSLO or the
-agent's YAML) and its value in force. The process test runs a real `coloc-agent run` on a private real cgroup
-root; the API server cannot run here, so a local HTTP server (tests/kit/fakes/apiserver.py) serves the Node
-and the NodeSLO in the API server's JSON, and the real `coloc-agent status` CLI asks the agent's socket."""
+"""`coloc-agent status` says where each NodeSLO-mappable policy setting comes from (the node's NodeSLO, the
+agent's YAML, or its default where neither sets it) and its value in force. The process test runs a real
+`coloc-agent run` on a private real cgroup root; the API server cannot run here, so a local HTTP server
+(tests/kit/fakes/apiserver.py) serves the Node and the NodeSLO in the API server's JSON, and the real
+`coloc-agent status` CLI asks the agent's socket."""
 
 from __future__ import annotations
 
@@ -31,9 +32,9 @@ def test_values_are_written_as_configured_and_render_names_value_and_source() ->
     assert set(got) == MAPPED
     assert [r.name for r in rows] == sorted(MAPPED)
     assert got["suppression.threshold_percent"] == ("65", "NodeSLO")  # 65.0 as the config writes it
-    assert got["suppression.policy"] == ("cpuset", "yaml")
-    assert got["cpu_eviction.window_s"] == ("10", "yaml")
-    assert got["memory_eviction.lower_percent"] == ("", "yaml")  # unset: threshold_percent - 2
+    assert got["suppression.policy"] == ("cpuset", "default")
+    assert got["cpu_eviction.window_s"] == ("10", "default")
+    assert got["memory_eviction.lower_percent"] == ("", "default")  # unset: threshold_percent - 2
     assert convert.setting_value(0.5) == "0.5"
     text = render(pb.Status(settings=rows))
     block = text[text.index("settings"):].splitlines()
@@ -61,7 +62,7 @@ def test_status_reports_each_setting_from_nodeslo_or_yaml(real_root: RealRoot, t
             assert got["suppression.min_milli_cpu"] == ("200", "NodeSLO")  # 10 % of the node's 2 CPUs
             assert got["memory_eviction.threshold_percent"] == ("80", "NodeSLO")
             assert got["cpu_eviction.window_s"] == ("15", "yaml")
-            assert got["memory_eviction.lower_percent"][1] == "yaml"
+            assert got["memory_eviction.lower_percent"][1] == "default"  # nobody sets it
             code, text = status(sock, as_json=False)
             assert code == 0, text
             lines = text[text.index("\nsettings\n"):].splitlines()
@@ -75,16 +76,17 @@ def test_status_reports_each_setting_from_nodeslo_or_yaml(real_root: RealRoot, t
             assert "threshold_percent" in log.read_text().split("NodeSLO refused", 1)[-1]
             assert settings(sock) == got
 
-            # enable: false (koord-manager's default): Koordinator's BE QoS is off, the YAML is in force.
+            # enable: false (koord-manager's default): Koordinator's BE QoS is off, the YAML (and the defaults
+            # of what it does not set) is in force.
             api.koord[NODESLO] = nodeslo("9", enable=False, cpuSuppressThresholdPercent=30)
-            assert wait(threshold_is(sock, "65", "yaml"), 10 * RESYNC_S), settings(sock)
+            assert wait(threshold_is(sock, "65", "default"), 10 * RESYNC_S), settings(sock)
             back = settings(sock)
-            assert {src for _, src in back.values()} == {"yaml"}
-            assert back["suppression.policy"] == ("cpuset", "yaml")
+            assert {name for name, (_, src) in back.items() if src != "default"} == {"cpu_eviction.window_s"}
+            assert back["suppression.policy"] == ("cpuset", "default")
             assert back["cpu_eviction.window_s"] == ("15", "yaml")
 
             # NodeSLO with the threshold again, then deleted (404): the YAML.
             api.koord[NODESLO] = nodeslo("10", enable=True, cpuSuppressThresholdPercent=45)
             assert wait(threshold_is(sock, "45", "NodeSLO"), 10 * RESYNC_S), settings(sock)
             del api.koord[NODESLO]
-            assert wait(threshold_is(sock, "65", "yaml"), 10 * RESYNC_S), settings(sock)
+            assert wait(threshold_is(sock, "65", "default"), 10 * RESYNC_S), settings(sock)
