@@ -11,7 +11,6 @@ from dataclasses import dataclass
 
 from agent.config.agent import load_config
 from agent.config.api import DEFAULT_SOCKET
-from agent.config.load import ConfigError
 from agent.config.metrics import DEFAULT_PORT
 
 DEFAULT_URL = f"http://127.0.0.1:{DEFAULT_PORT}"
@@ -78,5 +77,5 @@ def no_agent(address: str, why: str, point: str = POINT) -> str:
     return f"no agent answers at {address} ({why}); {point}"
 
 
-__all__ = ["DEFAULT_URL", "POINT", "POINT_TOP", "ConfigError", "Target", "add_config_option", "from_config",
+__all__ = ["DEFAULT_URL", "POINT", "POINT_TOP", "Target", "add_config_option", "from_config",
            "no_agent", "resolve", "socket_state"]
