@@ -49,12 +49,19 @@ class BatchConfig:
     """
 
     origin: Literal["annotation", "local"] = "annotation"
+    # local origin: batch CPU = capacity × this percent − max(system used, reserved) − HP used
     cpu_reclaim_threshold_percent: int = validation.bounded(60, 0, 100)
+    # local origin: the same for memory
     memory_reclaim_threshold_percent: int = validation.bounded(65, 0, 100)
+    # local origin: CPU kept for the system, at least
     reserved_milli_cpu: int = validation.bounded(0, 0, MAX_MILLI_CPU)
+    # local origin: memory kept for the system, at least
     reserved_memory_bytes: int = validation.bounded(0, 0, MAX_MEMORY_BYTES)
+    # local origin: a new value replaces the one in force when it moved by more than this fraction
     diff_threshold: float = validation.bounded(0.1, 0.0, 1.0)
+    # local origin: a new value also replaces the one in force once that is this old
     update_interval_s: float = validation.bounded(300.0, 1.0, 86400.0)
+    # release allocations when the node is overcommitted (off: only refuse admissions)
     evict: bool = True
     pending_release_s: float = validation.bounded(60.0, 1.0, 3600.0)
     # A locally computed origin moves with HP usage: one busy second must not evict batch work, so with
@@ -68,6 +75,7 @@ class BatchConfig:
     # only once it has lasted `origin_confirm_s`: 2 report intervals, so koord-manager has recomputed it
     # from at least one more of our reports (it syncs on every NodeMetric change of more than 10 %).
     origin_drop_fraction: float = validation.bounded(0.5, 0.01, 1.0)
+    # how long a zero origin, or a drop by more than origin_drop_fraction, must last before it is acted on
     origin_confirm_s: float = validation.bounded(120.0, 0.0, 86400.0)
 
     def __post_init__(self) -> None:

@@ -40,6 +40,7 @@ class CpuBurstSettings:
     auto (the burst files are written under cpuBurstOnly and auto; the quota scaling is not done here)."""
 
     policy: Policy = "none"
+    # a container's CPU burst, as a percent of its CPU limit (held at or below its quota)
     cpu_burst_percent: int = bounded(1000, 1, 10000)
 
     def __post_init__(self) -> None:

@@ -27,12 +27,22 @@ POLICY_NAME = "cpu_eviction"
 
 @dataclass(frozen=True, slots=True)
 class CpuEvictionConfig:
+    """BE CPU eviction by satisfaction: evict BE when the CPU it is allowed falls far below what it requested
+    (koordlet's defaults)."""
+
+    # evict BE when the CPU it is allowed falls far below what it requested
     enabled: bool = True
+    # evict when BE's satisfaction (allowed CPU / requested) is at or below this percent over the window
     satisfaction_lower_percent: float = validation.bounded(60.0, 1.0, 100.0)
+    # release requests until satisfaction would reach this percent
     satisfaction_upper_percent: float = validation.bounded(80.0, 1.0, 100.0)
+    # BE counts as busy when it uses this percent of its limit; only busy BE is evicted for satisfaction
     be_usage_threshold_percent: float = validation.bounded(90.0, 0.0, 100.0)
+    # how long every sample must show busy, unsatisfied BE
     window_s: float = validation.bounded(10.0, 0.1, 3600.0)
+    # at most one eviction round per this many seconds
     cool_down_s: float = validation.bounded(20.0, 0.0, 3600.0)
+    # a victim still there this long after its eviction counts as failed and may be chosen again
     pending_timeout_s: float = validation.bounded(120.0, 1.0, 3600.0)
 
     def __post_init__(self) -> None:

@@ -39,13 +39,23 @@ MB = 1_000_000
 
 @dataclass(frozen=True, slots=True)
 class IoPolicyConfig:
+    """The disk guard's policy (docs/io.md): BE's caps on each guarded disk while HP needs it."""
+
+    # BE's cap each way, in MB/s, while HP needs the disk
     floor_mbps: float = validation.bounded(20.0, 0.1, 100_000.0)
+    # BE's cap each way, in IO/s, while HP needs the disk
     floor_iops: int = validation.bounded(400, 1, 10_000_000)
+    # HP needs the disk when its IO pressure is at or above this percent
     stall_percent: float = validation.bounded(5.0, 0.0, 100.0)
+    # HP counts as using the disk at this many IO/s or more
     hp_active_iops: float = validation.bounded(2.0, 0.0, 1_000_000.0, low_open=True)
+    # every cap is lifted once HP has been idle on the disk this long
     idle_s: float = validation.bounded(0.5, 0.0, 3600.0)
+    # HP busy but not waiting: a cap in force is doubled once every this many seconds
     hold_s: float = validation.bounded(2.0, 0.0, 3600.0)
+    # evict the BE workload doing the most IO when holding BE at the floor is not enough
     evict: bool = False
+    # evict once HP has needed the disk this long with BE at the floor
     evict_after_s: float = validation.bounded(30.0, 1.0, 3600.0)
 
     def __post_init__(self) -> None:

@@ -28,10 +28,14 @@ MIB = 1 << 20
 class MemoryEvictionConfig:
     """`lower_percent` None means `threshold_percent − 2` (not below 0)."""
 
+    # evict BE when the node's memory working set is high
     enabled: bool = True
+    # evict at or above this percent of node memory (working set)
     threshold_percent: float = validation.bounded(70.0, 1.0, 100.0)
     lower_percent: float | None = validation.bounded(None, 0.0, 100.0)
+    # at most one eviction round per this many seconds
     cool_down_s: float = validation.bounded(4.0, 0.0, 3600.0)
+    # a victim still there this long after its eviction counts as failed and may be chosen again
     pending_timeout_s: float = validation.bounded(120.0, 1.0, 3600.0)
 
     def __post_init__(self) -> None:

@@ -29,9 +29,13 @@ class MemoryQosClass:
     """One class's `memoryQOS` (koordlet's `MemoryQOSCfg`): percents of the memory request (min, low) and of
     the room between request and limit (throttling). `enable: false` is koordlet's `NoneMemoryQOS` (all 0)."""
 
+    # memory QoS for this class (as a NodeSLO's memoryQOS.enable)
     enable: bool = False
+    # memory.min = this percent of the memory request
     min_limit_percent: int = bounded(0, 0, 100)
+    # memory.low = this percent of the memory request
     low_limit_percent: int = bounded(0, 0, 100)
+    # container memory.high = request + this percent of (limit − request); 0: max
     throttling_percent: int = bounded(0, 0, 100)
 
     def __post_init__(self) -> None:

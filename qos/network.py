@@ -39,13 +39,23 @@ STALE_INTERVALS = 3.0
 
 @dataclass(frozen=True, slots=True)
 class NetworkPolicyConfig:
+    """BE's egress ceiling from HP's and BE's rates (docs/network.md)."""
+
+    # threshold: BE's ceiling steps between two shares; work-conserving: BE may use what HP leaves
     mode: Literal["threshold", "work-conserving"] = THRESHOLD
+    # threshold mode: HP at or above this percent of the link cuts BE to the low share
     watermark_percent: float = validation.bounded(80.0, 1.0, 100.0)
+    # BE's ceiling under HP pressure, and its guaranteed rate, as a percent of the link
     low_share_percent: float = validation.bounded(10.0, 1.0, 100.0)
+    # threshold mode: BE's ceiling while HP is below the watermark minus the hysteresis
     high_share_percent: float = validation.bounded(40.0, 1.0, 100.0)
+    # threshold mode: HP must fall this far below the watermark before BE is raised
     hysteresis_percent: float = validation.bounded(10.0, 0.0, 100.0)
+    # a raise only once this long has passed since the last change (a cut is made at once)
     hold_s: float = validation.bounded(2.0, 0.0, 3600.0)
+    # work-conserving mode: BE gets what HP leaves minus this percent of the link
     headroom_percent: float = validation.bounded(5.0, 0.0, 50.0)
+    # work-conserving mode: moves smaller than this percent of the link are not made
     dead_band_percent: float = validation.bounded(5.0, 0.0, 50.0)
 
     def __post_init__(self) -> None:

@@ -15,6 +15,9 @@ from qos.suppression import SuppressionConfig
 
 @dataclass(frozen=True, slots=True)
 class PolicyConfig:
+    """The node's QoS policies: BE CPU suppression, CPU and memory eviction, the fail-safe. The settings a
+    NodeSLO can set are marked in `coloc-agent config show`."""
+
     suppression: SuppressionConfig = field(default_factory=SuppressionConfig)
     cpu_eviction: CpuEvictionConfig = field(default_factory=CpuEvictionConfig)
     memory_eviction: MemoryEvictionConfig = field(default_factory=MemoryEvictionConfig)

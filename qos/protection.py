@@ -29,6 +29,7 @@ _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 class ProtectionConfig:
     """The `protection:` section. `namespaces` are protected whole; `daemonsets` protects DaemonSet pods."""
 
+    # pods of this priority or above are protected (2000000000: system-cluster-critical)
     priority_threshold: int = validation.bounded(SYSTEM_CLUSTER_CRITICAL, 1, INT32_MAX)
     namespaces: tuple[str, ...] = ("kube-system",)
     daemonsets: bool = True

@@ -62,16 +62,30 @@ MIN_QUOTA_MILLI_CPU = 20
 
 @dataclass(frozen=True, slots=True)
 class SuppressionConfig:
+    """BE CPU suppression (docs/suppression.md): how much CPU the BE tier may have each tick."""
+
+    # suppress BE's CPU while HP needs it
     enabled: bool = True
+    # how BE's CPU budget is held: the BE tier's cpuset (whole CPUs) or a CFS quota
     policy: Literal["cpuset", "cfsQuota"] = CPUSET
+    # BE budget = capacity × this percent − HP used − system used
     threshold_percent: float = validation.bounded(65.0, 0.0, 100.0)
+    # the budget's floor, in milli-CPU (rounded up to whole CPUs under cpuset)
     min_milli_cpu: int = validation.bounded(0, 0, 10**9)
+    # under cpuset, BE keeps at least this many CPUs (1 on a node of ≤ 2 CPUs)
     min_cpus: int = validation.bounded(2, 1, 4096)
+    # the budget grows by at most this percent of capacity a tick (it shrinks at once)
     max_grow_percent: float = validation.bounded(10.0, 1.0, 100.0)
+    # the budget grows only when the target exceeds it by this percent of capacity
     dead_band_percent: float = validation.bounded(1.0, 0.0, 50.0)
+    # cpu.idle = 1 on the BE tier, where the agent laid the tier out itself (cgroups.setup_tiers)
     cpu_idle: bool = True
+    # HP CPU pressure (PSI some avg10) above this percent blocks growth and cuts the budget; null: PSI not
+    # used
     psi_threshold_percent: float | None = validation.bounded(10.0, 0.0, 100.0)
+    # each PSI cut takes this percent of capacity (at least a CPU under cpuset)
     psi_shrink_percent: float = validation.bounded(10.0, 1.0, 100.0)
+    # under cpuset, also a CFS quota of the budget while it is below the whole CPUs given
     cpuset_quota: bool = False
 
     def __post_init__(self) -> None:

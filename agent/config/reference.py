@@ -207,7 +207,7 @@ def _docstring_sentence(cls: type, name: str) -> str:
 def _first_sentence(cls: type) -> str:
     doc = inspect.getdoc(cls) or ""
     if doc.startswith(f"{cls.__name__}("):  # the one dataclass makes up
-        return _SECTION_NOTES.get(cls.__qualname__, "")
+        return ""
     return _clean(doc.split("\n\n", 1)[0])
 
 
@@ -218,121 +218,7 @@ def describe(cls: type, name: str) -> str:
     sentence = re.sub(rf"^`{re.escape(name)}`:\s*", "", sentence)
     if comment and sentence:
         return f"{sentence.rstrip('.')}; {comment}" if len(comment) < 40 else comment
-    return comment or sentence or _NOTES.get(f"{cls.__qualname__}.{name}", "")
-
-
-# Words for fields of the policy sections (declared in qos/) that neither a comment nor their class's
-# docstring describes; each is taken only while its declaration has none of its own (a test holds that).
-_NOTES: dict[str, str] = {
-    # qos/suppression.py (docs/suppression.md)
-    "SuppressionConfig.enabled": "suppress BE's CPU while HP needs it",
-    "SuppressionConfig.policy": "how BE's CPU budget is held: the BE tier's cpuset (whole CPUs) or a CFS "
-                                "quota",
-    "SuppressionConfig.threshold_percent": "BE budget = capacity × this percent − HP used − system used",
-    "SuppressionConfig.min_milli_cpu": "the budget's floor, in milli-CPU (rounded up to whole CPUs under "
-                                       "cpuset)",
-    "SuppressionConfig.min_cpus": "under cpuset, BE keeps at least this many CPUs (1 on a node of ≤ 2 CPUs)",
-    "SuppressionConfig.max_grow_percent": "the budget grows by at most this percent of capacity a tick "
-                                          "(it shrinks at once)",
-    "SuppressionConfig.dead_band_percent": "the budget grows only when the target exceeds it by this percent "
-                                           "of capacity",
-    "SuppressionConfig.cpu_idle": "cpu.idle = 1 on the BE tier, where the agent laid the tier out itself "
-                                  "(cgroups.setup_tiers)",
-    "SuppressionConfig.psi_threshold_percent": "HP CPU pressure (PSI some avg10) above this percent blocks "
-                                               "growth and cuts the budget; null: PSI not used",
-    "SuppressionConfig.psi_shrink_percent": "each PSI cut takes this percent of capacity (at least a CPU "
-                                            "under cpuset)",
-    "SuppressionConfig.cpuset_quota": "under cpuset, also a CFS quota of the budget while it is below the "
-                                      "whole CPUs given",
-    # qos/cpu_eviction.py
-    "CpuEvictionConfig.enabled": "evict BE when the CPU it is allowed falls far below what it requested",
-    "CpuEvictionConfig.satisfaction_lower_percent": "evict when BE's satisfaction (allowed CPU / requested) "
-                                                    "is at or below this percent over the window",
-    "CpuEvictionConfig.satisfaction_upper_percent": "release requests until satisfaction would reach this "
-                                                    "percent",
-    "CpuEvictionConfig.be_usage_threshold_percent": "BE counts as busy when it uses this percent of its "
-                                                    "limit; only busy BE is evicted for satisfaction",
-    "CpuEvictionConfig.window_s": "how long every sample must show busy, unsatisfied BE",
-    "CpuEvictionConfig.cool_down_s": "at most one eviction round per this many seconds",
-    "CpuEvictionConfig.pending_timeout_s": "a victim still there this long after its eviction counts as "
-                                           "failed "
-                                           "and may be chosen again",
-    # qos/memory_eviction.py
-    "MemoryEvictionConfig.enabled": "evict BE when the node's memory working set is high",
-    "MemoryEvictionConfig.threshold_percent": "evict at or above this percent of node memory (working set)",
-    "MemoryEvictionConfig.cool_down_s": "at most one eviction round per this many seconds",
-    "MemoryEvictionConfig.pending_timeout_s": "a victim still there this long after its eviction counts as "
-                                              "failed and may be chosen again",
-    # qos/batch.py (docs/batch-resources.md)
-    "BatchConfig.cpu_reclaim_threshold_percent": "local origin: batch CPU = capacity × this percent − "
-                                                 "max(system used, reserved) − HP used",
-    "BatchConfig.memory_reclaim_threshold_percent": "local origin: the same for memory",
-    "BatchConfig.reserved_milli_cpu": "local origin: CPU kept for the system, at least",
-    "BatchConfig.reserved_memory_bytes": "local origin: memory kept for the system, at least",
-    "BatchConfig.diff_threshold": "local origin: a new value replaces the one in force when it moved by more "
-                                  "than this fraction",
-    "BatchConfig.update_interval_s": "local origin: a new value also replaces the one in force once that "
-                                  "is this old",
-    "BatchConfig.evict": "release allocations when the node is overcommitted (off: only refuse admissions)",
-    "BatchConfig.origin_confirm_s": "how long a zero origin, or a drop by more than origin_drop_fraction, "
-                                    "must last before it is acted on",
-    # qos/protection.py
-    "ProtectionConfig.priority_threshold": "pods of this priority or above are protected (2000000000: "
-                                           "system-cluster-critical)",
-    # qos/network.py (docs/network.md)
-    "NetworkPolicyConfig.mode": "threshold: BE's ceiling steps between two shares; work-conserving: BE may "
-                                "use what HP leaves",
-    "NetworkPolicyConfig.watermark_percent": "threshold mode: HP at or above this percent of the link cuts "
-                                             "BE "
-                                             "to the low share",
-    "NetworkPolicyConfig.low_share_percent": "BE's ceiling under HP pressure, and its guaranteed rate, as a "
-                                             "percent of the link",
-    "NetworkPolicyConfig.high_share_percent": "threshold mode: BE's ceiling while HP is below the watermark "
-                                              "minus the hysteresis",
-    "NetworkPolicyConfig.hysteresis_percent": "threshold mode: HP must fall this far below the watermark "
-                                              "before BE is raised",
-    "NetworkPolicyConfig.hold_s": "a raise only once this long has passed since the last change (a cut is "
-                                  "made at once)",
-    "NetworkPolicyConfig.headroom_percent": "work-conserving mode: BE gets what HP leaves minus this percent "
-                                            "of the link",
-    "NetworkPolicyConfig.dead_band_percent": "work-conserving mode: moves smaller than this percent of the "
-                                             "link are not made",
-    # qos/io.py (docs/io.md)
-    "IoPolicyConfig.floor_mbps": "BE's cap each way, in MB/s, while HP needs the disk",
-    "IoPolicyConfig.floor_iops": "BE's cap each way, in IO/s, while HP needs the disk",
-    "IoPolicyConfig.stall_percent": "HP needs the disk when its IO pressure is at or above this percent",
-    "IoPolicyConfig.hp_active_iops": "HP counts as using the disk at this many IO/s or more",
-    "IoPolicyConfig.idle_s": "every cap is lifted once HP has been idle on the disk this long",
-    "IoPolicyConfig.hold_s": "HP busy but not waiting: a cap in force is doubled once every this many "
-                             "seconds",
-    "IoPolicyConfig.evict": "evict the BE workload doing the most IO when holding BE at the floor is not "
-                            "enough",
-    "IoPolicyConfig.evict_after_s": "... after HP has needed the disk this long with BE at the floor",
-    # qos/memory_qos.py, qos/cpu_burst.py (docs/batch-resources.md)
-    "MemoryQosClass.enable": "memory QoS for this class (as a NodeSLO's memoryQOS.enable)",
-    "MemoryQosClass.min_limit_percent": "memory.min = this percent of the memory request",
-    "MemoryQosClass.low_limit_percent": "memory.low = this percent of the memory request",
-    "MemoryQosClass.throttling_percent": "container memory.high = request + this percent of (limit − "
-                                         "request); 0: max",
-    "CpuBurstSettings.cpu_burst_percent": "a container's CPU burst, as a percent of its CPU limit (held at "
-                                          "or below its quota)",
-}
-
-
-# Words for the policy sections of qos/ whose class has no docstring.
-_SECTION_NOTES: dict[str, str] = {
-    "PolicyConfig": "The node's QoS policies: BE CPU suppression, CPU and memory eviction, the fail-safe. "
-                    "The "
-                    "settings a NodeSLO can set are marked in `coloc-agent config show`.",
-    "SuppressionConfig": "BE CPU suppression (docs/suppression.md): how much CPU the BE tier may have each "
-                         "tick.",
-    "CpuEvictionConfig": "BE CPU eviction by satisfaction: evict BE when the CPU it is allowed falls far "
-                         "below "
-                         "what it requested (koordlet's defaults).",
-    "IoPolicyConfig": "The disk guard's policy (docs/io.md): BE's caps on each guarded disk while HP needs "
-                      "it.",
-    "NetworkPolicyConfig": "BE's egress ceiling from HP's and BE's rates (docs/network.md).",
-}
+    return comment or sentence
 
 
 # -- the walk --------------------------------------------------------------------------------------------

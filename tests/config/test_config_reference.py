@@ -124,19 +124,6 @@ def test_the_defaults_as_written_load_back_as_the_agents_defaults(tmp_path: Path
     assert loaded.keys == {k.path for k in reference.config_keys() if reference.ITEM not in k.path}
 
 
-def test_words_kept_beside_the_walk_are_only_for_fields_that_have_none() -> None:
-    """The notes for policy fields declared in qos/ stand in for words their declaration lacks; once the
-    declaration has a comment or docstring sentence, its note must go."""
-    classes = {s.cls.__qualname__: s.cls for s in reference.sections()}
-    for key in reference._NOTES:
-        cls_name, name = key.split(".")
-        assert cls_name in classes, key
-        assert name in {f.name for f in dataclasses.fields(classes[cls_name])}, key
-        own = reference._comments(classes[cls_name]).get(name) or reference._docstring_sentence(
-            classes[cls_name], name)
-        assert not own, f"{key} has its own words now ({own!r}): drop its note"
-
-
 def test_a_section_default_given_by_its_parent_is_the_one_shown() -> None:
     keys = {k.path: k for k in reference.config_keys()}
     assert keys["batch.origin"].default == "local"  # BatchConfig's own default is "annotation"
