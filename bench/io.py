@@ -176,6 +176,8 @@ class Agent:
         self.port = 0
         self.starts = 0
         self.ready_s: list[float] = []
+        self.cpu_percent: list[float] = []  # the agent's CPU (all threads) over each run, % of one CPU
+        self._began = 0.0
 
     def start(self) -> None:
         shutil.rmtree(self.tmp / "state", ignore_errors=True)
@@ -205,12 +207,17 @@ class Agent:
                 raise RuntimeError(f"the agent's disk guard did not report within 60 s:\n{self.tail()}")
             time.sleep(0.1)
         self.ready_s.append(time.monotonic() - began)
+        self._began = began
 
     def stop(self) -> None:
         """SIGTERM; a clean exit must give BE's caps back (else RuntimeError)."""
         if self.proc is None:
             return
         proc, self.proc = self.proc, None
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            fields = Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+            ticks = int(fields[11]) + int(fields[12])  # utime + stime
+            self.cpu_percent.append(100 * ticks / os.sysconf("SC_CLK_TCK") / (time.monotonic() - self._began))
         rc = stop(proc, 30)
         if rc != 0:
             raise RuntimeError(f"the agent exited {rc} on SIGTERM:\n{self.tail()}")
@@ -718,6 +725,7 @@ def measure(args: argparse.Namespace, root: RealRoot, workdir: Path, dev: str, a
     table(results, out)
     out["agent_starts"] = agent.starts
     out["agent_ready_s_median"] = med(agent.ready_s)
+    out["agent_cpu_percent_median"] = med(agent.cpu_percent)
     out["loadavg_1m"] = round(os.getloadavg()[0], 2)
     return finish("bench/io.py", out, required(args.capped))
 

@@ -36,8 +36,8 @@ BENCHES = {
     "io.py": ("alone_fsync_p99_ms", "alone_read_p99_ms", "alone_ops_per_s", "direct_write_fsync_p99_ms",
               "be_alone_direct_write_mb_per_s", "buffered_write_be_cgroup_mb_per_s",
               *(f"{f}_agent_{x}" for f in IO_FLOODS
-                for x in ("fsync_p99_ms", "read_p99_ms", "fsync_p99_over_alone_ratio", "read_p99_over_alone_ratio",
-                          "ops_over_alone_ratio")),
+                for x in ("fsync_p99_ms", "read_p99_ms", "fsync_p99_over_alone_ratio",
+                          "read_p99_over_alone_ratio", "ops_over_alone_ratio")),
               *(f"be_alone_{f}_agent_over_alone_ratio" for f in IO_FLOODS),
               "io_cut_s_median", "io_cut_s_max", "io_lift_s_median", "io_lift_s_max"),
     "load.py": ("tick_interval_p99_ratio", "rpc_snapshot_p99_ms", "agent_vm_hwm_mib", "errors",
