@@ -52,7 +52,10 @@ def from_oserror(err: OSError, path: str | os.PathLike[str], op: str = "read") -
     code = err.errno
     if code in (errno.ENOENT, errno.ENODEV):
         return CgroupGone(f"cgroup gone: {op} {where}: {err.strerror}", where)
-    if code in (errno.EACCES, errno.EPERM, errno.EROFS):
+    if code == errno.EROFS:
+        return CgroupPermissionError(f"read-only: {op} {where}: the cgroup mount is read-only here (mount it "
+                                     f"read-write)", where)
+    if code in (errno.EACCES, errno.EPERM):
         return CgroupPermissionError(
             f"permission denied: {op} {where}: needs root or CAP_SYS_ADMIN / write access to {where}",
             where,

@@ -202,8 +202,12 @@ def _bind_unix(server: grpc.aio.Server, setting: str, path: Path, mode: int, gid
                dir_mode: int = 0o750) -> None:
     """Bind `path` with `mode` and group `gid` and no moment of looser access: bound in a 0700 directory,
     chmod/chown there, then renamed into place. A directory it creates gets `dir_mode` and group `gid`."""
-    _prepare_socket_path(setting, path, dir_mode, gid)
-    private = Path(tempfile.mkdtemp(prefix=".coloc-api-", dir=path.parent))  # 0700
+    try:
+        _prepare_socket_path(setting, path, dir_mode, gid)
+        private = Path(tempfile.mkdtemp(prefix=".coloc-api-", dir=path.parent))  # 0700
+    except OSError as err:
+        raise ApiStartError(f"api.{setting} {path}: cannot bind a socket in {path.parent}: "
+                            f"{(err.strerror or str(err)).lower()}") from err
     try:
         bound = private / "s"
         try:

@@ -5,18 +5,21 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import errno
 import gc
 import logging
+import os
 import resource
 import signal
+import socket
 import sys
 
 from agent.api.server import ApiStartError, start_api_server
-from agent.config.agent import ConfigError, load_config
+from agent.config.agent import AgentConfig, ConfigError, read_config
 from agent.daemon import resource_qos
 from agent.daemon.logs import setup_logging
-from agent.daemon.runtime import Runtime, build
-from agent.state import StateFileError
+from agent.daemon.runtime import Runtime, StartError, build
+from agent.metrics.server import MetricsServer
 from cgroups.errors import CgroupError
 
 log = logging.getLogger("coloc.run")
@@ -76,40 +79,38 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 
 async def serve(config_path: str, dry_run: bool = False, ready: asyncio.Event | None = None) -> int:
-    cfg = load_config(config_path)
+    loaded = read_config(config_path)
+    cfg = loaded.config
     if dry_run:
         import dataclasses
 
         cfg = dataclasses.replace(cfg, eviction=dataclasses.replace(cfg.eviction, dry_run=True))
     setup_logging(cfg.log.level, cfg.log.format)
+    if not loaded.keys:
+        warn_all_defaults(config_path, cfg)
     raise_fd_limit()
-    try:
-        rt = build(cfg)
-    except StateFileError as err:
-        raise ConfigError(f"cannot start: {err}; state.path must be on a writable directory with free "
-                          f"space (the DaemonSet's 'state' hostPath volume)") from err
-    except (CgroupError, OSError, ValueError) as err:
-        raise ConfigError(f"cannot start: {err}") from err
-    except Exception as err:  # e.g. the network shaper's netlink errors: still one line, exit 2
-        log.debug("start-up failed", exc_info=True)
-        raise ConfigError(f"cannot start: {type(err).__name__}: {err}") from err
+    rt = start_runtime(cfg)
     ledger = rt.ledger
-    assert ledger is not None
-    ledger.start_persistence()
-    if ledger.startup_problem:
-        log.error("state file problem", extra={"fields": {"problem": ledger.startup_problem}})
-    metrics = (rt.metrics.start(rt.board, ledger_view=lambda: ledger.last_view,
-                                persistence_error=lambda: ledger.persistence_error)
-               if cfg.metrics.enabled else None)
+    metrics: MetricsServer | None = None
     try:
-        api = await start_api_server(ledger, cfg.api, board=rt.board, settings=rt.settings.view,
-                                     limits=lambda: resource_qos.held_limits(rt.limits, rt.resource_qos))
-    except ApiStartError as err:
+        ledger.start_persistence()
+        if ledger.startup_problem:
+            log.error("state file problem", extra={"fields": {"problem": ledger.startup_problem}})
+        metrics = start_metrics(rt)
+        try:
+            api = await start_api_server(ledger, cfg.api, board=rt.board, settings=rt.settings.view,
+                                         limits=lambda: resource_qos.held_limits(rt.limits, rt.resource_qos))
+        except ApiStartError as err:
+            raise StartError(str(err)) from err
+    except BaseException as err:  # undo what this start made: the port, the state writer, the tiers
         if metrics is not None:
             metrics.stop()
         await ledger.close()
-        rt.close()
-        raise ConfigError(str(err)) from err
+        rt.close(failed_start=True)
+        if isinstance(err, Exception) and not isinstance(err, StartError):
+            log.debug("start-up failed", exc_info=True)
+            raise StartError(f"{type(err).__name__}: {err}") from err
+        raise
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -158,6 +159,53 @@ async def _stop_io(rt: Runtime, task: asyncio.Task[None] | None, dry_run: bool) 
         rt.io.release()
 
 
+def warn_all_defaults(config_path: str, cfg: AgentConfig) -> None:
+    """An empty config file (or one of comments only) is valid and runs on every default: say so, once, with
+    the defaults that decide where the agent acts."""
+    log.warning("the config file sets no setting: the agent runs on every default "
+                "(`coloc-agent config show` lists them)",
+                extra={"fields": {"config": config_path, "cgroups.root": cfg.cgroups.root,
+                                  "cgroups.setup_tiers": cfg.cgroups.setup_tiers,
+                                  "api.socket_path": cfg.api.socket_path, "state.path": cfg.state.path,
+                                  "metrics": f"{cfg.metrics.bind}:{cfg.metrics.port}"}})
+
+
+def start_runtime(cfg: AgentConfig) -> Runtime:
+    """`build`, every failure as a `StartError` (build has undone what it made)."""
+    try:
+        return build(cfg)
+    except StartError:
+        raise
+    except (CgroupError, OSError, ValueError) as err:
+        raise StartError(str(err)) from err
+    except Exception as err:  # e.g. the network shaper's netlink errors: still one line, exit 2
+        log.debug("start-up failed", exc_info=True)
+        raise StartError(f"{type(err).__name__}: {err}") from err
+
+
+def start_metrics(rt: Runtime) -> MetricsServer | None:
+    """The /metrics server, bound now; a port it cannot have is a `StartError` naming the setting."""
+    cfg, ledger = rt.cfg.metrics, rt.ledger
+    if not cfg.enabled:
+        return None
+    try:
+        return rt.metrics.start(rt.board, ledger_view=lambda: ledger.last_view,
+                                persistence_error=lambda: ledger.persistence_error)
+    except OSError as err:
+        raise StartError(bind_error(cfg.bind_address, cfg.port, err)) from err
+
+
+def bind_error(host: str, port: int, err: OSError) -> str:
+    """Why `metrics.bind`:`metrics.port` cannot be bound, naming the setting at fault."""
+    code = err.errno
+    if isinstance(err, socket.gaierror):
+        return f"metrics.bind {host}: {(err.strerror or str(err)).lower()}"
+    if code == errno.EADDRNOTAVAIL:
+        return f"metrics.bind {host}: {os.strerror(code).lower()} (no such address on this host)"
+    why = os.strerror(code).lower() if code else str(err)
+    return f"metrics.port {port}: {why} (on {host})"
+
+
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
     setup_logging()
@@ -165,4 +213,7 @@ def main(argv: list[str]) -> int:
         return asyncio.run(serve(args.config, args.dry_run))
     except ConfigError as err:
         print(f"coloc-agent: invalid config: {err}", file=sys.stderr)
+        return 2
+    except StartError as err:
+        print(f"coloc-agent: cannot start: {err}", file=sys.stderr)
         return 2

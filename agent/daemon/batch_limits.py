@@ -11,6 +11,11 @@ Two triggers run that chain:
   events coalesce into one more fetch after it.
 - **periodic** — a pass every `resync_s` over the latest list (the safety net: a missed event, a value
   another writer changed, a pod the kubelet listed late). Koordlet's reconciler runs every 10 s.
+
+At start the controller fetches the kubelet's pod list itself before its first pass, so the BE pods already
+on the node get their limits right after that first list, not a `resync_s` later; if that fetch fails (the
+kubelet not up yet), it looks every `UNLISTED_CHECK_S` for the list the sources' own refresh brings and
+passes as soon as there is one.
 """
 
 from __future__ import annotations
@@ -50,6 +55,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("coloc.batch_limits")
 
 FOLLOW_UP_S = (0.02, 0.05, 0.2, 0.5, 1.0, 2.0, 4.0)  # after a creation, while a new cgroup is not placed
+UNLISTED_CHECK_S = 0.2  # until the kubelet's first pod list: how often to look whether it came
 
 
 class BatchLimitsController:
@@ -257,24 +263,43 @@ class BatchLimitsController:
             self.watching = True
         next_pass = self._clock()
         follow_due = False
+        listed = False
         try:
+            await self._guarded(self._first_list)
+            listed = self._listed()
             while not stop.is_set():
                 if self._kick.is_set():
                     self._kick.clear()
                     await self._guarded(self.fetch_and_pass)
                 elif follow_due:
                     await self._guarded(self.follow_up)
+                if not listed and self._listed():  # the first pod list came: the pods on the node now
+                    listed, next_pass = True, self._clock()
                 if self._clock() >= next_pass:  # on its own clock: a burst of creations does not hold it off
                     await self._guarded(self._pass_async)
                     next_pass = self._clock() + self.resync_s
                 until_pass = max(0.0, next_pass - self._clock())
                 follow = min(self._next_follow_up() or until_pass, until_pass)
-                follow_due = not await _first(stop, self._kick, follow) and follow < until_pass
+                wait = follow if listed else min(follow, UNLISTED_CHECK_S)
+                follow_due = (not await _first(stop, self._kick, wait) and wait == follow
+                              and follow < until_pass)
         finally:
             if watcher is not None:
                 loop.remove_reader(watcher.fileno())
                 watcher.close()
                 self.watching = False
+
+    def _listed(self) -> bool:
+        """Whether the kubelet has given a pod list yet (no kubelet: nothing to wait for)."""
+        return self._kubelet is None or math.isfinite(self._kubelet.workloads().age_s)
+
+    async def _first_list(self) -> None:
+        """At start, the kubelet's pod list now (not at the sources' next refresh): the first pass then
+        places the BE pods already on the node."""
+        if not self._listed():
+            assert self._kubelet is not None
+            await self._kubelet.refresh()
+            self.fetches += 1
 
     async def _pass_async(self) -> PassReport:
         if self.tier is not None:
@@ -385,8 +410,8 @@ class BatchLimitsMetrics:
         out: list[Metric] = [shares, cores, memory, pods, watching, *self._yarn()]
         for name, doc, value in (
                 ("coloc_batch_limits_passes", "Batch-limit passes run.", ctl.passes),
-                ("coloc_batch_limits_fetches", "Kubelet pod lists fetched because a BE cgroup appeared.",
-                 ctl.fetches),
+                ("coloc_batch_limits_fetches",
+                 "Kubelet pod lists fetched because a BE cgroup appeared (and at start).", ctl.fetches),
                 ("coloc_batch_limits_writes", "Batch-limit knob writes (unchanged values are not rewritten).",
                  ex.writes),
                 ("coloc_batch_limits_restores", "BE pods given the kubelet's values back when they left.",

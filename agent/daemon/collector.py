@@ -209,9 +209,9 @@ class Collector:
         root = self._sample(self._tiers.root, now)
         be = self._sample(self._tiers.besteffort, now)
         if root is None:
-            stale["cgroups"] = f"cgroup root {self._tiers.root or '/'} cannot be read"
+            stale["cgroups"] = self._why_missing("cgroup root (cgroups.root)", self._tiers.root)
         if be is None:
-            stale.setdefault("cgroups", f"besteffort tier {self._tiers.besteffort} cannot be read")
+            stale.setdefault("cgroups", self._why_missing("besteffort tier", self._tiers.besteffort))
         root_u = root[1] if root else Usage()
         be_u = be[1] if be else Usage()
         if root and be:
@@ -316,6 +316,11 @@ class Collector:
         system = Usage(_sub(cpu, root_u.milli_cpu, floor=0.0),
                        _isub(used_mem, root_u.memory_working_set_bytes, floor=0))
         return node, system
+
+    def _why_missing(self, what: str, rel: str) -> str:
+        """Why a tier's usage is missing, naming its directory: not there, or there but unreadable."""
+        where = self._reader.dir(rel)
+        return f"{what} {where} {'cannot be read' if self._reader.exists(rel) else 'does not exist'}"
 
     def _be_knobs(self) -> BeTierState:
         tier = self._tiers.besteffort

@@ -46,7 +46,7 @@ from agent.sources.qos_pods import QosKubeletSource
 from agent.sources.settings import SettingsInForce
 from agent.sources.standalone import StandaloneScanner
 from agent.sources.yarn import NodeManagerSource
-from agent.state import Ledger, LedgerConfig
+from agent.state import Ledger, LedgerConfig, StateFileError
 from agent.state.lifecycle import reports_batch
 from cgroups.discovery import Hierarchy, detect_driver, discover, resolve_root
 from cgroups.errors import CgroupError
@@ -61,6 +61,11 @@ from qos.policies import PolicyConfig
 from qos.registry import NodeOutputs, build_pipeline
 
 log = logging.getLogger("coloc.runtime")
+
+
+class StartError(Exception):
+    """A start-up step failed; the message names the setting, its value and why (`coloc-agent run` prints it
+    as one line and exits 2)."""
 
 
 @dataclass
@@ -91,14 +96,20 @@ class Runtime:
     network: EgressShaper | None = None  # BE egress control; its task is `network.run(stop)`
     io: IoGuard | None = None  # the disk guard; its task is `io.run(stop)`
     io_off: str = ""  # why the disk guard does not run ("" when it does, or is turned off)
+    made: tuple[str, ...] = ()  # the cgroups this start made (`setup_tiers`), parents first
 
-    def close(self) -> None:
+    def close(self, *, failed_start: bool = False) -> None:
+        """Release what the agent holds. At a clean exit the agent's own root goes (`cleanup_on_exit`); after
+        a start that failed (a port or socket taken after `build`), what this start made goes, and no more
+        (`_undo_setup`)."""
         self.collector.close()
         if self.io is not None:
             self.io.close()
         self.reader.close()
         self.audit.close()
-        if self.created_root and self.cfg.cgroups.cleanup_on_exit:
+        if failed_start:
+            _undo_setup(self.writer, self.reader, list(self.made))
+        elif self.created_root and self.cfg.cgroups.cleanup_on_exit:
             _remove_root(self.writer, self.reader)
         self.writer.journal.close()
 
@@ -177,12 +188,18 @@ def systemd_units(cfg: AgentConfig, hierarchy: Hierarchy, layout: Layout) -> Sys
     (cgroups/systemd.py); None elsewhere, or when systemd cannot be reached (then files only, said once)."""
     if layout.driver != "systemd" or cfg.cgroups.systemd_bus == "off" or cfg.cgroups.setup_tiers:
         return None
-    from cgroups.systemd import SystemdUnits
+    from cgroups.systemd import SystemdError, SystemdUnits
 
     # systemd names a unit's cgroup by its path from the hierarchy's root, as the agent's root is named.
-    units = SystemdUnits("/" + cfg.cgroups.root.strip("/"),
-                         "" if cfg.cgroups.systemd_bus == "auto" else cfg.cgroups.systemd_bus)
-    if not units.available():  # kept: asked again at each change (it may be starting, or slow)
+    bus = "" if cfg.cgroups.systemd_bus == "auto" else cfg.cgroups.systemd_bus
+    units = SystemdUnits("/" + cfg.cgroups.root.strip("/"), bus)
+    if bus:  # a socket named in the config is required: a wrong path is a mistake, not a slow systemd
+        try:
+            units.version()
+        except SystemdError as err:
+            raise StartError(f"cgroups.systemd_bus {bus}: {err} (auto tries systemd's own sockets and waits "
+                             f"for them; off sets the cgroup files only)") from err
+    elif not units.available():  # kept: asked again at each change (it may be starting, or slow)
         log.warning("the systemd driver is in use but systemd does not answer over D-Bus yet: until it "
                     "does, knobs go to the cgroup files only, and systemd puts its own values back on "
                     "daemon-reload or a pod start (mount /run/systemd into the agent's container)",
@@ -268,8 +285,10 @@ def make_evictors(cfg: AgentConfig, layout: Layout, reader: CgroupReader, writer
 
 
 def build(cfg: AgentConfig, board: Board | None = None) -> Runtime:
-    """Everything but the async parts (sources' refresh tasks, API server, metrics server)."""
-    hierarchy = discover(base=Path(cfg.cgroups.mount))
+    """Everything but the async parts (sources' refresh tasks, API server, metrics server). A step that
+    cannot be done raises `StartError` naming its setting (or, past the tiers, the step's own error), after
+    undoing what this start made."""
+    hierarchy = _hierarchy(cfg)
     root = agent_root(cfg, hierarchy)
     cfg = dataclasses.replace(cfg, cgroups=dataclasses.replace(cfg.cgroups, root=root))
     # The collector samples with it and uses neither the memory limit nor memory pressure.
@@ -277,7 +296,11 @@ def build(cfg: AgentConfig, board: Board | None = None) -> Runtime:
     layout = make_layout(cfg, hierarchy)
     capacity, cpus = node_capacity(cfg)
     # The ledger first: a state directory that cannot be used stops start-up before any cgroup is made.
-    ledger = open_ledger(cfg)
+    try:
+        ledger = open_ledger(cfg)
+    except StateFileError as err:
+        raise StartError(f"state.path {cfg.state.path}: {err}; it must be on a writable directory with "
+                         f"free space (the DaemonSet's 'state' hostPath volume)") from err
     writer = CgroupWriter(hierarchy, root, units=systemd_units(cfg, hierarchy, layout),
                           journal=Journal.beside(cfg.state.path, scope=f"{cfg.cgroups.mount}:{root}"))
     mark = RootMark(writer.journal, cfg.cgroups.mount, root)
@@ -287,14 +310,44 @@ def build(cfg: AgentConfig, board: Board | None = None) -> Runtime:
         if cfg.cgroups.setup_tiers:
             if not reader.exists(""):
                 mark.record()  # before the root exists: a crash in between leaves a mark, never an orphan
-            created = setup_tiers(writer, reader, cpus, layout, made)
+            try:
+                created = setup_tiers(writer, reader, cpus, layout, made)
+            except (CgroupError, OSError) as err:
+                raise StartError(f"cgroups.root {root}: cannot lay out the tiers (cgroups.setup_tiers) "
+                                 f"under cgroups.mount {cfg.cgroups.mount}: {err}") from err
             if "" in made:
                 mark.record(_root_inode(reader))  # now it names this very directory, in this boot
             owned = created or mark.claims(_root_inode(reader))
-        return _assemble(cfg, board, hierarchy, reader, writer, layout, capacity, cpus, ledger, owned)
+        else:
+            warn_missing_root(cfg, reader, layout)
+        rt = _assemble(cfg, board, hierarchy, reader, writer, layout, capacity, cpus, ledger, owned)
     except BaseException:
         _undo_setup(writer, reader, made)
         raise
+    rt.made = tuple(made)
+    return rt
+
+
+def _hierarchy(cfg: AgentConfig) -> Hierarchy:
+    """The cgroup mounts at or below `cgroups.mount`."""
+    try:
+        return discover(base=Path(cfg.cgroups.mount))
+    except (CgroupError, OSError, ValueError) as err:
+        why = str(err).replace(f" under {cfg.cgroups.mount}", "")
+        raise StartError(f"cgroups.mount {cfg.cgroups.mount}: {why}") from err
+
+
+def warn_missing_root(cfg: AgentConfig, reader: CgroupReader, layout: Layout) -> None:
+    """With `setup_tiers: false` the root and its BE tier are the kubelet's: say once, at start, when either
+    is not there (the agent runs, not ready, and acts on nothing until they are)."""
+    if not reader.exists(""):
+        log.warning("cgroups.root does not exist: nothing to act on until it is made (by the kubelet; or set "
+                    "cgroups.setup_tiers to make it)",
+                    extra={"fields": {"root": cfg.cgroups.root, "dir": str(reader.dir(""))}})
+    elif not reader.exists(be := layout.tier(BE_TIER)):
+        log.warning("no BE tier under cgroups.root: BE work cannot be suppressed until it is made (the "
+                    "kubelet makes it with the first BestEffort pod)",
+                    extra={"fields": {"root": cfg.cgroups.root, "dir": str(reader.dir(be))}})
 
 
 def _root_inode(reader: CgroupReader) -> int | None:

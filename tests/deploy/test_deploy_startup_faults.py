@@ -1,6 +1,7 @@
 """Start-up faults: a state directory the agent cannot write (read-only, or a path through a regular file)
-stops `coloc-agent run` with one clear error naming the path and the fix, exit 2, and the agent's cgroup
-root is never created. Runs the installed script against real cgroups; the read-only directory is a
+stops `coloc-agent run` with one clear error naming the setting (`state.path`), the path and the fix, exit
+2, and the agent's cgroup root is never created (the other start steps: tests/reliability/
+test_rel_start_faults.py). Runs the installed script against real cgroups; the read-only directory is a
 read-only tmpfs in a private mount namespace (unshare), as a read-only volume would be."""
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ def check_refused(proc: subprocess.CompletedProcess[str], state_dir: str, real_r
     assert proc.returncode == 2, proc.stderr
     lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("coloc-agent:")]
     assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("coloc-agent: cannot start: state.path "), lines[0]
     assert state_dir in lines[0] and "writable directory" in lines[0], lines[0]
     assert "Traceback" not in proc.stderr
     assert not Path(real_root.path("cpu", "agent")).exists(), "cgroup root left behind"
