@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import shlex
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +18,8 @@ import yaml
 REPO = Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "deploy"
 OVERLAYS = ("standalone", "koordinator", "replace-koordlet")
+# The kustomize Components an operator adds to an overlay (none of them is in an overlay)
+COMPONENTS = ("prometheus", "grafana")
 KOORDLET_PORT = 9316
 
 needs_kubectl = pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not installed")
@@ -31,6 +35,32 @@ def rendered_text(overlay: str) -> str:
 
 def rendered(overlay: str) -> list[dict[str, Any]]:
     return [d for d in yaml.safe_load_all(rendered_text(overlay)) if d is not None]
+
+
+def with_components_kustomization(where: Path, overlay: str, components: tuple[str, ...]) -> Path:
+    """A kustomization in `where` as an operator writes it: the overlay plus `components` of deploy/
+    (kustomize takes only relative paths to them)."""
+    where.mkdir(parents=True, exist_ok=True)
+    (where / "kustomization.yaml").write_text(yaml.safe_dump({
+        "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
+        "resources": [os.path.relpath(DEPLOY / "overlays" / overlay, where)],
+        "components": [os.path.relpath(DEPLOY / c, where) for c in components]}))
+    return where
+
+
+@functools.cache
+def rendered_with_text(overlay: str, components: tuple[str, ...]) -> str:
+    with tempfile.TemporaryDirectory(prefix="coloc-kustomize-") as tmp:
+        root = with_components_kustomization(Path(tmp), overlay, components)
+        proc = subprocess.run(["kubectl", "kustomize", str(root)], capture_output=True, text=True, timeout=60,
+                              check=False)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+def rendered_with(overlay: str, *components: str) -> list[dict[str, Any]]:
+    """The overlay with some of `COMPONENTS` added."""
+    return [d for d in yaml.safe_load_all(rendered_with_text(overlay, components)) if d is not None]
 
 
 def one(overlay: str, kind: str) -> dict[str, Any]:

@@ -4,7 +4,12 @@
         prom.wait_for_scrape()
         prom.value('coloc_ticks_total') -> 7.0
 
+    PrometheusServer(tmp_path, targets=[...], scrape_configs=[job, ...])   # the jobs given, as they are
+
 Uses the `prometheus` binary (Debian package `prometheus`). `available()` says whether it is installed.
+Debian builds it without the Kubernetes service discovery: a shipped job's `kubernetes_sd_configs` has to be
+replaced by `static_configs` carrying the `__meta_kubernetes_*` labels it would give (see
+`static_kubernetes_pod`).
 Shuts down with SIGTERM (SIGKILL after 10 s) and leaves nothing running.
 """
 
@@ -36,8 +41,26 @@ class PrometheusError(RuntimeError):
     pass
 
 
+def static_kubernetes_pod(job: dict[str, Any], address: str, meta: dict[str, str],
+                          interval: str | None = None) -> dict[str, Any]:
+    """A copy of the scrape `job` with its `kubernetes_sd_configs` (role pod) replaced by one static target at
+    `address` carrying the `__meta_kubernetes_*` labels of `meta` (short names: `pod_node_name` stands for
+    `__meta_kubernetes_pod_node_name`), so the job's own relabelling runs on them; `interval` replaces its
+    scrape interval and timeout."""
+    out = {k: v for k, v in job.items() if k != "kubernetes_sd_configs"}
+    roles = [sd.get("role") for sd in job.get("kubernetes_sd_configs", [])]
+    if roles != ["pod"]:
+        raise PrometheusError(f"expected one kubernetes_sd_configs of role pod, got {roles}")
+    labels = {f"__meta_kubernetes_{k}": v for k, v in meta.items()}
+    out["static_configs"] = [{"targets": [address], "labels": labels}]
+    if interval is not None:
+        out["scrape_interval"] = out["scrape_timeout"] = interval
+    return out
+
+
 class PrometheusServer:
-    """One Prometheus process scraping `targets` every `scrape_interval` under job `job`."""
+    """One Prometheus process scraping `targets` every `scrape_interval` under job `job`, or running the
+    `scrape_configs` given (each target of them counted in `targets` for `wait_for_scrape`)."""
 
     def __init__(
         self,
@@ -47,6 +70,7 @@ class PrometheusServer:
         job: str = "coloc-agent",
         scrape_interval: str = "1s",
         rule_files: Sequence[Path] = (),
+        scrape_configs: Sequence[dict[str, Any]] | None = None,
         start_timeout_s: float = 30.0,
     ) -> None:
         self.workdir = Path(workdir) / f"prometheus-{free_port()}"
@@ -54,6 +78,7 @@ class PrometheusServer:
         self.job = job
         self.scrape_interval = scrape_interval
         self.rule_files = [Path(p) for p in rule_files]
+        self.scrape_configs = list(scrape_configs) if scrape_configs is not None else None
         self.start_timeout_s = start_timeout_s
         self.port = 0
         self.proc: subprocess.Popen[bytes] | None = None
@@ -74,7 +99,7 @@ class PrometheusServer:
         config = {
             "global": {"scrape_interval": self.scrape_interval, "evaluation_interval": self.scrape_interval},
             "rule_files": [str(p) for p in self.rule_files],
-            "scrape_configs": [
+            "scrape_configs": self.scrape_configs if self.scrape_configs is not None else [
                 {
                     "job_name": self.job,
                     "scrape_interval": self.scrape_interval,
@@ -154,6 +179,27 @@ class PrometheusServer:
         if body.get("status") != "success":
             raise PrometheusError(f"{path} {params}: {body}")
         return body["data"]
+
+    def alerts(self, name: str | None = None, state: str | None = None) -> list[dict[str, Any]]:
+        """Prometheus's own list of active alerts (`/api/v1/alerts`: pending and firing), optionally only
+        those named `name` and in `state`."""
+        found: list[dict[str, Any]] = self.api("alerts")["alerts"]
+        return [a for a in found if (name is None or a["labels"].get("alertname") == name)
+                and (state is None or a["state"] == state)]
+
+    def wait_for_alert(self, name: str, state: str = "firing", timeout_s: float = 30.0,
+                       **labels: str) -> dict[str, Any]:
+        """Poll /api/v1/alerts until alert `name` is in `state` with `labels`; raise with what is active."""
+        deadline = time.monotonic() + timeout_s
+        active: list[dict[str, Any]] = []
+        while time.monotonic() < deadline:
+            active = self.alerts()
+            for a in active:
+                if (a["labels"].get("alertname") == name and a["state"] == state
+                        and labels.items() <= a["labels"].items()):
+                    return a
+            time.sleep(0.2)
+        raise PrometheusError(f"{name} not {state} with {labels} in {timeout_s} s; active: {active}")
 
     def query(self, expr: str) -> list[dict[str, Any]]:
         """Instant query; each result is {"metric": {...labels}, "value": [ts, "string value"]}."""
