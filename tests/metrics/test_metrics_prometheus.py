@@ -1,16 +1,29 @@
 """A real Prometheus server (Debian package `prometheus`) scrapes the agent's metrics server.
 
-The board is fed with a `Published` built from a hand-made snapshot (tests/metrics/nodes.py); the
-metrics server, the HTTP scrape and Prometheus itself are all real.
+The first test feeds the board a `Published` built from a hand-made snapshot (tests/metrics/nodes.py); the
+metrics server, the HTTP scrape and Prometheus itself are real. The last runs a real agent process (real
+cgroups, its kubelet a local HTTP server) under the shipped scrape job and alert rules (their `for` cut to
+2 s in a test-only copy), makes real conditions happen and reads the alerts from Prometheus's own API.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
+import pytest
+import yaml
+from kit.agentproc import AgentProcess, node_config
+from kit.fakes.kubelet import FakeKubelet
+from kit.poll import wait
+from kit.ports import free_port
+from kit.realcg import RealRoot
 from nodes import GiB, publication
+from promserver import PrometheusError, PrometheusServer, static_kubernetes_pod
 
 from agent.metrics import LedgerFigures
 from agent.published import ActionRecord, Board
@@ -72,3 +85,129 @@ def test_prometheus_scrapes_the_agent_and_sees_the_published_values(prometheus, 
         time.sleep(0.5)
         rules = [r for g in prom.api("rules")["groups"] for r in g["rules"]]
     assert [(r["name"], r["health"]) for r in rules if r["health"] != "ok"] == []
+
+
+# -- the shipped scrape job and alert rules, on a real agent -------------------------------------------------
+
+REPO = Path(__file__).resolve().parents[2]
+SCRAPE = REPO / "deploy" / "prometheus" / "scrape" / "coloc-agent.scrape.yml"
+DASHBOARD = REPO / "deploy" / "grafana" / "coloc-agent.json"
+PODLIST = REPO / "tests" / "fixtures" / "kubelet" / "podlist-mixed.json"
+RUNBOOKS = "https://github.com/coloc-agent/coloc-agent/blob/main/docs/runbooks.md#"
+QUICK_FOR = "2s"
+# What kubernetes_sd_configs (role pod) gives the DaemonSet's pod, and a pod of something else beside it
+AGENT_POD = {"namespace": "coloc-system", "pod_name": "coloc-agent-x7k2p", "pod_node_name": "node-a",
+             "pod_label_app_kubernetes_io_name": "coloc-agent", "pod_container_port_name": "metrics"}
+LISTED_PODS = ("besteffort/pod0a1b2c3d-0000-4000-8000-000000000001",  # of podlist-mixed.json
+               "pod0a1b2c3d-0000-4000-8000-000000000003", "burstable")
+OTHER_POD = {**AGENT_POD, "pod_name": "koordlet-abcde", "pod_label_app_kubernetes_io_name": "koordlet"}
+
+
+def quick_rules(tmp_path: Path) -> Path:
+    """A test-only copy of the shipped rules whose `for` is 2 s instead of minutes (5 m for ColocSourceStale
+    and ColocAgentDown): the expressions, labels and annotations are the shipped ones."""
+    doc = yaml.safe_load(RULES.read_text())
+    for group in doc["groups"]:
+        for rule in group["rules"]:
+            if "for" in rule:
+                rule["for"] = QUICK_FOR
+    path = tmp_path / "coloc-agent.quick.rules.yml"
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+def shipped_job(port: int) -> dict[str, Any]:
+    """The shipped scrape job, its Kubernetes discovery (Debian's Prometheus is built without it) replaced by
+    the targets it would find: the agent's pod on `port`, and another pod its relabelling must drop."""
+    (job,) = yaml.safe_load(SCRAPE.read_text())["scrape_configs"]
+    out = static_kubernetes_pod(job, f"127.0.0.1:{port}", AGENT_POD, interval="1s")
+    other = static_kubernetes_pod(job, f"127.0.0.1:{free_port()}", OTHER_POD)["static_configs"]
+    out["static_configs"] += other
+    return out
+
+
+def dashboard_queries() -> list[tuple[str, str]]:
+    """(panel, PromQL) of every dashboard panel, its Grafana variables given values Prometheus takes."""
+    doc = json.loads(DASHBOARD.read_text())
+    out = []
+    for panel in doc["panels"]:
+        for t in panel.get("targets") or []:
+            expr = t["expr"].replace("$node", ".*").replace("$__rate_interval", "5s")
+            out.append((panel["title"], expr.replace("$__range", "1m")))
+    return out
+
+
+def kubelet_node(tmp_path: Path, root: str, kubelet_url: str, port: int) -> Path:
+    """A node agent whose only source is the kubelet at `kubelet_url`, stale 2 s after its last good list."""
+    sources = {"kubelet": {"url": kubelet_url, "token_file": "", "timeout_s": 0.5, "resync_s": 0.5,
+                           "stale_after_s": 2},
+               "kube_api": {"enabled": False}, "reporting": {"mode": "off"}}
+    return node_config(tmp_path, root, metrics_port=port, eviction={"dry_run": True}, batch=None,
+                       sources=sources)
+
+
+@pytest.mark.cgroups
+@pytest.mark.slow
+def test_the_shipped_job_and_rules_fire_on_a_kubelet_that_stops_answering_and_an_agent_that_stops(
+        real_root: RealRoot, tmp_path: Path, prometheus: Callable[..., PrometheusServer]) -> None:
+    for pod in LISTED_PODS:  # laid out as the kubelet would (cgroupfs driver)
+        real_root.mkcg(pod)
+    port = free_port()
+    with FakeKubelet(PODLIST) as kubelet:
+        config = kubelet_node(tmp_path, real_root.name, kubelet.url, port)
+        process = AgentProcess(config, tmp_path / "agent.log")
+        process.start()
+        try:
+            prom = prometheus([f"127.0.0.1:{port}"], scrape_configs=[shipped_job(port)],
+                              rule_files=[quick_rules(tmp_path)])
+            prom.wait_for_scrape()
+            # the shipped relabelling ran: the agent's pod kept with its node, the other pod dropped
+            targets = prom.api("targets")
+            (active,) = targets["activeTargets"]
+            assert {k: active["labels"][k] for k in ("job", "node", "namespace", "pod")} == {
+                "job": "coloc-agent", "node": "node-a", "namespace": "coloc-system",
+                "pod": "coloc-agent-x7k2p"}
+            dropped = [d["discoveredLabels"]["__meta_kubernetes_pod_name"] for d in targets["droppedTargets"]]
+            assert dropped == ["koordlet-abcde"]
+            prom.wait_until('coloc_source_stale{source="kubelet", node="node-a"}', lambda v: v == 0, 20)
+            prom.wait_until('count_over_time(up{job="coloc-agent"}[10s])', lambda v: (v or 0) >= 6, 20)
+            # (the fixture's batch pods request more than this small node's batch budget: that alert may fire)
+            assert prom.alerts("ColocSourceStale") == prom.alerts("ColocAgentDown") == []
+
+            # every dashboard query runs on the real series; the main ones have data
+            empty = []
+            for title, expr in dashboard_queries():
+                try:
+                    if not prom.api("query", query=expr)["result"]:
+                        empty.append(expr)
+                except PrometheusError as err:
+                    raise AssertionError(f"dashboard panel {title!r}: {err}") from err
+            # empty here: what this node does not have (the disk guard is off, no BE quota or memory.high, no
+            # HP CFS limit, nothing stale, no fetch error, no admission yet); 48 of 66 have data
+            assert len(empty) <= 20, empty
+            for expr in ('coloc_cpu_usage_cores{job="coloc-agent", node=~".*", scope="hp"}',
+                         'max without (policy) (coloc_be_cpu_granted_cores{job="coloc-agent", node=~".*"})',
+                         'rate(process_cpu_seconds_total{job="coloc-agent", node=~".*"}[5s])',
+                         "histogram_quantile(0.99, sum by (node, le) "
+                         '(rate(coloc_tick_duration_seconds_bucket{job="coloc-agent", node=~".*"}[5s])))'):
+                assert expr not in empty, f"no data: {expr}"
+
+            # the kubelet stops answering: the source goes stale, the alert fires
+            kubelet.stop()
+            alert = prom.wait_for_alert("ColocSourceStale", "firing", 30, source="kubelet", node="node-a",
+                                        job="coloc-agent", severity="warning")
+            summary = f"coloc-agent source kubelet on 127.0.0.1:{port} is stale"
+            assert alert["annotations"]["summary"] == summary
+            assert alert["annotations"]["runbook_url"] == RUNBOOKS + "colocsourcestale"
+
+            # it answers again: the source is fresh, the alert resolves
+            kubelet.start()
+            prom.wait_until('coloc_source_stale{source="kubelet"}', lambda v: v == 0, 20)
+            assert wait(lambda: prom.alerts("ColocSourceStale") == [], 10), prom.alerts()
+
+            # the agent stops: its scrapes fail, ColocAgentDown fires
+            assert process.stop() == 0, process.log()
+            down = prom.wait_for_alert("ColocAgentDown", "firing", 30, node="node-a", severity="critical")
+            assert down["annotations"]["runbook_url"] == RUNBOOKS + "colocagentdown"
+        finally:
+            process.stop()
