@@ -89,7 +89,7 @@ async def serve(config_path: str, dry_run: bool = False, ready: asyncio.Event | 
     if not loaded.keys:
         warn_all_defaults(config_path, cfg)
     raise_fd_limit()
-    rt = start_runtime(cfg)
+    rt = start_runtime(cfg, loaded.keys)
     ledger = rt.ledger
     metrics: MetricsServer | None = None
     try:
@@ -170,10 +170,10 @@ def warn_all_defaults(config_path: str, cfg: AgentConfig) -> None:
                                   "metrics": f"{cfg.metrics.bind}:{cfg.metrics.port}"}})
 
 
-def start_runtime(cfg: AgentConfig) -> Runtime:
+def start_runtime(cfg: AgentConfig, file_keys: frozenset[str] | None = None) -> Runtime:
     """`build`, every failure as a `StartError` (build has undone what it made)."""
     try:
-        return build(cfg)
+        return build(cfg, file_keys=file_keys)
     except StartError:
         raise
     except (CgroupError, OSError, ValueError) as err:

@@ -14,7 +14,7 @@ from agent.config.io import IoConfig
 from agent.config.load import MAX_CONFIG_BYTES, ConfigError, from_mapping, parse_bytes, parse_yaml
 from agent.config.metrics import MetricsConfig
 from agent.config.network import NetworkConfig
-from agent.config.provenance import file_keys, remember
+from agent.config.provenance import file_keys
 from agent.config.resource_qos import ResourceQosConfig
 from agent.config.sources import (
     KubeApiConfig,
@@ -292,8 +292,7 @@ def load_config(path: str | Path) -> AgentConfig:
 
 
 def read_config(path: str | Path) -> LoadedConfig:
-    """`load_config`, and which keys the file set. The policy settings' keys are also kept beside the
-    settings built (`agent.config.provenance`), so that `status` can say which the file set."""
+    """`load_config`, and which keys the file set (`status` and `config show` say which the file set)."""
     try:
         with Path(path).open("rb") as f:
             raw = f.read(MAX_CONFIG_BYTES + 1)
@@ -308,7 +307,6 @@ def read_config(path: str | Path) -> LoadedConfig:
     except ConfigError as err:
         raise ConfigError(f"{path}: {err}") from err
     keys = file_keys(data, AgentConfig) | _implied_source_switches(data)
-    remember(cfg.policies, frozenset(k.removeprefix("policies.") for k in keys if k.startswith("policies.")))
     names = tuple(str(k) for k in data) if isinstance(data, dict) else ()
     return LoadedConfig(cfg, keys, names)
 

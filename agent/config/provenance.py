@@ -1,22 +1,18 @@
 """Where each config value came from: the file (`yaml`) or the declaration (`default`).
 
-The loader knows which keys a file sets (`file_keys`); `load_config` keeps that beside the policy settings it
-built (`remember`), so whoever holds those settings can ask which of them the file set (`policy_keys`):
-`status` says `default` for a policy setting nobody set, `yaml` for one the file set and `NodeSLO` for one
-the node's NodeSLO gives (agent/sources/nodeslo_map.py).
+The loader knows which keys a file sets (`file_keys`, `read_config`); the runtime hands them to the settings
+in force, so `status` says `default` for a policy setting nobody set, `yaml` for one the file set and
+`NodeSLO` for one the node's NodeSLO gives (agent/sources/nodeslo_map.py).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import types
-from collections import deque
 from collections.abc import Mapping
 from typing import Union, get_args, get_origin, get_type_hints
 
 DEFAULT, YAML = "default", "yaml"
-_KEPT = 16  # the policies of the last few loads (one in the agent; a test loads many)
-_RECENT: deque[tuple[object, frozenset[str]]] = deque(maxlen=_KEPT)
 
 
 def _section_type(tp: object) -> type | None:
@@ -45,17 +41,3 @@ def file_keys(data: object, cls: type, prefix: str = "") -> frozenset[str]:
         else:
             out.add(path)
     return frozenset(out)
-
-
-def remember(policies: object, keys: frozenset[str]) -> None:
-    """Keep the keys (`section.name`) a file set, beside the policy settings `policies` built from it."""
-    _RECENT.append((policies, keys))
-
-
-def policy_keys(policies: object) -> frozenset[str] | None:
-    """The keys the file set in these very policy settings (`section.name`), or None when no file built them
-    (made in code, or by `dataclasses.replace`)."""
-    for obj, keys in reversed(_RECENT):
-        if obj is policies:
-            return keys
-    return None

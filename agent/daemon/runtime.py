@@ -284,10 +284,10 @@ def make_evictors(cfg: AgentConfig, layout: Layout, reader: CgroupReader, writer
     return evictors
 
 
-def build(cfg: AgentConfig, board: Board | None = None) -> Runtime:
+def build(cfg: AgentConfig, board: Board | None = None, file_keys: frozenset[str] | None = None) -> Runtime:
     """Everything but the async parts (sources' refresh tasks, API server, metrics server). A step that
     cannot be done raises `StartError` naming its setting (or, past the tiers, the step's own error), after
-    undoing what this start made."""
+    undoing what this start made. `file_keys`: the keys the config file set (`read_config`), for `status`."""
     hierarchy = _hierarchy(cfg)
     root = agent_root(cfg, hierarchy)
     cfg = dataclasses.replace(cfg, cgroups=dataclasses.replace(cfg.cgroups, root=root))
@@ -320,7 +320,8 @@ def build(cfg: AgentConfig, board: Board | None = None) -> Runtime:
             owned = created or mark.claims(_root_inode(reader))
         else:
             warn_missing_root(cfg, reader, layout)
-        rt = _assemble(cfg, board, hierarchy, reader, writer, layout, capacity, cpus, ledger, owned)
+        rt = _assemble(cfg, board, hierarchy, reader, writer, layout, capacity, cpus, ledger, owned,
+                       file_keys)
     except BaseException:
         _undo_setup(writer, reader, made)
         raise
@@ -371,7 +372,7 @@ def _undo_setup(writer: CgroupWriter, reader: CgroupReader, made: list[str]) -> 
 
 def _assemble(cfg: AgentConfig, board: Board | None, hierarchy: Hierarchy, reader: CgroupReader,
               writer: CgroupWriter, layout: Layout, capacity: Resources, cpus: tuple[int, ...],
-              ledger: Ledger, owned: bool) -> Runtime:
+              ledger: Ledger, owned: bool, file_keys: frozenset[str] | None) -> Runtime:
     """`build` after the ledger and the tiers: sources, collector, executor, policies, the loop."""
     root = cfg.cgroups.root.strip("/")
     be_tier = layout.tier(BE_TIER)
@@ -379,7 +380,7 @@ def _assemble(cfg: AgentConfig, board: Board | None, hierarchy: Hierarchy, reade
     if cfg.sources.kube_api.enabled:  # the Kubernetes client stack (~30 MB) only when the API server is used
         from agent.sources.kubeapi import make_api_client
         api_client = make_api_client(cfg.sources.kube_api)
-    settings = SettingsInForce(cfg.policies, yaml_resource_qos(cfg),
+    settings = SettingsInForce(cfg.policies, yaml_resource_qos(cfg), file_keys=file_keys,
                                nodeslo=api_client is not None and cfg.sources.nodeslo.enabled)
     sources = make_sources(cfg, layout, reader, hierarchy)
     reports = make_reports(cfg, sources, api_client, settings, capacity)

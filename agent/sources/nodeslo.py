@@ -46,7 +46,6 @@ from agent.sources.nodeslo_map import (
     NodeSloError,
     apply_nodeslo,
     apply_resource_qos,
-    settings_sources,
 )
 from agent.sources.settings import SettingsInForce
 from qos.model import Resources
@@ -101,8 +100,8 @@ class NodeSloSource:
         qos_changed = self._update_resource_qos(doc)
         base = self.settings.yaml
         try:
-            new, sources = (apply_nodeslo(base, doc, self._capacity) if doc is not None
-                            else (base, settings_sources(base)))
+            new, sources = (apply_nodeslo(base, doc, self._capacity, self.settings.yaml_sources)
+                            if doc is not None else (base, dict(self.settings.yaml_sources)))
         except NodeSloError as err:
             log.error("%s; the settings in force are kept", err)
             return qos_changed

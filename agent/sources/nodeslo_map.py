@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agent.config.load import ConfigError, check_bound
-from agent.config.provenance import DEFAULT, YAML, policy_keys
+from agent.config.provenance import DEFAULT, YAML
 from qos.blkio_qos import KINDS as BLOCK_KINDS
 from qos.blkio_qos import BlkioBlock, BlkioQosClass, BlkioQosSettings
 from qos.cpu_burst import POLICIES as BURST_POLICIES
@@ -66,13 +66,14 @@ def _setting(field: str, value: object, capacity: Resources) -> object:
     return number
 
 
-def settings_sources(base: PolicyConfig | None = None) -> dict[str, str]:
+def settings_sources(base: PolicyConfig | None = None, keys: frozenset[str] | None = None) -> dict[str, str]:
     """Where every mapped setting of `base` (the YAML's policy settings) came from: `yaml` when the config
-    file set it, else `default`. Settings no file built are told by their value: `default` where it is the
-    declared default (None: every setting's default)."""
+    file set it (`keys`: the file's keys, `policies.<section>.<name>`), else `default`. Without the file's
+    keys a setting is told by its value: `default` where it is the declared default (None: every setting's
+    default)."""
     if base is None:
         return {f"{section}.{name}": DEFAULT for _, section, name in FIELDS}
-    known = policy_keys(base)
+    known = None if keys is None else {k.removeprefix("policies.") for k in keys if k.startswith("policies.")}
     if known is None:
         plain = PolicyConfig()
         return {f"{s}.{n}": DEFAULT if getattr(getattr(base, s), n) == getattr(getattr(plain, s), n) else YAML
@@ -82,10 +83,11 @@ def settings_sources(base: PolicyConfig | None = None) -> dict[str, str]:
 
 
 def apply_nodeslo(
-    base: PolicyConfig, doc: object, capacity: Resources
+    base: PolicyConfig, doc: object, capacity: Resources, base_sources: Mapping[str, str] | None = None
 ) -> tuple[PolicyConfig, dict[str, str]]:
-    """The settings in force and where each came from. Raises NodeSloError naming what is wrong."""
-    sources = settings_sources(base)
+    """The settings in force and where each came from (`base_sources`: where the YAML's came from). Raises
+    NodeSloError naming what is wrong."""
+    sources = dict(base_sources) if base_sources is not None else settings_sources(base)
     spec = doc.get("spec") if isinstance(doc, Mapping) else None
     strategy = spec.get("resourceUsedThresholdWithBE") if isinstance(spec, Mapping) else None
     if strategy is None:

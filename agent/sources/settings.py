@@ -15,12 +15,14 @@ from qos.policies import PolicyConfig
 
 
 class SettingsInForce:
-    def __init__(self, policies: PolicyConfig, resource_qos: ResourceQos, *, nodeslo: bool) -> None:
+    def __init__(self, policies: PolicyConfig, resource_qos: ResourceQos, *, nodeslo: bool,
+                 file_keys: frozenset[str] | None = None) -> None:
         self.yaml = policies  # the fallback of every setting the NodeSLO does not give
         self.yaml_resource_qos = resource_qos
         self.policies = policies
-        # policy setting -> "default" | "yaml" (the config file set it) | "NodeSLO"
-        self.sources: Mapping[str, str] = settings_sources(policies)
+        # policy setting -> "default" | "yaml" (`file_keys`: the keys the config file set) | "NodeSLO"
+        self.yaml_sources: Mapping[str, str] = settings_sources(policies, file_keys)
+        self.sources: Mapping[str, str] = self.yaml_sources
         self.resource_qos = resource_qos
         # Whether the settings are known: the NodeSLO read once (or found absent), where it is on. Until then
         # memory QoS and CPU burst plan nothing (their values would be given back for a pass).

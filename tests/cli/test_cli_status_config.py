@@ -37,18 +37,19 @@ def cli(*args: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
 def test_a_loaded_files_settings_are_yaml_where_it_sets_them_else_default(tmp_path: Path) -> None:
     cfg = tmp_path / "a.yaml"
     cfg.write_text("policies:\n  suppression: {threshold_percent: 65}\n  cpu_eviction: {window_s: 15}\n")
-    policies = read_config(cfg).config.policies
-    sources = settings_sources(policies)
+    loaded = read_config(cfg)
+    policies = loaded.config.policies
+    sources = settings_sources(policies, loaded.keys)
     # set to the default value, but set: the file's
     assert {k for k, v in sources.items() if v == "yaml"} == {"suppression.threshold_percent",
                                                              "cpu_eviction.window_s"}
     assert {v for k, v in sources.items() if k not in ("suppression.threshold_percent",
                                                        "cpu_eviction.window_s")} == {"default"}
-    settings = SettingsInForce(policies, None, nodeslo=False)  # type: ignore[arg-type]
+    settings = SettingsInForce(policies, None, nodeslo=False, file_keys=loaded.keys)  # type: ignore[arg-type]
     assert settings.view()[1] == sources
     # the NodeSLO gives one: that one is NodeSLO, the rest as before
     doc = {"spec": {"resourceUsedThresholdWithBE": {"enable": True, "cpuSuppressThresholdPercent": 30}}}
-    _, after = apply_nodeslo(policies, doc, Resources(2000, 1 << 30))
+    _, after = apply_nodeslo(policies, doc, Resources(2000, 1 << 30), settings.yaml_sources)
     assert after == {**sources, "suppression.threshold_percent": NODESLO}
 
 
