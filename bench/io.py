@@ -69,7 +69,8 @@ from cgroups.io import NO_LIMIT, IoLimit, IoStat, disk_of, parse_blkio, parse_io
 
 MI = 1 << 20
 MB = 1_000_000
-FLOODS = ("direct_write", "buffered_write", "direct_read")
+ALL_FLOODS = ("direct_write", "buffered_write", "direct_read")
+FLOODS = list(ALL_FLOODS)  # this run's: --floods narrows it in place; every case list and summary reads it
 SUB = "node"  # the agent's cgroup root, below the bench's private root
 HP_REL, TIER = f"{SUB}/hp", f"{SUB}/besteffort"  # HP a direct child of the agent's root; BE below besteffort/
 BE_REL = f"{TIER}/be"
@@ -168,8 +169,10 @@ class Agent:
     [dev]}`, nothing else of `io:`), 1 s ticks, /metrics on a free port, its state and socket in `tmp`
     (fresh at each start)."""
 
-    def __init__(self, root: RealRoot, dev: str, tmp: Path, tree: Path, be: str) -> None:
+    def __init__(self, root: RealRoot, dev: str, tmp: Path, tree: Path, be: str,
+                 policy: dict[str, float] | None = None) -> None:
         self.root, self.dev, self.tmp, self.tree = root, dev, tmp, tree
+        self.policy = policy or {}  # io.policy settings other than the shipped ones (--io-policy)
         self.watched = tuple(dict.fromkeys((TIER, be)))  # where BE's caps show: the tier, BE's own cgroup
         self.proc: subprocess.Popen[bytes] | None = None
         self.log = tmp / "agent.log"
@@ -188,7 +191,7 @@ class Agent:
                            node={"cpus": os.cpu_count() or 1, "memory": f"{mem_gib}Gi"},
                            loop={"interval_s": 1.0, "fast_path": None},
                            cgroups={"setup_tiers": True, "cleanup_on_exit": False},
-                           io={"devices": [self.dev]})
+                           io={"devices": [self.dev], **({"policy": self.policy} if self.policy else {})})
         began = time.monotonic()
         with self.log.open("ab") as out:
             out.write(f"--- start {self.starts}\n".encode())
@@ -658,7 +661,19 @@ def main(argv: list[str]) -> int:
     p.add_argument("--agent-tree", type=Path, default=REPO,
                    help="the agent's code: this checkout, or a tree of it (`git archive` of a commit), run "
                         "with it as the working directory")
+    p.add_argument("--floods", default=",".join(ALL_FLOODS),
+                   help=f"the BE floods measured, comma-separated (default: all, {','.join(ALL_FLOODS)})")
+    p.add_argument("--io-policy", default="",
+                   help="io.policy settings for the agent instead of the shipped ones, e.g. floor_mbps=10")
     args = p.parse_args(argv)
+    floods = tuple(f for f in args.floods.split(",") if f)
+    if not floods or set(floods) - set(ALL_FLOODS):
+        p.error(f"--floods: each of {', '.join(ALL_FLOODS)}, got {args.floods!r}")
+    FLOODS[:] = floods
+    try:
+        policy = {k: float(v) for k, v in (kv.split("=", 1) for kv in args.io_policy.split(",") if kv)}
+    except ValueError:
+        p.error(f"--io-policy: KEY=NUMBER,... , got {args.io_policy!r}")
     if args.quick:
         args.rounds, args.seconds, args.warmup, args.lift_wait = 1, 1.0, 0.3, 1.5
         args.hp_file_mib, args.write_file_mib, args.read_file_mib, args.chunk_mib = 16, 48, 32, 8
@@ -684,7 +699,8 @@ def main(argv: list[str]) -> int:
         try:
             with_blkio(root)
             be = TIER if args.be_in_tier else BE_REL
-            return measure(args, root, workdir, dev, Agent(root, dev, tmp, args.agent_tree.resolve(), be))
+            agent = Agent(root, dev, tmp, args.agent_tree.resolve(), be, policy)
+            return measure(args, root, workdir, dev, agent)
         finally:
             root.cleanup()
     finally:
