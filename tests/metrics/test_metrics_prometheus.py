@@ -25,6 +25,7 @@ from kit.realcg import RealRoot
 from nodes import GiB, publication
 from promserver import PrometheusError, PrometheusServer, static_kubernetes_pod
 
+from agent.demo.spawn import workload_argv
 from agent.metrics import LedgerFigures
 from agent.published import ActionRecord, Board
 from qos.model import Resources
@@ -209,5 +210,50 @@ def test_the_shipped_job_and_rules_fire_on_a_kubelet_that_stops_answering_and_an
             assert process.stop() == 0, process.log()
             down = prom.wait_for_alert("ColocAgentDown", "firing", 30, node="node-a", severity="critical")
             assert down["annotations"]["runbook_url"] == RUNBOOKS + "colocagentdown"
+        finally:
+            process.stop()
+
+
+def cap_cpu(root: RealRoot, rel: str, milli: int) -> None:
+    """A CFS quota of `milli` milli-CPU on `rel` (per 100 ms period), as the kubelet sets a CPU limit."""
+    quota = milli * 100
+    if root.hierarchy.is_v1("cpu"):
+        (root.path("cpu", rel) / "cpu.cfs_period_us").write_text("100000")
+        (root.path("cpu", rel) / "cpu.cfs_quota_us").write_text(str(quota))
+    else:
+        (root.path("unified", rel) / "cpu.max").write_text(f"{quota} 100000")
+
+
+@pytest.mark.cgroups
+@pytest.mark.slow
+@pytest.mark.xfail(strict=True, raises=PrometheusError, reason=(
+    "the agent exports no HP throttled ratio: agent/daemon/collector.py builds the HP usage (root less BE) "
+    "without one, so coloc_cpu_throttled_ratio has scope=be only and ColocHPThrottledWhileBESuppressed "
+    "cannot fire; strict, so this test fails once the agent exports it and the mark must go"))
+def test_the_shipped_rules_fire_when_hp_is_throttled_and_suppression_has_nothing_left_to_cut(
+        real_root: RealRoot, tmp_path: Path, prometheus: Callable[..., PrometheusServer]) -> None:
+    """A suppression that cannot act: the guaranteed (HP) pod hits its own CPU limit while BE is already at
+    its floor, so cutting batch cannot help; ColocHPThrottledWhileBESuppressed should fire."""
+    for pod in LISTED_PODS:
+        real_root.mkcg(pod)
+    hp_pod = LISTED_PODS[1]
+    cap_cpu(real_root, hp_pod, 100)
+    real_root.spawn(hp_pod, workload_argv("burn"))
+    port = free_port()
+    with FakeKubelet(PODLIST) as kubelet:
+        process = AgentProcess(kubelet_node(tmp_path, real_root.name, kubelet.url, port), tmp_path / "log")
+        process.start()
+        try:
+            prom = prometheus([f"127.0.0.1:{port}"], scrape_configs=[shipped_job(port)],
+                              rule_files=[quick_rules(tmp_path)])
+            prom.wait_for_scrape()
+            # the condition is real: HP runs into its quota (0.1 CPU of a burner) and BE sits at its floor
+            prom.wait_until('coloc_cpu_usage_cores{scope="hp"}', lambda v: 0.05 < (v or 0) < 0.2, 20)
+            prom.wait_until('max without (policy) (coloc_be_cpu_granted_cores) - coloc_be_cpu_floor_cores',
+                            lambda v: v is not None and v <= 0, 20)
+            prom.wait_until('coloc_cpu_throttled_ratio{scope="hp"}', lambda v: (v or 0) > 0.1, 10)
+            alert = prom.wait_for_alert("ColocHPThrottledWhileBESuppressed", "firing", 20, node="node-a",
+                                        scope="hp", severity="warning")
+            assert alert["annotations"]["runbook_url"] == RUNBOOKS + "colochpthrottledwhilebesuppressed"
         finally:
             process.stop()
