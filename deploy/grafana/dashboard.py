@@ -14,7 +14,7 @@ import sys
 from typing import Any
 
 from grafana_foundation_sdk.builders import prometheus, stat, timeseries
-from grafana_foundation_sdk.builders.common import VizLegendOptions
+from grafana_foundation_sdk.builders.common import ReduceDataOptions, VizLegendOptions
 from grafana_foundation_sdk.builders.dashboard import Dashboard as DashboardBuilder
 from grafana_foundation_sdk.builders.dashboard import (
     DashboardLink,
@@ -23,7 +23,7 @@ from grafana_foundation_sdk.builders.dashboard import (
     Row,
 )
 from grafana_foundation_sdk.cog.encoder import JSONEncoder
-from grafana_foundation_sdk.models.common import LegendDisplayMode, LegendPlacement
+from grafana_foundation_sdk.models.common import BigValueGraphMode, LegendDisplayMode, LegendPlacement
 from grafana_foundation_sdk.models.dashboard import (
     DashboardLinkType,
     DataSourceRef,
@@ -64,6 +64,7 @@ def series(title: str, unit: str, *queries: Query, description: str = "", width:
 
 def single(title: str, unit: str, query: Query, description: str = "", width: int = 4) -> stat.Panel:
     p = (stat.Panel().title(title).unit(unit).span(width).height(4).datasource(DS)
+         .reduce_options(ReduceDataOptions().calcs(["lastNotNull"])).graph_mode(BigValueGraphMode.AREA)
          .with_target(target(0, query)))
     return p.description(description) if description else p
 
