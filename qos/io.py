@@ -42,7 +42,7 @@ class IoPolicyConfig:
     """The disk guard's policy (docs/io.md): BE's caps on each guarded disk while HP needs it."""
 
     # BE's cap each way, in MB/s, while HP needs the disk
-    floor_mbps: float = validation.bounded(20.0, 0.1, 100_000.0)
+    floor_mbps: float = validation.bounded(10.0, 0.1, 100_000.0)
     # BE's cap each way, in IO/s, while HP needs the disk
     floor_iops: int = validation.bounded(400, 1, 10_000_000)
     # HP needs the disk when its IO pressure is at or above this percent

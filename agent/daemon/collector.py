@@ -28,7 +28,7 @@ log = logging.getLogger("coloc.collect")
 
 _Prev = tuple[float, int, int, int]  # monotonic time, cpu ns, throttled periods, periods
 
-# The workload readers' options (CgroupReader's keywords): per workload nothing reads the throttling
+# The workload readers' options (CgroupReader's keywords): per BE workload nothing reads the throttling
 # counters (they are kept for the tiers), the memory limit or memory pressure, and memory.stat is read
 # again within 5 s only when the usage moved (see CgroupReader). At 200 workloads that is 300 reads a tick
 # fewer, about a third of the tick's cost (bench/footprint.py).
@@ -53,6 +53,7 @@ class _Sampled:
     workloads: list[Workload] = field(default_factory=list)
     seen: set[str] = field(default_factory=set)
     hp_psi: float | None = None
+    hp_throttled: float | None = None  # the worst HP workload's share of CFS periods throttled
     spared: list[Usage] = field(default_factory=list)
 
 
@@ -144,6 +145,7 @@ class Collector:
         hp_u = Usage(
             _sub(root_u.milli_cpu, be_u.milli_cpu),
             _isub(root_u.memory_working_set_bytes, be_u.memory_working_set_bytes),
+            sampled.hp_throttled,
         )
         node_u, system_u = self._node_usage(root_u, stale)
         knobs = self._be_knobs()
@@ -197,6 +199,8 @@ class Collector:
             usage = self._rate(rel, sample, now)
             if w.protected and rel.startswith(below_be):
                 out.spared.append(usage)  # their usage is not BE usage
+            if not w.be and usage.cpu_throttled_ratio is not None:
+                out.hp_throttled = max(out.hp_throttled or 0.0, usage.cpu_throttled_ratio)
             if not w.be and sample.cpu_psi_raw:
                 stall = self._stall_percent(rel, sample.cpu_psi_raw, now)
                 if stall is not None:

@@ -394,7 +394,9 @@ def _assemble(cfg: AgentConfig, board: Board | None, hierarchy: Hierarchy, reade
     collector = Collector(reader, TierPaths(root="", besteffort=be_tier), capacity, cpus,
                           cfg.node.scope, cfg.loop.interval_s,
                           be_reader=CgroupReader(hierarchy, root, psi=False, **WORKLOAD_READER),
-                          hp_reader=CgroupReader(hierarchy, root, memory_psi=False, **WORKLOAD_READER),
+                          # HP's throttling: the worst HP workload's, a sign its own limit binds
+                          hp_reader=CgroupReader(hierarchy, root, memory_psi=False,
+                                                 **{**WORKLOAD_READER, "throttling": True}),
                           network=_egress_reader(shaper, sources),
                           io=guard.sample if guard is not None else None)
     audit = AuditLog(cfg.audit.path)

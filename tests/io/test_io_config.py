@@ -25,7 +25,7 @@ def test_the_guard_is_on_by_default_on_the_node_s_usual_disks() -> None:
     io = AgentConfig().io
     assert io.enabled and io.devices == () and io.paths == DEFAULT_PATHS
     assert "/var/lib/kubelet" in io.paths and "/var/lib/containerd" in io.paths
-    assert io.policy.floor_mbps == 20.0 and io.policy.evict is False
+    assert io.policy.floor_mbps == 10.0 and io.policy.evict is False
 
 
 @pytest.mark.parametrize(("io", "words"), [

@@ -41,7 +41,7 @@ def test_hp_stalling_on_the_disk_cuts_be_to_the_floor_at_once() -> None:
     assert caps(acts) == [FLOOR]
     (a,) = acts
     assert isinstance(a, SetBeIoLimit) and a.dev == DEV and "waits for IO 20.0%" in a.reason
-    assert a.numbers["cap_wbps"] == 20_000_000 and a.numbers["be_bps"] == 1.5e9
+    assert a.numbers["cap_wbps"] == 10_000_000 and a.numbers["be_bps"] == 1.5e9
     assert state.disks[DEV].cap == FLOOR and state.disks[DEV].needed_since == 100.0
     again, state = decide(snap(cap=FLOOR, t=100.5), CFG, state)  # in force: nothing to do
     assert again == [] and state.disks[DEV].needed_since == 100.0
@@ -71,19 +71,19 @@ def test_hp_idle_lifts_every_cap_and_not_before_idle_s() -> None:
 
 def test_hp_busy_without_stall_gets_be_more_every_hold_until_the_cap_no_longer_holds_it() -> None:
     _, state = decide(snap(), CFG, IoState())
-    slow_be = IoRate(wbps=19e6, wiops=19)  # BE at its floor
+    slow_be = IoRate(wbps=9.5e6, wiops=10)  # BE at its floor (10 MB/s)
     acts, state = decide(snap(be=slow_be, stall=1.0, cap=FLOOR, t=101.0), CFG, state)
     assert caps(acts) == []  # calm for 0 s
     acts, state = decide(snap(be=slow_be, stall=1.0, cap=FLOOR, t=102.0), CFG, state)
     assert caps(acts) == []  # 1 s < hold_s
     acts, state = decide(snap(be=slow_be, stall=1.0, cap=FLOOR, t=103.1), CFG, state)
     assert caps(acts) == [FLOOR.scaled(2.0)]
-    acts, state = decide(snap(be=IoRate(wbps=39e6, wiops=39), stall=1.0, cap=FLOOR.scaled(2), t=104.0),
+    acts, state = decide(snap(be=IoRate(wbps=19e6, wiops=19), stall=1.0, cap=FLOOR.scaled(2), t=104.0),
                          CFG, state)
     assert caps(acts) == []  # the hold counts from the last change
-    acts, state = decide(snap(be=IoRate(wbps=10e6, wiops=10), stall=1.0, cap=FLOOR.scaled(2), t=105.2),
+    acts, state = decide(snap(be=IoRate(wbps=5e6, wiops=5), stall=1.0, cap=FLOOR.scaled(2), t=105.2),
                          CFG, state)
-    assert caps(acts) == [NO_CAP]  # BE does a quarter of its 40 MB/s cap: lifted
+    assert caps(acts) == [NO_CAP]  # BE does a quarter of its 20 MB/s cap: lifted
     acts, state = decide(snap(stall=30.0, t=105.5), CFG, state)
     assert caps(acts) == [FLOOR]  # a stall: back to the floor at once
 
@@ -91,7 +91,7 @@ def test_hp_busy_without_stall_gets_be_more_every_hold_until_the_cap_no_longer_h
 def test_static_caps_bound_every_cap_and_hold_when_hp_is_idle() -> None:
     static = {DEV: IoCap(wbps=5_000_000)}
     acts, _ = decide(snap(static=static), CFG, IoState())
-    assert caps(acts) == [IoCap(20_000_000, 5_000_000, 400, 400)]
+    assert caps(acts) == [IoCap(10_000_000, 5_000_000, 400, 400)]
     acts, _ = decide(snap(hp=IoRate(), idle=9.0, static=static), CFG, IoState())
     assert caps(acts) == [IoCap(wbps=5_000_000)]  # read back as none: set
 

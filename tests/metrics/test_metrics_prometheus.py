@@ -226,10 +226,6 @@ def cap_cpu(root: RealRoot, rel: str, milli: int) -> None:
 
 @pytest.mark.cgroups
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, raises=PrometheusError, reason=(
-    "the agent exports no HP throttled ratio: agent/daemon/collector.py builds the HP usage (root less BE) "
-    "without one, so coloc_cpu_throttled_ratio has scope=be only and ColocHPThrottledWhileBESuppressed "
-    "cannot fire; strict, so this test fails once the agent exports it and the mark must go"))
 def test_the_shipped_rules_fire_when_hp_is_throttled_and_suppression_has_nothing_left_to_cut(
         real_root: RealRoot, tmp_path: Path, prometheus: Callable[..., PrometheusServer]) -> None:
     """A suppression that cannot act: the guaranteed (HP) pod hits its own CPU limit while BE is already at
