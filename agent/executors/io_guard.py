@@ -79,7 +79,7 @@ class GuardStats:
     sets: int = 0
     errors: int = 0
     last_error: str = ""
-    by_dev: dict[str, IoCap] = field(default_factory=dict)  # the caps it last set
+    by_dev: dict[str, IoCap] = field(default_factory=dict)  # the caps the policy last asked for
 
 
 def _minus(a: IoStat | None, b: IoStat | None) -> IoStat:
@@ -328,6 +328,9 @@ class IoGuard:
     def submit(self, action: SetBeIoLimit, dry_run: bool, record: Recorder) -> ActionRecord | None:
         """Set one disk's caps on the BE tier (on v1 spread below it too); None when they were in place."""
         kind, target = ActionKind.SET_BE_IO_LIMIT, f"{action.dev} {action.cap}"
+        # what the policy last asked for, done or not: the wake test compares with it (else a dry run, or a
+        # write that fails, would wake the loop at every poll while HP waits)
+        self.stats.by_dev[action.dev] = action.cap
         if dry_run:
             return record("io", kind, target, Outcome.DRY_RUN, action.reason, action.numbers)
         try:
@@ -338,7 +341,6 @@ class IoGuard:
         except CgroupError as err:
             self._failed(f"set {target}", err)
             return record("io", kind, target, Outcome.FAILED, str(err), action.numbers)
-        self.stats.by_dev[action.dev] = action.cap
         self.stats.sets += 1
         return record("io", kind, target, Outcome.APPLIED, action.reason, action.numbers) if changed else None
 

@@ -179,3 +179,19 @@ def test_the_meter_reads_through_open_files_and_a_removed_cgroup_reads_as_gone(r
         assert meter._fds == {}
     finally:
         meter.close()
+
+
+def test_a_dry_run_records_the_cap_and_writes_nothing(real_root: RealRoot, tmp_path: Path) -> None:
+    if not can_cap(real_root):
+        pytest.skip("no IO controller (v1 blkio, or io on pure v2)")
+    real_root.mkcg("be/batch")
+    with on_disk() as (_, dev):
+        writer = CgroupWriter(real_root.hierarchy, real_root.name, journal=Journal(tmp_path / "held", "b"))
+        guard, why = IoGuard.build(IoConfig(devices=(dev,)), writer, "be")
+        assert guard is not None, why
+        rec = guard.submit(SetBeIoLimit(dev, IoCap(wbps=4_000_000), "HP waits"), True, _record)
+        assert rec is not None and rec[3] == "dry_run"  # type: ignore[index]
+        assert be_cap(real_root, "be", dev) == (None, None, None, None)
+        assert be_cap(real_root, "be/batch", dev) == (None, None, None, None)
+        assert writer.journal.held == {}
+        assert guard.stats.by_dev == {dev: IoCap(wbps=4_000_000)}  # the wake test compares with it
