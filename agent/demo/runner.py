@@ -39,6 +39,7 @@ from agent.config.standalone import LocalWorkload, StandaloneConfig
 from agent.daemon.cgroup_tree import BE_TIER, remove_tree
 from agent.daemon.runtime import Runtime, build
 from agent.demo import live as liveview
+from agent.demo import story
 from agent.demo.spawn import move_back, move_self, spawn_in_cgroup, workload_argv
 from agent.demo.workloads import read_counter
 from agent.published import ActionRecord
@@ -61,6 +62,9 @@ class Demo:
     p99_ms: dict[str, float | None] = field(default_factory=dict)  # phase -> HP wake-up p99
     live: bool = True
     phase: str = "starting"  # what the live lines say the demo is doing (`set_phase`)
+    marks: list[tuple[float, str]] = field(default_factory=list)  # (seconds since t0, phase) per change
+    other_cpus: dict[str, float | None] = field(default_factory=dict)  # phase -> CPUs other work used
+    throughput: dict[str, float] = field(default_factory=dict)  # phase -> HP work units/s
 
     def say(self, msg: str) -> None:
         """A progress line, prefixed with the seconds since the demo started."""
@@ -87,7 +91,18 @@ class Demo:
 
     def set_phase(self, phase: str) -> None:
         self.phase = phase
+        self.marks.append((time.monotonic() - self.t0, phase))
         self.publish()
+
+    def machine_sample(self) -> tuple[float, float] | None:
+        """(the machine's busy CPU-seconds, the demo's own) now: everything the demo runs (HP, BE, the
+        agent, this process) is under its private root; None when either cannot be read."""
+        try:
+            busy, _ = story.cpu_busy_s(Path("/proc/stat").read_text())
+            _, ns = self.rt.reader.cpu_usage("")
+        except Exception:  # the warning then says the load could not be measured
+            return None
+        return busy, ns / 1e9
 
     def publish(self) -> None:
         """What the live view cannot measure itself: the phase, HP's counter files, the agent's last view."""
@@ -227,9 +242,15 @@ async def measure(demo: Demo, seconds: float, phase: str) -> float:
     demo.set_phase(phase)
     start_count, start = demo.hp_count(), time.monotonic()
     phase_off = demo.probe_offset()
+    load_before = demo.machine_sample()
     await asyncio.sleep(seconds)
+    load_after = demo.machine_sample()
+    elapsed = max(time.monotonic() - start, 1e-6)
     demo.p99_ms[phase] = demo.probe_p99_ms(phase_off, demo.probe_offset())
-    return (demo.hp_count() - start_count) / max(time.monotonic() - start, 1e-6)
+    demo.other_cpus[phase] = (story.other_cpus(load_after[0] - load_before[0], load_after[1] - load_before[1],
+                                               elapsed) if load_before and load_after else None)
+    demo.throughput[phase] = (demo.hp_count() - start_count) / elapsed
+    return demo.throughput[phase]
 
 
 def write_plot(demo: Demo, path: Path) -> str:
@@ -244,14 +265,22 @@ def write_plot(demo: Demo, path: Path) -> str:
                                     if s["be_budget_milli_cpu"] >= 0],
               "BE CPU used": [(s["t"], s["be_milli_cpu"]) for s in demo.samples]}
     tail = [(s["t"], s["hp_p99_ms"]) for s in demo.samples if s["hp_p99_ms"] >= 0]
-    phases = ", ".join(f"{k}: {v} ms" for k, v in demo.p99_ms.items() if k in _TAIL_PHASES and v is not None)
+    end = max((s["t"] for s in demo.samples), default=0.0)
+    spans = [(p.start, p.end, p.label) for p in story.phase_spans(demo.marks, end)]
+    # on the tail plot, each compared phase's name carries its p99 over the whole phase
+    named = {story.PLOT_LABELS[k]: f"{story.PLOT_LABELS[k]}: {v} ms" for k, v in demo.p99_ms.items()
+             if k in story.COMPARED and v is not None}
+    tail_spans = [(a, b, named.get(label, label)) for a, b, label in spans]
+    tail_shades = {named.get(k, k): v for k, v in story.SHADES.items()}
     try:
-        plot_timeseries(path, "coloc-agent demo: HP throughput (work units/s)", {"HP": hp}, "units/s")
+        plot_timeseries(path, "coloc-agent demo: HP throughput (work units/s)", {"HP": hp}, "units/s",
+                        phases=spans, shades=story.SHADES)
         cpu_path = path.with_name(path.stem + "-be-cpu" + path.suffix)
-        plot_timeseries(cpu_path, "coloc-agent demo: HP load steps, the BE budget follows (milli-CPU)",
-                        series, "milli-CPU")
+        plot_timeseries(cpu_path, "coloc-agent demo: HP's load steps, the BE budget follows (milli-CPU)",
+                        series, "milli-CPU", phases=spans, shades=story.SHADES)
         tail_path = path.with_name(path.stem + "-hp-p99" + path.suffix)
-        plot_timeseries(tail_path, f"HP wake-up p99 per second ({phases})", {"HP wake-up p99": tail}, "ms")
+        plot_timeseries(tail_path, "coloc-agent demo: HP wake-up p99 per second (ms; per phase in its name)",
+                        {"HP wake-up p99": tail}, "ms", phases=tail_spans, shades=tail_shades)
     except Exception as err:  # a plot is a nicety; never fail the demo for it
         return f"no plot: {err}"
     return f"{path}, {cpu_path}, {tail_path}"
@@ -287,45 +316,53 @@ async def run_demo(scale: float, memory: str, live: bool, out: Path | None,
             rt.writer.set_cpuset(f"{BE_TIER}/{rel}", rt.cpus)
         liveview.out(f"coloc-agent demo: private node {root}: {len(rt.cpus)} CPUs, {memory} memory; this "
                      f"process (and the agent, later) in {AGENT_POD}, cpu.shares {AGENT_SHARES}")
-        demo.phase = "0 starting HP"
+        demo.phase = "0 starting"
         publisher = asyncio.create_task(demo.keep_publishing(publishing))
         back = move_self(rt.hierarchy, root, AGENT_POD)  # where the DaemonSet puts the agent
+        loadavg = _loadavg()
+        demo.say("measuring the machine's other load for 1 s (nothing of the demo runs yet)")
+        await measure(demo, 1.0, story.PREFLIGHT)
+        demo.set_phase("0 starting HP")
         demo.say("starting the HP service (2 processes, 1 thread each) and its wake-up probe (every 2 ms)")
         await demo.start_hp("hp-base", 1)
         await demo.start_hp("hp-burst", 1)
         await demo.start_bg("hp-probe", HP, workload_argv("probe", 2, demo.probe_file))
-        alone = await measure(demo, 6 * scale, "1 HP alone")
+        alone = await measure(demo, 6 * scale, story.ALONE)
         await start_be(demo, "BE: 5 CPU burners in besteffort/ (2 of them YARN containers)",
                        [("be-low", "batch-low"), ("be-mid", "batch-mid"),
                         ("yarn-am", f"hadoop-yarn/container_e01_{YARN_APP}_01_000001"),
                         ("yarn-c2", f"hadoop-yarn/container_e01_{YARN_APP}_01_000002"),
                         ("be-low-2", "batch-low")])
-        contended = await measure(demo, 6 * scale, "2 BE, no agent")
+        contended = await measure(demo, 6 * scale, story.NO_AGENT)
         demo.say("starting the agent")
         agent_task = asyncio.create_task(rt.loop.run(stop))
-        with_agent = await measure(demo, 6 * scale, "3 BE + agent")
+        with_agent = await measure(demo, 6 * scale, story.WITH_AGENT)
         cuts = []
         for _ in range(2):  # HP load steps down to idle and up again: the BE budget follows
-            demo.say("HP load steps down (the HP service pauses): the agent grows the BE budget")
+            demo.say("HP load steps down (the HP service pauses): the agent may grow the BE budget")
             demo.signal_hp(signal.SIGSTOP)
-            await measure(demo, 4 * scale, "3 HP idle, BE grows")
-            before = rt.board.get()
-            demo.say("HP load steps up again: the agent cuts the BE budget")
+            idle_start = _budget(demo)
+            await measure(demo, 4 * scale, story.HP_IDLE)
+            demo.say("HP load steps up again: the agent should cut the BE budget")
             demo.signal_hp(signal.SIGCONT)
-            cut = asyncio.create_task(time_to_cut(demo, before.be_cpu_granted_milli if before else None, 3.0))
-            await measure(demo, 3 * scale, "3 HP busy again")
+            cut = asyncio.create_task(time_to_cut(demo, _budget(demo), idle_start, 3.0))
+            await measure(demo, 3 * scale, story.HP_BUSY)
             cuts.append(await cut)
-        await hog_phase(demo, scale)
-        await measure(demo, 2, "4 after eviction")
+        hog_ran = await hog_phase(demo, scale)
+        await measure(demo, 2, story.after_hog_phase(_evictions(demo)))
         last = rt.board.get()
         records = list(last.recent_actions) if last else []
         demo.load_samples()
-        summary = summarize(alone, contended, with_agent, records, cuts, demo)
+        summary = summarize(alone, contended, with_agent, records, cuts, demo, hog_ran,
+                            len(rt.cpus), loadavg)
         if plot is not None:
             demo.set_phase("writing plots")
             demo.say("writing plots")
             summary["plot"] = await asyncio.to_thread(write_plot, demo, plot)  # the agent's loop goes on
         liveview.out(json.dumps(summary, indent=2))
+        if summary.get("warning"):
+            liveview.out(str(summary["warning"]))
+        liveview.out(str(summary["verdict"]))
         if out is not None:
             out.write_text(json.dumps(summary, indent=2))
         return summary
@@ -365,41 +402,69 @@ async def start_be(demo: Demo, what: str, be: list[tuple[str, str]]) -> None:
         await demo.start_bg(name, f"{BE_TIER}/{rel}", workload_argv("burn"))
 
 
-async def hog_phase(demo: Demo, scale: float) -> None:
+async def hog_phase(demo: Demo, scale: float) -> float:
     """HP steps down to one process and a memory hog grows in BE until the agent evicts (20 s at most once
     the hog runs). The hog enters BE before it execs: on a busy machine that alone can take long; the agent
-    and the live view go on meanwhile (the phase says so)."""
-    demo.set_phase("4 memory hog starting")
+    and the live view go on meanwhile (the phase says so). Returns how long the hog ran."""
+    demo.set_phase(story.HOG_STARTING)
     demo.say("HP load steps down to one process; a memory hog starts in BE (64 MiB every 0.1 s)")
     demo.signal_hp(signal.SIGSTOP, ("hp-burst",))
     await demo.start_bg("be-hog", f"{BE_TIER}/batch-hog", workload_argv("hog", 64, 0.1, 2048))
     hog_started = time.monotonic()
     while time.monotonic() - hog_started < 20 * scale:
-        await measure(demo, 1, "4 memory hog")
-        pub = demo.rt.board.get()
-        if pub is not None and sum(pub.counters.evictions.values()) > 0:
+        await measure(demo, 1, story.HOG)
+        if _evictions(demo) > 0:
             break
+    return time.monotonic() - hog_started
 
 
-async def time_to_cut(demo: Demo, budget_before: int | None, limit_s: float) -> float | None:
-    """Seconds from now until the agent grants BE less than `budget_before` (None if it never does)."""
-    if budget_before is None:
+def _budget(demo: Demo) -> int | None:
+    pub = demo.rt.board.get()
+    return pub.be_cpu_granted_milli if pub else None
+
+
+def _evictions(demo: Demo) -> int:
+    pub = demo.rt.board.get()
+    return sum(pub.counters.evictions.values()) if pub else 0
+
+
+def _loadavg() -> float | None:
+    try:
+        return float(Path("/proc/loadavg").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
         return None
-    start = time.monotonic()
+
+
+async def time_to_cut(demo: Demo, budget_before: int | None, idle_start: int | None,
+                      limit_s: float) -> story.Cut:
+    """Seconds from now until the agent grants BE less than `budget_before`, or why that did not happen
+    (`idle_start`: the budget when HP went idle)."""
+    if budget_before is None:
+        return story.Cut(None, story.no_cut_reason(None, idle_start, None, limit_s))
+    start, lowest = time.monotonic(), None
     while time.monotonic() - start < limit_s:
-        pub = demo.rt.board.get()
-        if pub and pub.be_cpu_granted_milli is not None and pub.be_cpu_granted_milli < budget_before:
-            return time.monotonic() - start
+        granted = _budget(demo)
+        if granted is not None:
+            if granted < budget_before:
+                return story.Cut(time.monotonic() - start)
+            lowest = granted if lowest is None else min(lowest, granted)
         await asyncio.sleep(0.01)
-    return None
+    return story.Cut(None, story.no_cut_reason(budget_before, idle_start, lowest, limit_s))
 
 
 def summarize(alone: float, contended: float, with_agent: float, records: list[ActionRecord],
-              cuts: list[float | None], demo: Demo) -> dict[str, object]:
-    evicted = [r.target for r in records if r.kind == "evict" and r.outcome in ("started", "done")]
-    alone_p99, no_agent_p99, agent_p99 = (demo.p99_ms.get(k) for k in _TAIL_PHASES)
+              cuts: list[story.Cut], demo: Demo, hog_ran_s: float = 0.0, ncpus: int = 1,
+              loadavg_before: float | None = None) -> dict[str, object]:
+    """The demo's figures, the warning (other load on the machine), the verdict line, and why each
+    `null` is missing (`why_null`)."""
+    evicted = sorted({r.target for r in records if r.kind == "evict" and r.outcome in ("started", "done")})
+    alone_p99, no_agent_p99, agent_p99 = (demo.p99_ms.get(k) for k in story.COMPARED)
     budgets = [s["be_budget_milli_cpu"] for s in demo.samples if s["be_budget_milli_cpu"] >= 0]
-    return {
+    other = {k: demo.other_cpus.get(k) for k in (story.PREFLIGHT, *story.COMPARED)}
+    other_load = {story.PLOT_LABELS.get(k, "before"): round(v, 2) if v is not None else None
+                  for k, v in other.items()}
+    warning = story.busy_warning(other, ncpus, loadavg_before)
+    figures: dict[str, object] = {
         "hp_wakeup_p99_ms_alone": alone_p99,
         "hp_wakeup_p99_ms_no_agent": no_agent_p99,
         "hp_wakeup_p99_ms_with_agent": agent_p99,
@@ -411,12 +476,30 @@ def summarize(alone: float, contended: float, with_agent: float, records: list[A
         "ratio_no_agent": round(contended / alone, 3) if alone else None,
         "ratio_with_agent": round(with_agent / alone, 3) if alone else None,
         "be_budget_milli_cpu_range": [min(budgets), max(budgets)] if budgets else None,
-        "be_cut_after_hp_load_s": [round(c, 3) if c is not None else None for c in cuts],
-        "evicted": sorted(set(evicted)),
+        "be_cut_after_hp_load_s": [round(c.seconds, 3) if c.seconds is not None else None for c in cuts],
+        "evicted": evicted,
+        "other_load_cpus": other_load,
+        "loadavg_before": loadavg_before,
     }
-
-
-_TAIL_PHASES = ("1 HP alone", "2 BE, no agent", "3 BE + agent")
+    reasons = {f"hp_wakeup_p99_ms_{k}": story.p99_reason(p) for k, p in zip(
+        ("alone", "no_agent", "with_agent"), story.COMPARED, strict=True)}
+    reasons["p99_with_agent_vs_no_agent"] = story.ratio_reason(
+        "hp_wakeup_p99_ms_with_agent", agent_p99, "hp_wakeup_p99_ms_no_agent", no_agent_p99)
+    reasons["p99_with_agent_vs_alone"] = story.ratio_reason(
+        "hp_wakeup_p99_ms_with_agent", agent_p99, "hp_wakeup_p99_ms_alone", alone_p99)
+    reasons["ratio_no_agent"] = reasons["ratio_with_agent"] = "HP did no work while alone"
+    reasons["be_budget_milli_cpu_range"] = "the agent published no BE budget (it completed no tick)"
+    reasons["loadavg_before"] = "/proc/loadavg could not be read"
+    reasons.update({f"be_cut_after_hp_load_s[{i}]": c.why or "" for i, c in enumerate(cuts)})
+    for label in other_load:
+        reasons[f"other_load_cpus.{label}"] = "/proc/stat or the demo's cgroup could not be read"
+    why = story.explain_nulls(figures, reasons)
+    why.update(story.explain_nulls({f"other_load_cpus.{k}": v for k, v in other_load.items()}, reasons))
+    if not evicted:
+        why["evicted"] = story.none_evicted_reason(hog_ran_s)
+    throughput = {story.ALONE: alone, story.NO_AGENT: contended, story.WITH_AGENT: with_agent}
+    return {**figures, "why_null": why, "warning": warning,
+            "verdict": story.verdict(demo.p99_ms, throughput, warning)}
 
 
 def _ratio(a: float | None, b: float | None) -> float | None:
