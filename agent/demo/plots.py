@@ -23,12 +23,14 @@ def plot_timeseries(
     xlabel: str = "time (s)",
     phases: Sequence[tuple[float, float, str]] = (),
     shades: dict[str, str] | None = None,
+    logy: bool = False,
 ) -> Path:
     """Draw each named series of (x, y) points as a line in one chart and write it to `path` as PNG.
 
     `phases` are (start, end, label) spans of x shaded behind the lines and named at the top of the chart
     (labels on two alternating rows, so that neighbours do not overlap), each in `shades[label]`'s colour
-    (grey otherwise). The title is wrapped to fit (`fit_title`); the legend sits below the chart.
+    (grey otherwise). The title is wrapped to fit (`fit_title`); the legend sits below the chart. `logy`: a
+logarithmic y axis (a latency whose spikes would flatten everything else).
 
     Raises ValueError when there is nothing to draw or a point is not a pair of finite numbers; the
     file is then not written.
@@ -60,7 +62,11 @@ def plot_timeseries(
             ax.axvline(start, color="#888888", linewidth=0.6, linestyle=":", zorder=0)
             ax.text((start + end) / 2, 0.985 if i % 2 == 0 else 0.915, label, ha="center", va="top",
                     transform=ax.get_xaxis_transform(), fontsize=7, color="#333333", zorder=3)
-        if phases:  # head room for the phase names above the lines
+        if logy:
+            ax.set_yscale("log")
+        if phases and logy:  # head room for the phase names above the lines
+            ax.set_ylim(top=(top or 1.0) * 4)
+        elif phases:
             ax.set_ylim(bottom=min(0.0, ax.get_ylim()[0]), top=(top or 1.0) * 1.3)
         ax.set_title(fit_title(title), fontsize=11)
         ax.set_xlabel(xlabel)

@@ -268,7 +268,7 @@ def write_plot(demo: Demo, path: Path) -> str:
     end = max((s["t"] for s in demo.samples), default=0.0)
     spans = [(p.start, p.end, p.label) for p in story.phase_spans(demo.marks, end)]
     # on the tail plot, each compared phase's name carries its p99 over the whole phase
-    named = {story.PLOT_LABELS[k]: f"{story.PLOT_LABELS[k]}: {v} ms" for k, v in demo.p99_ms.items()
+    named = {story.PLOT_LABELS[k]: f"{story.PLOT_LABELS[k]}: {v:.2f} ms" for k, v in demo.p99_ms.items()
              if k in story.COMPARED and v is not None}
     tail_spans = [(a, b, named.get(label, label)) for a, b, label in spans]
     tail_shades = {named.get(k, k): v for k, v in story.SHADES.items()}
@@ -279,8 +279,9 @@ def write_plot(demo: Demo, path: Path) -> str:
         plot_timeseries(cpu_path, "coloc-agent demo: HP's load steps, the BE budget follows (milli-CPU)",
                         series, "milli-CPU", phases=spans, shades=story.SHADES)
         tail_path = path.with_name(path.stem + "-hp-p99" + path.suffix)
-        plot_timeseries(tail_path, "coloc-agent demo: HP wake-up p99 per second (ms; per phase in its name)",
-                        {"HP wake-up p99": tail}, "ms", phases=tail_spans, shades=tail_shades)
+        plot_timeseries(tail_path, "coloc-agent demo: HP wake-up p99 per second (ms, log scale; the compared "
+                        "phases' own p99 in their names)", {"HP wake-up p99": [p for p in tail if p[1] > 0]},
+                        "ms", phases=tail_spans, shades=tail_shades, logy=True)
     except Exception as err:  # a plot is a nicety; never fail the demo for it
         return f"no plot: {err}"
     return f"{path}, {cpu_path}, {tail_path}"
@@ -496,7 +497,8 @@ def summarize(alone: float, contended: float, with_agent: float, records: list[A
     why = story.explain_nulls(figures, reasons)
     why.update(story.explain_nulls({f"other_load_cpus.{k}": v for k, v in other_load.items()}, reasons))
     if not evicted:
-        why["evicted"] = story.none_evicted_reason(hog_ran_s)
+        peak = max((float(s["mem_pct"]) for s in demo.samples if "mem_pct" in s), default=None)
+        why["evicted"] = story.none_evicted_reason(hog_ran_s, peak)
     throughput = {story.ALONE: alone, story.NO_AGENT: contended, story.WITH_AGENT: with_agent}
     return {**figures, "why_null": why, "warning": warning,
             "verdict": story.verdict(demo.p99_ms, throughput, warning)}

@@ -105,6 +105,8 @@ def busy_warning(other: Mapping[str, float | None], ncpus: int, loadavg_before: 
 
 
 def _short(phase: str) -> str:
+    if phase == PREFLIGHT:
+        return "before"
     return PLOT_LABELS.get(phase, phase.split(" ", 1)[-1] if phase[:1].isdigit() else phase)
 
 
@@ -174,12 +176,14 @@ def explain_nulls(summary: Mapping[str, object], reasons: Mapping[str, str]) -> 
     return out
 
 
-def none_evicted_reason(hog_ran_s: float) -> str:
-    """Why the summary's `evicted` is empty."""
+def none_evicted_reason(hog_ran_s: float, peak_mem_pct: float | None = None) -> str:
+    """Why the summary's `evicted` is empty (`peak_mem_pct`: the node's highest memory working set, % of
+    its memory, as the agent saw it)."""
     if hog_ran_s <= 0:
         return "nothing was evicted: the memory hog did not run"
+    peak = f" (at most {peak_mem_pct:g}% of the node's memory)" if peak_mem_pct is not None else ""
     return (f"nothing was evicted: the memory hog ran {hog_ran_s:.0f} s without the node's memory working "
-            "set crossing the eviction threshold")
+            f"set crossing the eviction threshold{peak}")
 
 
 def p99_reason(phase: str) -> str:

@@ -85,7 +85,8 @@ def test_other_load_over_the_limit_in_any_phase_warns_with_the_figures() -> None
     warning = story.busy_warning(other, ncpus=2, loadavg_before=2.5)
     assert warning is not None
     assert warning.startswith("warning: other work on this machine used up to 1.34 of its 2")
-    assert "BE, no agent 1.34" in warning and "load average 2.50 before the demo" in warning
+    assert "(before 0.10, HP alone 0.10, BE, no agent 1.34" in warning
+    assert "load average 2.50 before the demo" in warning
     assert "not meaningful" in warning
     # the limit scales with the machine: 1.34 CPUs of other work is within it on 16 CPUs
     assert story.busy_warning(other, ncpus=16, loadavg_before=None) is None
@@ -126,9 +127,16 @@ def test_a_missing_cut_time_says_why(args: tuple[int | None, int | None, int | N
     assert words in story.no_cut_reason(*args)
 
 
+def test_an_empty_eviction_list_says_how_far_the_hog_got() -> None:
+    assert story.none_evicted_reason(0.0) == "nothing was evicted: the memory hog did not run"
+    why = story.none_evicted_reason(20.4, 10.7)
+    assert why == ("nothing was evicted: the memory hog ran 20 s without the node's memory working set "
+                   "crossing the eviction threshold (at most 10.7% of the node's memory)")
+
+
 def fake_demo(p99_ms: dict[str, float | None], other: dict[str, float | None],
               budgets: list[int]) -> Demo:
-    samples = [{"t": float(i), "be_budget_milli_cpu": b} for i, b in enumerate(budgets)]
+    samples = [{"t": float(i), "be_budget_milli_cpu": b, "mem_pct": 5.0 + i} for i, b in enumerate(budgets)]
     return cast(Demo, SimpleNamespace(p99_ms=p99_ms, other_cpus=other, samples=samples))
 
 
@@ -155,6 +163,7 @@ def test_the_summary_explains_each_of_its_nulls_and_an_empty_eviction_list() -> 
     assert all(why[k] and "no reason recorded" not in why[k] for k in missing)
     assert "had not grown while HP was idle" in why["be_cut_after_hp_load_s[1]"]
     assert why["evicted"].startswith("nothing was evicted: the memory hog ran 20 s")
+    assert why["evicted"].endswith("(at most 6% of the node's memory)")
     assert "hp_wakeup_p99_ms_no_agent" in why["p99_with_agent_vs_no_agent"]
     assert cast(str, summary["verdict"]).startswith("verdict: none - HP's wake-up p99 was not measured in")
 
@@ -192,3 +201,10 @@ def test_a_plot_with_phases_shades_them_and_keeps_its_size(tmp_path: Path) -> No
     # the shades are drawn at alpha 0.7 over white: HP alone's green and BE's red tints are both there
     assert any(g > r + 0.05 and g > b + 0.05 for r, g, b in colours)
     assert any(r > g + 0.05 and r > b + 0.05 for r, g, b in colours)
+
+
+def test_a_latency_plot_can_take_a_log_axis(tmp_path: Path) -> None:
+    spans = [(0.0, 5.0, "HP alone: 0.41 ms"), (5.0, 10.0, "BE, no agent")]
+    tail = {"p99": [(float(t), 0.3 if t != 7 else 400.0) for t in range(10)]}
+    out = plot_timeseries(tmp_path / "t.png", "tail", tail, "ms", phases=spans, logy=True)
+    assert out.stat().st_size > 5_000
