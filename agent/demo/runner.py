@@ -276,7 +276,7 @@ def write_plot(demo: Demo, path: Path) -> str:
         plot_timeseries(path, "coloc-agent demo: HP throughput (work units/s)", {"HP": hp}, "units/s",
                         phases=spans, shades=story.SHADES)
         cpu_path = path.with_name(path.stem + "-be-cpu" + path.suffix)
-        plot_timeseries(cpu_path, "coloc-agent demo: HP's load steps, the BE budget follows (milli-CPU)",
+        plot_timeseries(cpu_path, "coloc-agent demo: HP's CPU, the agent's BE budget, BE's CPU (milli-CPU)",
                         series, "milli-CPU", phases=spans, shades=story.SHADES)
         tail_path = path.with_name(path.stem + "-hp-p99" + path.suffix)
         plot_timeseries(tail_path, "coloc-agent demo: HP wake-up p99 per second (ms, log scale; the compared "
