@@ -64,10 +64,16 @@ def test_the_guard_reads_hp_be_and_each_workload_and_bounds_by_what_it_found(
         hp = real_root.spawn("hp", commit_argv(disk / "hp.out"))
         try:
             guard.sample(ws)
-            for _ in range(5):
-                time.sleep(0.1)
-                guard.poll()
-            s = guard.sample(ws)
+            deadline = time.monotonic() + 20  # both started (an interpreter's start is slow under emulation)
+            while True:
+                for _ in range(5):
+                    time.sleep(0.1)
+                    guard.poll()
+                s = guard.sample(ws)
+                d = s.disks[0]
+                ready = d.hp is not None and d.hp.wiops > 10 and "local/hp" in s.by_workload
+                if ready or time.monotonic() > deadline:
+                    break
         finally:
             _stop(flood)
             hp.kill()
