@@ -12,7 +12,7 @@ import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from qos.actions import Action
+from qos.actions import Action, HoldReason
 from qos.model import NodeSnapshot
 
 
@@ -66,7 +66,7 @@ class Counters:
     tick_errors: int = 0
     evictions: Mapping[tuple[str, str], int] = field(default_factory=dict)  # (reason, source) -> n
     eviction_failures: Mapping[str, int] = field(default_factory=dict)  # reason -> n
-    holds: Mapping[tuple[str, str], int] = field(default_factory=dict)  # (policy, reason) -> n
+    holds: Mapping[tuple[str, HoldReason], int] = field(default_factory=dict)  # (policy, code) -> n
     admissions_refused: Mapping[str, int] = field(default_factory=dict)  # reason -> n
     cgroup_writes: int = 0
     cgroup_write_errors: int = 0

@@ -97,11 +97,52 @@ class Evict:
     numbers: Mapping[str, float] = field(default_factory=dict)
 
 
+class HoldReason(enum.StrEnum):
+    """Why a policy (or the executor, for an eviction it refused) held back: one code per kind of hold, the
+    only value `coloc_holds_total{reason}` takes, so the label's values are a fixed set. The numbers behind a
+    hold (a pressure, a wait, a target) are in its free text, which goes to the log and the audit."""
+
+    # data a decision needs is missing, too old or unsafe to act on
+    MISSING_DATA = "missing_data"
+    STALE_DATA = "stale_data"
+    UNSAFE_DATA = "unsafe_data"
+    # suppression
+    HP_CPU_PRESSURE = "hp_cpu_pressure"  # not growing BE: HP's CPU pressure is high
+    NO_CPUS = "no_cpus"  # the snapshot lists no CPUs: no cpuset to give BE
+    CPU_IDLE_ON_KUBELET_TIER = "cpu_idle_on_kubelet_tier"  # executor: cpu.idle refused (docs/coexistence.md)
+    # evictions (the policies')
+    COOLDOWN = "cooldown"
+    NO_VICTIM = "no_victim"
+    VICTIMS_TERMINATING = "victims_terminating"  # victims still terminating will release enough
+    # batch overcommit
+    ORIGIN_UNUSABLE = "origin_unusable"
+    ORIGIN_HELD = "origin_held"
+    ORIGIN_UNKNOWN = "origin_unknown"
+    OTHERS_UNUSABLE = "others_unusable"
+    SUSTAIN = "sustain"  # overcommitted, releasing after local_sustain_s
+    EVICTION_DISABLED = "eviction_disabled"
+    PENDING_RELEASES = "pending_releases"
+    NOT_ENOUGH_VICTIMS = "not_enough_victims"
+    ADMISSIONS_REFUSED = "admissions_refused"
+    # network
+    QDISC_NOT_OURS = "qdisc_not_ours"
+    HOLD_TIME = "hold_time"  # raising the egress ceiling waits for hold_s
+    # evictions the executor refused (agent/executors/apply.py)
+    PROTECTED = "protected"
+    WORKLOAD_GONE = "workload_gone"
+    NOT_BEST_EFFORT = "not_best_effort"
+    ALREADY_TERMINATING = "already_terminating"
+    RATE_LIMITED = "rate_limited"
+    NO_EVICTOR = "no_evictor"
+
+
 @dataclass(frozen=True, slots=True)
 class Hold:
-    """A policy wanted to act but did not (stale data, cool-down, rate limit); made visible on purpose."""
+    """A policy wanted to act but did not (stale data, cool-down, rate limit); made visible on purpose.
+    `code` is the kind of hold (a label value); `reason` says it in words, with its numbers (log, audit)."""
 
     policy: str
+    code: HoldReason
     reason: str
 
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from qos import koord_annotations, validation, victims
-from qos.actions import Action, Evict, EvictReason, Hold
+from qos.actions import Action, Evict, EvictReason, Hold, HoldReason
 from qos.admission import AdmissionFacts, BatchBudget, admit
 from qos.koord_annotations import (
     MAX_MEMORY_BYTES,
@@ -314,18 +314,18 @@ def _origin(snapshot: NodeSnapshot, cfg: BatchConfig, state: BatchState,
             origin, state = origin_batch_total(snapshot, cfg, state)
     except BatchAnnotationError as err:
         why = f"origin unusable: {err}"
-        return None, replace(state, held=why), [Hold(POLICY, why)]
-    holds: list[Action] = [Hold(POLICY, f"origin held: {held}")] if held else []
+        return None, replace(state, held=why), [Hold(POLICY, HoldReason.ORIGIN_UNUSABLE, why)]
+    holds: list[Action] = [Hold(POLICY, HoldReason.ORIGIN_HELD, f"origin held: {held}")] if held else []
     try:
         others = other_allocations(snapshot, yarn_entries)
     except BatchAnnotationError as err:
         # koord-manager cannot read it either. The room left is not known (admissions refused), but what
         # this node's schedulers hold is: an overcommit without the others' share is certain, and released.
         others, held = Resources(), f"other allocators' holdings unusable: {err}"
-        holds.append(Hold(POLICY, held))
+        holds.append(Hold(POLICY, HoldReason.OTHERS_UNUSABLE, held))
     state = replace(state, held=held, others=others)
     if origin is None and not holds:
-        holds = [Hold(POLICY, "origin unknown")]
+        holds = [Hold(POLICY, HoldReason.ORIGIN_UNKNOWN, "origin unknown")]
     return origin, state, holds
 
 
@@ -343,13 +343,14 @@ def _hold_back(snapshot: NodeSnapshot, cfg: BatchConfig, since: float) -> Hold |
     """Why an overcommitted ledger may not release anything this tick, if it may not."""
     waited = snapshot.taken_at - since
     if cfg.origin == "local" and waited < cfg.local_sustain_s:
-        return Hold(POLICY, f"overcommitted for {waited:.1f}s; releasing after {cfg.local_sustain_s:g}s "
-                            "(local origin follows HP usage)")
+        return Hold(POLICY, HoldReason.SUSTAIN, f"overcommitted for {waited:.1f}s; releasing after "
+                                                f"{cfg.local_sustain_s:g}s (local origin follows HP usage)")
     if snapshot.stale:
         which = ", ".join(f"{k}: {v}" for k, v in sorted(snapshot.stale.items()))
-        return Hold(POLICY, f"overcommitted but data is stale ({which})")
+        return Hold(POLICY, HoldReason.STALE_DATA, f"overcommitted but data is stale ({which})")
     if not cfg.evict:
-        return Hold(POLICY, "overcommitted; eviction disabled, admissions refused")
+        return Hold(POLICY, HoldReason.EVICTION_DISABLED,
+                    "overcommitted; eviction disabled, admissions refused")
     return None
 
 
@@ -399,7 +400,7 @@ def decide_batch(snapshot: NodeSnapshot, cfg: BatchConfig, state: BatchState,
         gate = admit(Resources(), AdmissionFacts(state.budget, held, snapshot.stale))
         if not gate.accepted:  # holds are counted by reason: the sources' reasons carry ages, names do not
             why = f"stale data from {', '.join(sorted(snapshot.stale))}" if snapshot.stale else gate.reason
-            actions.append(Hold(POLICY, f"admissions refused: {why}"))
+            actions.append(Hold(POLICY, HoldReason.ADMISSIONS_REFUSED, f"admissions refused: {why}"))
     return actions, state
 
 
@@ -420,7 +421,8 @@ def _ledger_actions(snapshot: NodeSnapshot, cfg: BatchConfig, state: BatchState,
     need = Resources(max(0, over.milli_cpu - releasing.milli_cpu),
                      max(0, over.memory_bytes - releasing.memory_bytes))
     if need.milli_cpu <= 0 and need.memory_bytes <= 0:
-        return [Hold(POLICY, "overcommitted; waiting for pending releases")], state
+        return [Hold(POLICY, HoldReason.PENDING_RELEASES,
+                     "overcommitted; waiting for pending releases")], state
     candidates = [w for w in snapshot.workloads
                   if w.be and w.source in (Source.K8S, Source.YARN) and not w.terminating
                   and w.key not in state.pending and w.key not in state.blocked]
@@ -428,7 +430,8 @@ def _ledger_actions(snapshot: NodeSnapshot, cfg: BatchConfig, state: BatchState,
     actions = _evictions(chosen, view, releasing, origin)
     got = sum((v.requests for v in chosen), Resources())
     if got.milli_cpu < need.milli_cpu or got.memory_bytes < need.memory_bytes:
-        actions.append(Hold(POLICY, "not enough evictable batch allocations to fit the ledger"))
+        actions.append(Hold(POLICY, HoldReason.NOT_ENOUGH_VICTIMS,
+                            "not enough evictable batch allocations to fit the ledger"))
     new_pending = {**state.pending, **{v.key: (snapshot.taken_at, v.requests) for v in chosen}}
     return actions, replace(state, pending=new_pending)
 

@@ -17,7 +17,7 @@ from collections.abc import Collection
 from dataclasses import dataclass, field, replace
 
 from qos import validation, victims
-from qos.actions import Action, Evict, EvictReason, Hold
+from qos.actions import Action, Evict, EvictReason, Hold, HoldReason
 from qos.eviction import EvictionPolicy
 from qos.failsafe import FailsafeConfig, eviction_blocker
 from qos.model import NodeSnapshot
@@ -123,13 +123,15 @@ def decide(
     if request <= 0:
         return [], replace(new_state, samples=())
     if usage is None or not math.isfinite(usage):
-        return [Hold(POLICY_NAME, "missing be_usage.milli_cpu: no BE CPU evidence this tick")], new_state
+        return [Hold(POLICY_NAME, HoldReason.MISSING_DATA,
+                     "missing be_usage.milli_cpu: no BE CPU evidence this tick")], new_state
     sample = CpuSample(now, usage, be_real_limit(snapshot), request)
     blocker = eviction_blocker(snapshot, failsafe or FailsafeConfig())
     if blocker is not None:
         # Stale figures are not evidence: keep the window as it was.
         if _starved(sample, config):
-            return [Hold(POLICY_NAME, f"BE CPU looks starved but data is unsafe: {blocker}")], new_state
+            return [Hold(POLICY_NAME, HoldReason.UNSAFE_DATA,
+                         f"BE CPU looks starved but data is unsafe: {blocker}")], new_state
         return [], new_state
 
     window = (*(s for s in state.samples if now - config.window_s < s.at < now), sample)
@@ -161,13 +163,15 @@ def decide(
     last = state.last_round_at
     if last is not None and 0 <= now - last < config.cool_down_s:
         wait = config.cool_down_s - (now - last)
-        return [Hold(POLICY_NAME, f"BE CPU satisfaction {sat:.2f}: cool-down, {wait:.1f} s left")], new_state
+        return [Hold(POLICY_NAME, HoldReason.COOLDOWN,
+                     f"BE CPU satisfaction {sat:.2f}: cool-down, {wait:.1f} s left")], new_state
 
     candidates = [w for w in snapshot.be_workloads if w.key not in going.keys]
     chosen, got = victims.pick_victims(candidates, need, 0)
     if not chosen:
         return [
-            Hold(POLICY_NAME, f"BE CPU satisfaction {sat:.2f}: no BE victim with a CPU request")
+            Hold(POLICY_NAME, HoldReason.NO_VICTIM,
+                 f"BE CPU satisfaction {sat:.2f}: no BE victim with a CPU request")
         ], new_state
     numbers["round_release_milli_cpu"] = got.milli_cpu
     actions: list[Action] = []

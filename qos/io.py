@@ -27,7 +27,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 from qos import validation
-from qos.actions import Action, Evict, EvictReason, Hold, SetBeIoLimit
+from qos.actions import Action, Evict, EvictReason, Hold, HoldReason, SetBeIoLimit
 from qos.failsafe import FailsafeConfig, eviction_blocker
 from qos.model import NO_CAP, DiskSample, IoCap, IoSample, NodeSnapshot
 from qos.pipeline import Policy
@@ -163,7 +163,8 @@ def _evictions(snapshot: NodeSnapshot, io: IoSample, config: IoPolicyConfig, sta
         return [], state
     blocker = eviction_blocker(snapshot, failsafe)
     if blocker is not None:
-        return [Hold(POLICY_NAME, f"would evict the heaviest BE IO user, but {blocker}")], state
+        return [Hold(POLICY_NAME, HoldReason.UNSAFE_DATA,
+                     f"would evict the heaviest BE IO user, but {blocker}")], state
     victim = _heaviest(snapshot, io, pending)
     if victim is None:
         return [], state
@@ -181,13 +182,14 @@ def decide(snapshot: NodeSnapshot, config: IoPolicyConfig, state: IoState,
     if io is None:
         return [], state
     if io.age_s > STALE_INTERVALS * snapshot.interval_s:
-        return [Hold(POLICY_NAME, f"IO reading is {io.age_s:.1f}s old: BE's IO caps kept")], state
+        return [Hold(POLICY_NAME, HoldReason.STALE_DATA,
+                     f"IO reading is {io.age_s:.1f}s old: BE's IO caps kept")], state
     now = snapshot.taken_at
     actions: list[Action] = []
     disks = dict(state.disks)
     for d in io.disks:
         if d.hp is None or d.be is None or d.cap is None:
-            actions.append(Hold(POLICY_NAME, f"no IO rates for {d.dev} yet"))
+            actions.append(Hold(POLICY_NAME, HoldReason.MISSING_DATA, f"no IO rates for {d.dev} yet"))
             continue
         st = disks.get(d.dev, DiskState())
         cap, why, st = _target(d, io, config, st, now)

@@ -15,7 +15,7 @@ from collections.abc import Collection
 from dataclasses import dataclass, field, replace
 
 from qos import validation, victims
-from qos.actions import Action, Evict, EvictReason, Hold
+from qos.actions import Action, Evict, EvictReason, Hold, HoldReason
 from qos.eviction import EvictionPolicy
 from qos.failsafe import FailsafeConfig, eviction_blocker
 from qos.model import NodeSnapshot
@@ -79,7 +79,8 @@ def decide(
         missing = (
             "capacity.memory_bytes is 0" if capacity <= 0 else "missing node_usage.memory_working_set_bytes"
         )
-        return [Hold(POLICY_NAME, f"{missing}: cannot tell memory pressure")], new_state
+        return [Hold(POLICY_NAME, HoldReason.MISSING_DATA, f"{missing}: cannot tell memory pressure")], \
+            new_state
     percent = used * 100 / capacity
     if percent < config.threshold_percent:
         return [], new_state
@@ -100,7 +101,7 @@ def decide(
     head = f"node working set {percent:.1f}% >= {config.threshold_percent:g}%"
     blocker = eviction_blocker(snapshot, failsafe or FailsafeConfig())
     if blocker is not None:
-        return [Hold(POLICY_NAME, f"{head} but data is unsafe: {blocker}")], new_state
+        return [Hold(POLICY_NAME, HoldReason.UNSAFE_DATA, f"{head} but data is unsafe: {blocker}")], new_state
     if need <= 0:
         if not going.keys:
             return [], new_state
@@ -108,17 +109,18 @@ def decide(
             f"{head}: {len(going.keys)} victim(s) still terminating will release "
             f"{going.release.memory_bytes / MIB:.1f} MiB, enough"
         )
-        return [Hold(POLICY_NAME, why)], new_state
+        return [Hold(POLICY_NAME, HoldReason.VICTIMS_TERMINATING, why)], new_state
     last = state.last_round_at
     # A clock that went backwards ends the cool-down rather than stretching it; pending still guards.
     if last is not None and 0 <= now - last < config.cool_down_s:
         wait = config.cool_down_s - (now - last)
-        return [Hold(POLICY_NAME, f"{head}: cool-down, {wait:.1f} s left")], new_state
+        return [Hold(POLICY_NAME, HoldReason.COOLDOWN, f"{head}: cool-down, {wait:.1f} s left")], new_state
 
     candidates = [w for w in snapshot.be_workloads if w.key not in going.keys]
     chosen, got = victims.pick_victims(candidates, 0, need)
     if not chosen:
-        return [Hold(POLICY_NAME, f"{head}: no BE victim with a known working set")], new_state
+        return [Hold(POLICY_NAME, HoldReason.NO_VICTIM, f"{head}: no BE victim with a known working set")], \
+            new_state
     numbers["round_release_bytes"] = got.memory_bytes
     actions: list[Action] = []
     for w in chosen:

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from qos import validation
-from qos.actions import Action, Hold, SetBeEgressCeiling, SetBeEgressSources
+from qos.actions import Action, Hold, HoldReason, SetBeEgressCeiling, SetBeEgressSources
 from qos.model import NetworkSample, NodeSnapshot
 from qos.pipeline import Policy
 
@@ -116,14 +116,16 @@ def _sources(net: NetworkSample) -> list[Action]:
     return [SetBeEgressSources(net.be_addresses, why)]
 
 
-def _readable(snapshot: NodeSnapshot, net: NetworkSample) -> str | None:
+def _readable(snapshot: NodeSnapshot, net: NetworkSample) -> Hold | None:
     """Why this reading cannot drive the ceiling, or None."""
     if not net.owned:
-        return f"the egress root qdisc is not ours ({net.root or 'unknown'}): not shaping"
+        return Hold(POLICY_NAME, HoldReason.QDISC_NOT_OURS,
+                    f"the egress root qdisc is not ours ({net.root or 'unknown'}): not shaping")
     if net.hp_bps is None or net.be_bps is None:
-        return "no egress rates yet (one reading so far)"
+        return Hold(POLICY_NAME, HoldReason.MISSING_DATA, "no egress rates yet (one reading so far)")
     if net.age_s > STALE_INTERVALS * snapshot.interval_s:
-        return f"egress reading is {net.age_s:.1f}s old: holding the BE ceiling"
+        return Hold(POLICY_NAME, HoldReason.STALE_DATA,
+                    f"egress reading is {net.age_s:.1f}s old: holding the BE ceiling")
     return None
 
 
@@ -135,10 +137,10 @@ def decide(snapshot: NodeSnapshot, config: NetworkPolicyConfig,
         return [], state
     why_not = _readable(snapshot, net)
     if why_not is not None and not net.owned:
-        return [Hold(POLICY_NAME, why_not)], state
+        return [why_not], state
     actions = _sources(net)
     if why_not is not None:
-        return [*actions, Hold(POLICY_NAME, why_not)], state
+        return [*actions, why_not], state
     assert net.hp_bps is not None and net.be_bps is not None
     link = net.link_bps
     rate = _share(link, config.low_share_percent)
@@ -176,7 +178,7 @@ def _next(now: float, config: NetworkPolicyConfig, state: NetworkState, current:
         return None
     waited = None if state.changed_at is None else now - state.changed_at
     if waited is not None and waited < config.hold_s:
-        return Hold(POLICY_NAME, f"raising the BE egress ceiling waits for hold_s "
+        return Hold(POLICY_NAME, HoldReason.HOLD_TIME, f"raising the BE egress ceiling waits for hold_s "
                                  f"({waited:.1f}s of {config.hold_s:g}s since the last change)")
     return target
 

@@ -49,7 +49,7 @@ from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from qos import validation
-from qos.actions import Action, Hold, SetBeCpuIdle, SetBeCpuQuota, SetBeCpuset
+from qos.actions import Action, Hold, HoldReason, SetBeCpuIdle, SetBeCpuQuota, SetBeCpuset
 from qos.model import NodeSnapshot
 from qos.pipeline import Policy
 
@@ -208,7 +208,8 @@ def _target(formula: float | None, current: int, floor: int, ceiling: int, cap: 
     if formula is None:
         target = current
         actions.append(
-            Hold(POLICY_NAME, "missing HP or system CPU usage: holding the BE budget, not growing")
+            Hold(POLICY_NAME, HoldReason.MISSING_DATA,
+                 "missing HP or system CPU usage: holding the BE budget, not growing")
         )
     else:
         target = min(max(math.floor(formula), floor), ceiling)
@@ -240,7 +241,9 @@ def _next_budget(snapshot: NodeSnapshot, config: SuppressionConfig, current: int
     if pressure.high:
         blocked.append(f"HP cpu pressure {pressure.psi:.1f}% > {config.psi_threshold_percent:g}%")
     if blocked:
-        actions.append(Hold(POLICY_NAME, f"not growing BE to {target} milli-CPU: " + "; ".join(blocked)))
+        code = HoldReason.STALE_DATA if snapshot.stale else HoldReason.HP_CPU_PRESSURE
+        actions.append(Hold(POLICY_NAME, code,
+                            f"not growing BE to {target} milli-CPU: " + "; ".join(blocked)))
         return current
     grow_step = math.floor(cap * config.max_grow_percent / 100)
     budget = min(target, current + grow_step)
@@ -320,7 +323,8 @@ def decide(
     new_state = replace(state, idle_requested=state.idle_requested or bool(actions), last_hp_psi=pressure.psi)
 
     if config.policy == CPUSET and not snapshot.cpus:
-        actions.append(Hold(POLICY_NAME, "the snapshot lists no CPUs: no cpuset to give the BE tier"))
+        actions.append(Hold(POLICY_NAME, HoldReason.NO_CPUS,
+                            "the snapshot lists no CPUs: no cpuset to give the BE tier"))
         return actions, new_state
 
     floor, ceiling = bounds(snapshot, config)
@@ -328,7 +332,8 @@ def decide(
     formula, numbers = formula_milli(snapshot, config)
     if formula is None and state.budget_milli is None and not pressure.cut:
         actions.append(
-            Hold(POLICY_NAME, "missing HP or system CPU usage: nothing granted yet, BE left as is")
+            Hold(POLICY_NAME, HoldReason.MISSING_DATA,
+                 "missing HP or system CPU usage: nothing granted yet, BE left as is")
         )
         return actions, new_state
 

@@ -89,7 +89,9 @@ class NodeAgentService:
         self._board = board
         self._settings = settings
         self._limits = limits  # what the limit executors hold now (read-only)
-        self._enc = Encoder(event_cache=max(8192, 2 * ledger.cfg.ring_size))
+        # An event the ring no longer holds is never served again (a resume from before it is told to
+        # relist), so the cache of encoded events is no bigger than the ring.
+        self._enc = Encoder(event_cache=ledger.cfg.ring_size)
         self._watchers: set[Subscription] = set()
 
     @property

@@ -30,6 +30,7 @@ from qos.actions import (
     ActionKind,
     Evict,
     Hold,
+    HoldReason,
     SetBeCpuIdle,
     SetBeCpuQuota,
     SetBeCpuset,
@@ -114,7 +115,9 @@ class ActionExecutor:
         self._recently: dict[str, float] = {}
         self.evictions: Counter[tuple[str, str]] = Counter()
         self.eviction_failures: Counter[str] = Counter()
-        self.holds: Counter[tuple[str, str]] = Counter()
+        # (policy, code) -> holds: keyed by the code, a fixed set, never by the hold's free text
+        self.holds: Counter[tuple[str, HoldReason]] = Counter()
+        self._holding: set[tuple[str, HoldReason]] = set()  # the holds of the last tick
         self.cgroup_write_errors = 0
         self._ended: list[ActionRecord] = []  # evictions that ended since `ended` was last read
         self._try_next: set[str] = set()
@@ -205,11 +208,22 @@ class ActionExecutor:
         self._fresh_ticks += 1
         return self._fresh_ticks > SETTLE_AFTER_TICKS
 
+    def _hold(self, action: Hold, holding: set[tuple[str, HoldReason]]) -> None:
+        """Count a hold by its code; a hold that begins (not held the tick before) is audited and logged with
+        its words and numbers, which are never a label value."""
+        key = (action.policy, action.code)
+        self.holds[key] += 1
+        holding.add(key)
+        if key not in self._holding:
+            self._audit(ActionRecord(time.time(), action.policy, "hold", str(action.code), Outcome.SKIPPED,
+                                     action.reason, {}))
+
     def _knobs(self, actions: Sequence[Action], snapshot: NodeSnapshot, members: Membership,
                records: list[ActionRecord]) -> None:
+        holding: set[tuple[str, HoldReason]] = set()
         for action in actions:
             if isinstance(action, Hold):
-                self.holds[(action.policy, action.reason)] += 1
+                self._hold(action, holding)
                 continue
             if isinstance(action, Evict):
                 records.append(self._evict(action, snapshot))
@@ -223,6 +237,7 @@ class ActionExecutor:
                 rec = self._knob(action, members)
                 if rec is not None:
                     records.append(rec)
+        self._holding = holding
         if not self.dry_run:
             records.extend(self._follow(members))
 
@@ -268,7 +283,7 @@ class ActionExecutor:
 
     def _idle_refused(self, action: SetBeCpuIdle) -> ActionRecord | None:
         """The coexistence rule (be_knobs.py): recorded and logged once, counted every time."""
-        self.holds[("suppression", "cpu_idle_on_kubelet_tier")] += 1
+        self.holds[("suppression", HoldReason.CPU_IDLE_ON_KUBELET_TIER)] += 1
         if self._refused_idle:
             return None
         self._refused_idle = True
@@ -328,36 +343,36 @@ class ActionExecutor:
         numbers = dict(action.numbers)
         policy = action.reason.value
 
-        def refuse(why: str) -> ActionRecord:
+        def refuse(why: HoldReason, detail: str = "") -> ActionRecord:
             self.holds[(policy, why)] += 1
-            return self._record(policy, ActionKind.EVICT, key, Outcome.SKIPPED, f"{why}: {action.message}",
-                                numbers)
+            return self._record(policy, ActionKind.EVICT, key, Outcome.SKIPPED,
+                                f"{why}{detail}: {action.message}", numbers)
 
         # First of all guards, stale data included: a policy naming a protected pod is a classification bug,
         # and it is counted every time it happens (coloc_protected_refusals_total), whatever else is wrong.
         if w is not None and w.protected:
-            self.holds[(policy, "protected")] += 1
+            self.holds[(policy, HoldReason.PROTECTED)] += 1
             log.error("refused to evict a protected workload",
                       extra={"fields": {"key": key, "policy": policy}})
             return self._record(policy, ActionKind.EVICT, key, Outcome.PROTECTED,
                                 f"protected: {action.message}", numbers)
         if snapshot.stale:
-            return refuse("stale_data")
+            return refuse(HoldReason.STALE_DATA)
         if w is None:
-            return refuse("workload_gone")
+            return refuse(HoldReason.WORKLOAD_GONE)
         if not w.be:
-            return refuse("not_best_effort")
+            return refuse(HoldReason.NOT_BEST_EFFORT)
         if key in self._in_flight:
-            return refuse("already_terminating")
+            return refuse(HoldReason.ALREADY_TERMINATING)
         if now - self._recently.get(key, -1e18) < self._cooldown_s:
-            return refuse("cooldown")
+            return refuse(HoldReason.COOLDOWN)
         if self.dry_run:
             return self._record(policy, ActionKind.EVICT, key, Outcome.DRY_RUN, action.message, numbers)
         if not self._bucket.take(now):
-            return refuse("rate_limited")
+            return refuse(HoldReason.RATE_LIMITED)
         evictor = self._evictors.get(w.source)
         if evictor is None:
-            return refuse(f"no_evictor_for_{w.source.value}")
+            return refuse(HoldReason.NO_EVICTOR, f"_for_{w.source.value}")
         if len(self._recently) > 4096:  # forget cool-downs that are over; keeps the map bounded
             self._recently = {k: t for k, t in self._recently.items() if now - t < self._cooldown_s}
         self._recently[key] = now

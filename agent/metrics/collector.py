@@ -23,7 +23,7 @@ from agent.metrics.ledger import LIFECYCLE_STATES, LedgerFigures, ledger_figures
 from agent.metrics.tally import OTHER, ActionTally
 from agent.published import Board, Counters, Published
 from agent.sources.fetch_errors import FETCH_ERRORS
-from qos.actions import EvictReason
+from qos.actions import EvictReason, HoldReason
 from qos.model import NodeSnapshot, Resources, Source, Tier, Usage, Workload
 
 log = logging.getLogger("coloc.metrics")
@@ -535,9 +535,9 @@ class ColocCollector(Collector):
         refused = CounterMetricFamily(
             "coloc_admissions_refused", "Batch admissions refused, by reason.", labels=["reason"]
         )
-        if c:
-            for key, n in sorted(fold(c.holds, self._limit).items()):
-                holds.add_metric(list(key), n)
+        if c:  # (policy, code): both a fixed set, so every pair is exported, none folded
+            for (policy, code), n in sorted(c.holds.items()):
+                holds.add_metric([_label(policy), str(code)], n)
             for key, n in sorted(
                 fold({(k,): v for k, v in c.admissions_refused.items()}, self._limit).items()
             ):
@@ -552,7 +552,7 @@ class ColocCollector(Collector):
         pr: dict[tuple[str, ...], float] = {(r.value,): 0 for r in EvictReason}
         if c:
             for (policy, why), n in c.holds.items():
-                if why == "protected":
+                if why == HoldReason.PROTECTED:
                     pr[(policy,)] = pr.get((policy,), 0) + n
         for key, n in sorted(fold(pr, max(self._limit, len(EvictReason))).items()):
             protected.add_metric(list(key), n)

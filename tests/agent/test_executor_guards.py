@@ -13,7 +13,7 @@ from agent.executors.apply import ActionExecutor, EvictOutcome
 from agent.published import ActionRecord
 from cgroups.discovery import Hierarchy
 from cgroups.writer import CgroupWriter
-from qos.actions import Evict, EvictReason, Hold
+from qos.actions import Evict, EvictReason, Hold, HoldReason
 from qos.model import NodeSnapshot, Resources, Source, Tier, Workload
 
 
@@ -78,12 +78,27 @@ async def test_rate_limit_and_hold_counting(tmp_path: Path) -> None:
     rec = Recorder()
     ex = _executor(tmp_path, rec, burst=2)
     ws = [workload(f"local/besteffort/w{i}") for i in range(4)]
-    records = ex.execute([_evict(w.key) for w in ws] + [Hold("p", "why")], _snap(*ws))
+    records = ex.execute([_evict(w.key) for w in ws] + [Hold("p", HoldReason.NO_VICTIM, "why")], _snap(*ws))
     await ex.drain(2)
     assert [r.outcome for r in records] == ["started", "started", "skipped", "skipped"]
     assert "rate_limited" in records[2].reason
     assert sorted(rec.evicted) == ["local/besteffort/w0", "local/besteffort/w1"]
-    assert ex.holds[("p", "why")] == 1
+    assert ex.holds[("p", HoldReason.NO_VICTIM)] == 1
+
+
+def test_holds_are_counted_by_code_and_audited_with_their_words_when_they_begin(tmp_path: Path) -> None:
+    audit: list[ActionRecord] = []
+    ex = _executor(tmp_path, Recorder(), audit=audit)
+    snap = _snap()
+    for left in (9.5, 8.5, 7.5):  # one hold, its words changing every tick
+        ex.execute([Hold("memory_eviction", HoldReason.COOLDOWN, f"cool-down, {left} s left")], snap)
+    ex.execute([], snap)  # it ends
+    ex.execute([Hold("memory_eviction", HoldReason.COOLDOWN, "cool-down, 29.5 s left")], snap)  # begins again
+    assert ex.holds == {("memory_eviction", HoldReason.COOLDOWN): 4}  # one key, whatever the words
+    held = [a for a in audit if a.kind == "hold"]
+    assert [(a.policy, a.target, a.outcome, a.reason) for a in held] == [
+        ("memory_eviction", "cooldown", "skipped", "cool-down, 9.5 s left"),
+        ("memory_eviction", "cooldown", "skipped", "cool-down, 29.5 s left")]
 
 
 async def test_dry_run_evicts_nothing(tmp_path: Path) -> None:

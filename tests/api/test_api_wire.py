@@ -11,8 +11,9 @@ from kit.snapshot import application_id, container_id, node_snapshot, workload, 
 
 from agent.api import convert
 from agent.api.coloc.v1 import agent_pb2 as pb
+from agent.api.service import NodeAgentService
 from agent.api.wire import Encoder
-from agent.state import Ledger, LedgerConfig
+from agent.state import Event, EventType, Ledger, LedgerConfig
 from agent.state.records import LedgerView
 from qos.model import Resources, Workload
 
@@ -59,3 +60,16 @@ def test_snapshot_bytes_match_protobuf_at_every_revision(tmp_path: Path) -> None
     sync(*first)
     for n in range(200):  # past the caches' pruning bound (twice the live set + 64)
         sync(yarn_container(3, n + 1, request_cpu=10, request_mem=1 << 20))
+
+
+def test_the_encoded_event_cache_is_no_bigger_than_the_ring(tmp_path: Path) -> None:
+    """An event the ring no longer holds is never served again (a resume from before it must relist), so
+    the service caches at most as many encoded events as the ring holds."""
+    ledger = Ledger.open(LedgerConfig(node_id="ring-node", state_path=str(tmp_path / "state"), ring_size=16))
+    service = NodeAgentService(ledger, max_streams=1, bookmark_interval_s=1.0, max_events_per_message=64,
+                               max_message_bytes=1 << 20)
+    node = ledger.view().node
+    for revision in range(1, 1001):
+        service._enc.event("inc", Event(revision, EventType.MODIFIED, node, time.time()))
+    assert len(service._enc._events) == ledger.cfg.ring_size == 16
+    assert min(rev for _, rev in service._enc._events) == 1000 - 16 + 1  # the newest ones

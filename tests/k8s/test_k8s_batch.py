@@ -10,7 +10,7 @@ from kit.snapshot import k8s_workload as pod
 from kit.snapshot import node_snapshot
 from kit.snapshot import yarn_workload as yarn
 
-from qos.actions import Evict, EvictReason, Hold
+from qos.actions import Evict, EvictReason, Hold, HoldReason
 from qos.admission import AdmissionFacts, BatchBudget, Refusal, admit
 from qos.batch import (
     BatchConfig,
@@ -97,7 +97,8 @@ def test_chosen_victims_count_as_pending_so_nothing_is_over_evicted() -> None:
     assert len([a for a in actions if isinstance(a, Evict)]) == 2
     # Next tick the victims are still there (terminating takes time): no new victim.
     again, state = decide_batch(snap(workloads, 1010, origin_annotation=ORIGIN_8), BatchConfig(), state)
-    assert again == [Hold("batch_overcommit", "overcommitted; waiting for pending releases")]
+    assert again == [Hold("batch_overcommit", HoldReason.PENDING_RELEASES,
+                          "overcommitted; waiting for pending releases")]
     # Past pending_release_s a victim still present may be chosen again.
     late, _ = decide_batch(snap(workloads, 1061, origin_annotation=ORIGIN_8), BatchConfig(), state)
     assert [a.key for a in late if isinstance(a, Evict)] == ["k8s/free-pod", YARN[2].key]
@@ -117,7 +118,8 @@ def test_no_eviction_on_stale_data() -> None:
         BatchState(),
     )
     assert actions == [
-        Hold("batch_overcommit", "overcommitted but data is stale (yarn: yarn: last good data is 40s old)")
+        Hold("batch_overcommit", HoldReason.STALE_DATA,
+             "overcommitted but data is stale (yarn: yarn: last good data is 40s old)")
     ]
     facts = AdmissionFacts(BatchBudget(Resources(8000, 0)), Resources(), {"yarn": "old"})
     refused = admit(Resources(), facts)

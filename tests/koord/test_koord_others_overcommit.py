@@ -13,7 +13,7 @@ from kit.snapshot import k8s_workload as pod
 from kit.snapshot import node_snapshot
 from kit.snapshot import yarn_workload as yarn
 
-from qos.actions import Evict, Hold
+from qos.actions import Evict, Hold, HoldReason
 from qos.admission import AdmissionFacts, Refusal, admit
 from qos.batch import BatchConfig, BatchState, decide_batch, ledger_view
 from qos.model import NodeSnapshot, Resources, Usage, Workload
@@ -102,5 +102,6 @@ def test_an_unreadable_value_refuses_admissions_naming_it_and_releases_only_what
 def test_stale_data_within_budget_says_admissions_are_refused() -> None:
     s = snap(WORK, stale={"kubelet": "no answer for 40s"}, origin_annotation=ORIGIN_8)
     actions, _ = decide_batch(s, BatchConfig(), BatchState(), YARN_ENTRIES)
-    # The sources' reasons carry ages (holds are counted by reason): the Hold names the sources only.
-    assert actions == [Hold("batch_overcommit", "admissions refused: stale data from kubelet")]
+    # The sources' reasons carry ages: the Hold's words name the sources only.
+    assert actions == [Hold("batch_overcommit", HoldReason.ADMISSIONS_REFUSED,
+                            "admissions refused: stale data from kubelet")]

@@ -8,7 +8,7 @@ from kit.snapshot import container_id, node_snapshot, published
 from kit.snapshot import workload as kit_workload
 
 from agent.published import ActionRecord, Counters, Published
-from qos.actions import EvictReason, SetBeCpuset
+from qos.actions import EvictReason, HoldReason, SetBeCpuset
 from qos.model import BeTierState, NodeSnapshot, Resources, Source, Tier, Usage, Workload
 
 GiB = 1 << 30
@@ -87,7 +87,7 @@ def publication(
             tick_errors=1,
             evictions={(EvictReason.MEMORY_PRESSURE.value, Source.K8S.value): 3},
             eviction_failures={EvictReason.MEMORY_PRESSURE.value: 1},
-            holds={("memory_eviction", "stale_data"): 4},
+            holds={("memory_eviction", HoldReason.STALE_DATA): 4},
             admissions_refused={"overcommitted": 2},
             cgroup_writes=40,
             cgroup_write_errors=2,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import gzip
+import itertools
 import shutil
 import subprocess
 import time
@@ -18,6 +19,7 @@ from agent.cli.top import MetricsView
 from agent.config.load import ConfigError
 from agent.metrics import LedgerFigures, MetricsConfig, MetricsHub
 from agent.published import ActionRecord, Board, Counters
+from qos.actions import EvictReason, HoldReason
 from qos.model import Resources, Source, Tier, Usage
 
 
@@ -165,27 +167,35 @@ def test_a_malformed_ledger_view_is_an_error_naming_the_field(serve) -> None:
     assert view.series("coloc_node_drain_deadline_timestamp_seconds") == []
 
 
+# Who holds: each policy's name, the executor's cpu.idle refusal, and the executor's refused evictions (by the
+# eviction's reason): a fixed set.
+POLICIES = tuple(dict.fromkeys(("cpu_suppression", "cpu_eviction", "memory_eviction", "batch_overcommit",
+                                 "io", "network", "suppression", *(r.value for r in EvictReason))))
+
+
 def coloc_series(text: str) -> list[str]:
     return [s for s in series_names(text) if s.startswith("coloc_")]
 
 
-def test_series_stay_bounded_with_1000_workloads_and_free_text_labels(serve) -> None:
-    def board_with(n: int, distinct_reasons: int) -> Board:
+def test_series_stay_bounded_with_1000_workloads_and_many_holds(serve) -> None:
+    def board_with(n: int, distinct_reasons: int, refusals: int) -> Board:
         wl = tuple(
             workload(i, source=Source.YARN if i % 3 == 0 else Source.K8S, milli_cpu=float(i), memory=i << 20)
             for i in range(n)
         )
         counters = Counters(
             ticks=1,
-            holds={("memory_eviction", f"cool-down {i} s left"): 1 for i in range(distinct_reasons)},
-            admissions_refused={f"reason {i}": i for i in range(distinct_reasons)},
+            # every policy holding for every reason there is: the most the label pair can take
+            holds={(policy, code): i for i, (policy, code) in enumerate(
+                itertools.product(POLICIES, list(HoldReason)[:distinct_reasons]))},
+            admissions_refused={f"reason {i}": i for i in range(refusals)},
         )
         b = Board()
         b.publish(publication(snapshot=dataclasses.replace(small_node(), workloads=wl), counters=counters))
         return b
 
-    _, small = serve(board_with(20, 1), top_n=10, max_label_values=32)
-    _, large = serve(board_with(1000, 5000), top_n=10, max_label_values=32)
+    _, small = serve(board_with(20, 1, 1), top_n=10, max_label_values=32)
+    _, large = serve(board_with(1000, len(HoldReason), 5000), top_n=10, max_label_values=32)
     small_text, large_text = scrape(small.url), scrape(large.url)
     large_view = MetricsView.parse(large_text)
     assert len(large_view.series("coloc_workload_cpu_usage_cores")) == 10
@@ -194,12 +204,15 @@ def test_series_stay_bounded_with_1000_workloads_and_free_text_labels(serve) -> 
     top = max(large_view.series("coloc_workload_cpu_usage_cores"), key=lambda s: s[1])
     name = "container_1700000000000_0001_01_000999"  # workload 999 is a YARN container
     assert top == ({"namespace": "", "name": name, "source": "yarn", "tier": "besteffort"}, 0.999)
-    assert len(large_view.series("coloc_holds_total")) == 33  # 32 + "other"
-    assert large_view.value("coloc_holds_total", policy="other", reason="other") == 5000 - 32
+    # holds are keyed by a fixed set of codes: every pair is exported as itself, none folded into "other"
+    assert len(large_view.series("coloc_holds_total")) == len(POLICIES) * len(HoldReason)
+    assert {s[0]["reason"] for s in large_view.series("coloc_holds_total")} == {str(c) for c in HoldReason}
     assert len(large_view.series("coloc_admissions_refused_total")) == 33
-    # 1,000 workloads and 5,000 free-text reasons add at most 2 x 32 series over a quiet node
-    assert len(coloc_series(large_text)) - len(coloc_series(small_text)) <= 64
-    assert len(coloc_series(large_text)) < 300
+    # 1,000 workloads and 5,000 free-text refusal reasons add at most 32 + 1 series, and every hold there
+    # can be one each, over a quiet node
+    most_holds = len(POLICIES) * len(HoldReason)
+    assert len(coloc_series(large_text)) - len(coloc_series(small_text)) <= 33 + most_holds
+    assert len(coloc_series(large_text)) < 200 + most_holds
 
 
 def test_top_n_zero_turns_per_workload_series_off(serve) -> None:

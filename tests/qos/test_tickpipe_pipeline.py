@@ -12,7 +12,7 @@ import pytest
 from kit.snapshot import GIB, MIB, workload
 from qos_builders import evicted, holds, snapshot
 
-from qos.actions import Action, Evict, EvictReason, Hold
+from qos.actions import Action, Evict, EvictReason, Hold, HoldReason
 from qos.batch import BatchConfig, BatchPolicy, BatchState
 from qos.drain import DrainPolicy, Verdict, drain_decision
 from qos.memory_eviction import MemoryEvictionPolicy
@@ -49,7 +49,7 @@ class Scripted(Policy[tuple[str, ...]]):
         self.seen.pending.append(pending)
         chosen = [k for k in self.evicts if k not in pending]
         acts: list[Action] = [Evict(k, EvictReason.MEMORY_PRESSURE, self.name) for k in chosen]
-        return [Hold(self.name, "ran"), *acts], tuple(sorted({*state, *chosen}))
+        return [Hold(self.name, HoldReason.NO_VICTIM, "ran"), *acts], tuple(sorted({*state, *chosen}))
 
     def victims(self, state: tuple[str, ...]) -> frozenset[str]:
         return frozenset(state) if self.shares else frozenset()

@@ -83,7 +83,7 @@ async def test_a_protected_target_is_refused_and_counted(tmp_path: Path) -> None
     assert rec.evicted == [spark.key], "the evictor never saw a protected pod"
     assert ex.holds[("memory_pressure", "protected")] == 1 and ex.holds[("drain_timeout", "protected")] == 1
     assert _refusals(ex) == {"cpu_satisfaction": 0.0, "memory_pressure": 1.0, "batch_overcommit": 0.0,
-                             "drain_timeout": 1.0}
+                             "drain_timeout": 1.0, "io_pressure": 0.0}
     assert [a.outcome for a in audit if a.target == proxy.key] == ["protected"]
 
 
