@@ -189,9 +189,11 @@ class Tree:
             return False
 
     def cleanup(self) -> None:
-        # The writer's mkdir (setup) also makes the tier in the cgroup2 mount of a hybrid host, which tops()
-        # (the hierarchies the kubelet's libcontainer writes) leaves out: every mount is cleaned.
-        tops = list(dict.fromkeys([*self.tops(), *([self.h.unified] if self.h.unified else [])]))
+        # The writer's mkdir (setup) also makes the tier in every hierarchy it manages (blkio too) and the
+        # cgroup2 mount of a hybrid host, which tops() (the hierarchies the kubelet's libcontainer writes)
+        # leaves out: every mount is cleaned.
+        managed = [self.h.v1[c] for c in self.writer.controllers]
+        tops = list(dict.fromkeys([*self.tops(), *managed, *([self.h.unified] if self.h.unified else [])]))
         for rel in sorted(set(self.made), key=lambda r: -r.count("/") - (r != "")):
             for top in tops:
                 with contextlib.suppress(OSError):
