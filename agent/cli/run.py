@@ -13,8 +13,9 @@ import resource
 import signal
 import socket
 import sys
+from pathlib import Path
 
-from agent.api.server import ApiStartError, start_api_server
+from agent.api.server import ApiServer, ApiStartError, start_api_server
 from agent.config.agent import AgentConfig, ConfigError, read_config
 from agent.daemon import resource_qos
 from agent.daemon.logs import setup_logging
@@ -89,28 +90,8 @@ async def serve(config_path: str, dry_run: bool = False, ready: asyncio.Event | 
     if not loaded.keys:
         warn_all_defaults(config_path, cfg)
     raise_fd_limit()
-    rt = start_runtime(cfg, loaded.keys)
+    rt, metrics, api = await start(cfg, loaded.keys)
     ledger = rt.ledger
-    metrics: MetricsServer | None = None
-    try:
-        ledger.start_persistence()
-        if ledger.startup_problem:
-            log.error("state file problem", extra={"fields": {"problem": ledger.startup_problem}})
-        metrics = start_metrics(rt)
-        try:
-            api = await start_api_server(ledger, cfg.api, board=rt.board, settings=rt.settings.view,
-                                         limits=lambda: resource_qos.held_limits(rt.limits, rt.resource_qos))
-        except ApiStartError as err:
-            raise StartError(str(err)) from err
-    except BaseException as err:  # undo what this start made: the port, the state writer, the tiers
-        if metrics is not None:
-            metrics.stop()
-        await ledger.close()
-        rt.close(failed_start=True)
-        if isinstance(err, Exception) and not isinstance(err, StartError):
-            log.debug("start-up failed", exc_info=True)
-            raise StartError(f"{type(err).__name__}: {err}") from err
-        raise
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -150,6 +131,41 @@ async def serve(config_path: str, dry_run: bool = False, ready: asyncio.Event | 
     return 0
 
 
+async def start(cfg: AgentConfig,
+                file_keys: frozenset[str]) -> tuple[Runtime, MetricsServer | None, ApiServer]:
+    """Every start step; a failing one is a `StartError` naming its setting, after undoing what this start
+    made: the port, the state writer, the tiers, the state files it created."""
+    fresh = fresh_state_files(cfg.state.path)
+    try:
+        rt = start_runtime(cfg, file_keys)
+    except StartError:
+        remove_fresh(fresh)
+        raise
+    ledger = rt.ledger
+    metrics: MetricsServer | None = None
+    try:
+        ledger.start_persistence()
+        if ledger.startup_problem:
+            log.error("state file problem", extra={"fields": {"problem": ledger.startup_problem}})
+        metrics = start_metrics(rt)
+        try:
+            api = await start_api_server(ledger, cfg.api, board=rt.board, settings=rt.settings.view,
+                                         limits=lambda: resource_qos.held_limits(rt.limits, rt.resource_qos))
+        except ApiStartError as err:
+            raise StartError(str(err)) from err
+    except BaseException as err:
+        if metrics is not None:
+            metrics.stop()
+        await ledger.close()
+        rt.close(failed_start=True)
+        remove_fresh(fresh)
+        if isinstance(err, Exception) and not isinstance(err, StartError):
+            log.debug("start-up failed", exc_info=True)
+            raise StartError(f"{type(err).__name__}: {err}") from err
+        raise
+    return rt, metrics, api
+
+
 async def _stop_io(rt: Runtime, task: asyncio.Task[None] | None, dry_run: bool) -> None:
     """Stop the disk guard and put back the caps it set (nothing was written under dry run)."""
     if task is None or rt.io is None:
@@ -168,6 +184,23 @@ def warn_all_defaults(config_path: str, cfg: AgentConfig) -> None:
                                   "cgroups.setup_tiers": cfg.cgroups.setup_tiers,
                                   "api.socket_path": cfg.api.socket_path, "state.path": cfg.state.path,
                                   "metrics": f"{cfg.metrics.bind}:{cfg.metrics.port}"}})
+
+
+def fresh_state_files(state_path: str) -> list[Path]:
+    """The state file, its journal and its directory as far as they do not exist yet: what a failed start
+    made there and removes (one that was there before is an earlier run's state: kept)."""
+    if not state_path:
+        return []
+    state = Path(state_path)
+    paths = [state.parent, state, Path(f"{state_path}.held")]
+    return [p for p in paths if not p.exists()]
+
+
+def remove_fresh(paths: list[Path]) -> None:
+    """Remove what a failed start made in the state directory (files first, then the directory if empty)."""
+    for p in sorted(paths, key=lambda p: -len(p.parts)):
+        with contextlib.suppress(OSError):
+            p.rmdir() if p.is_dir() else p.unlink()
 
 
 def start_runtime(cfg: AgentConfig, file_keys: frozenset[str] | None = None) -> Runtime:

@@ -64,6 +64,8 @@ def nothing_left(real_root: RealRoot, tmp_path: Path, *, foreign: bool) -> None:
         assert not left(real_root, "agent"), "a failed start left the root it made"
     held = tmp_path / "state" / "state.json.held"
     assert not held.exists() or "root" not in marks(held)
+    # the state files this start made are gone with it (the kit makes the directory; it stays)
+    assert not (tmp_path / "state" / "state.json").exists() and not held.exists()
 
 
 def config(real_root: RealRoot, tmp_path: Path, port: int | None = None, **extra: Any) -> Path:
