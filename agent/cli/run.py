@@ -187,12 +187,12 @@ def warn_all_defaults(config_path: str, cfg: AgentConfig) -> None:
 
 
 def fresh_state_files(state_path: str) -> list[Path]:
-    """The state file, its journal and its directory as far as they do not exist yet: what a failed start
-    made there and removes (one that was there before is an earlier run's state: kept)."""
+    """The state file, its journal, its epoch file and its directory as far as they do not exist yet: what a
+    failed start made there and removes (one that was there before is an earlier run's state: kept)."""
     if not state_path:
         return []
     state = Path(state_path)
-    paths = [state.parent, state, Path(f"{state_path}.held")]
+    paths = [state.parent, state, *(Path(f"{state_path}.{x}") for x in ("held", "epoch"))]
     return [p for p in paths if not p.exists()]
 
 
