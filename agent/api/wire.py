@@ -13,7 +13,16 @@ from collections.abc import Iterable
 
 from agent.api import convert
 from agent.api.coloc.v1 import agent_pb2 as pb
-from agent.state.records import Allocation, Application, Event, Identity, LedgerView, NodeRecord, Notice
+from agent.state.records import (
+    Allocation,
+    Application,
+    Event,
+    EventType,
+    Identity,
+    LedgerView,
+    NodeRecord,
+    Notice,
+)
 
 _LEN, _VARINT = 2, 0
 
@@ -114,7 +123,17 @@ class Encoder:
         self._events[key] = data
         if len(self._events) > self._event_cache:
             self._events.popitem(last=False)
+        if ev.type is EventType.DELETED:  # gone: its encodings would linger until the next snapshot's prune,
+            self._forget(ev.obj)  # and a node that only serves Watch (no Snapshot) would keep every one
         return data
+
+    def _forget(self, obj: NodeRecord | Application | Allocation | Notice) -> None:
+        if isinstance(obj, Allocation):
+            self._allocs.pop(obj.key, None)
+            self._alloc_fields.pop(obj.key, None)
+        elif isinstance(obj, Application):
+            self._apps.pop(obj.application_id, None)
+            self._app_fields.pop(obj.application_id, None)
 
     def initial(self, revision: int, obj: NodeRecord | Application | Allocation) -> bytes:
         """An ADDED event of the initial list: the object as of `revision`."""

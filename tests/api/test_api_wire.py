@@ -73,3 +73,24 @@ def test_the_encoded_event_cache_is_no_bigger_than_the_ring(tmp_path: Path) -> N
         service._enc.event("inc", Event(revision, EventType.MODIFIED, node, time.time()))
     assert len(service._enc._events) == ledger.cfg.ring_size == 16
     assert min(rev for _, rev in service._enc._events) == 1000 - 16 + 1  # the newest ones
+
+
+def test_a_watch_only_node_forgets_the_encodings_of_deleted_records(tmp_path: Path) -> None:
+    """Encodings of records are cached for every watcher; a record's DELETED event drops them, so a node whose
+    clients only Watch (no Snapshot, whose prune would drop them) keeps the live records' encodings only."""
+    ledger = Ledger.open(LedgerConfig(node_id="watch-node", state_path=str(tmp_path / "state")))
+    enc = Encoder()
+    before: list[Event] = []
+    revisions = iter(range(1, 1 << 20))  # each event its own revision, as the ledger's are
+    for n in range(1000):  # a new container (and application) each time, the previous one gone
+        only = yarn_container(n + 1, 1, request_cpu=10, request_mem=1 << 20)
+        ledger.sync(node_snapshot([only], capacity=BIG), BIG, time.time())
+        view = ledger.view()
+        now = [Event(next(revisions), EventType.ADDED, obj, time.time())
+               for obj in (*view.applications, *view.allocations)]
+        for ev in now:
+            enc.event("inc", ev)
+        for ev in before:
+            enc.event("inc", Event(next(revisions), EventType.DELETED, ev.obj, time.time()))
+        before = now
+    assert len(enc._allocs) <= 1 and len(enc._apps) <= 1, (len(enc._allocs), len(enc._apps))
