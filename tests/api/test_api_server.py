@@ -530,8 +530,9 @@ async def test_status_cli(served: Served, capsys: pytest.CaptureFixture[str]) ->
     assert data["allocations"][0]["count"] == 1
     nobody = served.dir / "nobody.sock"
     assert await asyncio.to_thread(main, ["--socket", str(nobody), "--timeout", "1"]) == 1
-    assert capsys.readouterr().err == (f"coloc-agent status: no agent answers at {nobody} (no such socket); "
-                                       "point at one with --socket PATH or --config FILE (the agent's config)\n")
+    want = (f"coloc-agent status: no agent answers at {nobody} (no such socket); "
+            "point at one with --socket PATH or --config FILE (the agent's config)\n")
+    assert capsys.readouterr().err == want
 
 
 async def test_a_socket_is_never_reachable_with_a_looser_mode_than_configured() -> None:
