@@ -41,15 +41,24 @@ from kit.realcg import RealRoot
 
 REPO = Path(__file__).resolve().parent.parent
 OUT = REPO / "bench" / "out"
+# A scheduler's Watch: the server ends a stream at its maximum connection age, and the client watches again.
 WATCHER = ("import asyncio, sys\n"
-           "from agent.api.client import AgentClient\n"
+           "from agent.api.client import AgentCallError, AgentClient\n"
            "async def main():\n"
-           "    async with AgentClient(sys.argv[1]) as c:\n"
-           "        stream = c.watch(send_initial=True)\n"
-           "        await anext(stream)\n"
-           "        print('watching', flush=True)\n"
-           "        async for _ in stream:\n"
-           "            pass\n"
+           "    first = True\n"
+           "    while True:\n"
+           "        try:\n"
+           "            async with AgentClient(sys.argv[1]) as c:\n"
+           "                stream = c.watch(send_initial=True)\n"
+           "                await anext(stream)\n"
+           "                if first:\n"
+           "                    print('watching', flush=True)\n"
+           "                    first = False\n"
+           "                async for _ in stream:\n"
+           "                    pass\n"
+           "        except AgentCallError as err:\n"
+           "            if 'max connection age' not in str(err):\n"
+           "                raise\n"
            "asyncio.run(main())\n")
 BURST_EVERY_S, BURST_S = 20.0, 4
 RSS_SLACK = (0.10, 4.0)  # flat: end within 10 % and 4 MB of after warm-up
