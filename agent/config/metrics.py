@@ -20,8 +20,9 @@ class MetricsConfig:
 
     `bind` defaults to loopback on purpose: the prometheus-client default (0.0.0.0) would expose the port on
     the node IP of a hostNetwork pod. `port` 0 picks a free port (tests). `top_n` bounds the per-workload
-    series (top N by CPU and top N by memory; 0 turns them off). `max_label_values` bounds every counter
-    whose label values come from policies (holds, refusals): the rest are summed under `other`.
+    series (top N by CPU, by memory and by disk IO; 0 turns them off). `max_label_values` bounds the
+    counters whose label values come from records (admission refusals, actions): the rest are summed under
+    `other` (holds are counted by a fixed set of reason codes and need no bound).
     `stall_intervals` is how many loop intervals without a tick turn `/healthz` red.
     `startup_grace_s` is how long `/healthz` stays green before the first tick.
     `max_connections` bounds open connections (a new one pushes out the oldest still waiting for its
