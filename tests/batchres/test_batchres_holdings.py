@@ -284,11 +284,12 @@ def test_a_knob_a_killed_agent_held_is_given_back_by_a_run_with_the_feature_off_
     s.made(real_root)
     if holder == "cpu_burst" and not (real_root.path(f.ctrl, "") / f.path).exists():
         pytest.skip(f"this kernel has no {f.path.rsplit('/', 1)[-1]} (before 5.14)")
-    port = free_port()
     journal = tmp_path / s.journal
     log = tmp_path / "agent.log"
     (tmp_path / "pods.json").write_text(json.dumps(s.pods()))
     with FakeKubelet(tmp_path / "pods.json") as kubelet, FakeNodeManager(nm_fixture(tmp_path)) as nm:
+        # after the fakes bound theirs: a port the OS handed out as free, then to a fake, was taken twice
+        port = free_port()
         urls = Urls(kubelet.url, nm.url)
 
         def held_then_killed(steady: bool) -> str:
