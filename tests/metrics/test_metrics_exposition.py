@@ -212,7 +212,8 @@ def test_series_stay_bounded_with_1000_workloads_and_many_holds(serve) -> None:
     # can be one each, over a quiet node
     most_holds = len(POLICIES) * len(HoldReason)
     assert len(coloc_series(large_text)) - len(coloc_series(small_text)) <= 33 + most_holds
-    assert len(coloc_series(large_text)) < 200 + most_holds
+    # and the quiet node's own: the fixed families (a new family or enum value moves it)
+    assert len(coloc_series(small_text)) - len(POLICIES) < 220
 
 
 def test_top_n_zero_turns_per_workload_series_off(serve) -> None:
