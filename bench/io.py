@@ -55,17 +55,19 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from kit.agentproc import agent_argv, agent_config, samples, stop
 from kit.bench import drop_cache, finish, pct, progress
 from kit.diskio import be_cap
+from kit.loopdisk import LoopDisk, LoopUnavailable, loop_disk
 from kit.ports import free_port
 from kit.realcg import CgroupsUnavailable, RealRoot
 
 from cgroups.io import NO_LIMIT, IoLimit, IoStat, disk_of, parse_blkio, parse_io_stat
+from cgroups.io_meter import IoMeter
 
 MI = 1 << 20
 MB = 1_000_000
@@ -82,11 +84,75 @@ REPO = Path(__file__).resolve().parents[1]
 TARGET_P99_RATIO, TARGET_OPS_RATIO, TARGET_BE_SHARE, TARGET_REACTION_S = 2.0, 0.9, 0.8, 1.0
 
 
+@dataclass(frozen=True)
+class Variant:
+    """A case kind beyond the three built in (no agent, `_agent`, `_capped`), from `--variant NAME:SPEC`: with
+    or without the agent, the agent's io.policy settings, and (on a loop disk, `--loop-mib`) the loop
+    device's scheduler for the case and, under BFQ, the cgroups' `blkio.bfq.weight` (v1) / `io.bfq.weight`
+    (v2): HP `hp_weight`, the BE tier and BE `be_weight`."""
+
+    name: str
+    agent: bool = True
+    policy: dict[str, float] = field(default_factory=dict)
+    io: dict[str, Any] = field(default_factory=dict)  # io: settings other than the policy (io.KEY=VALUE)
+    sched: str | None = None
+    hp_weight: int = 1000
+    be_weight: int = 1
+
+    @property
+    def suffix(self) -> str:
+        return f"_{self.name}"
+
+
+VARIANTS: dict[str, Variant] = {}  # this run's, by suffix (--variant)
+
+
+def parse_variant(text: str) -> Variant:
+    """`NAME:KEY=VALUE,...`: `agent=0|1`, `sched=NAME`, `hp_weight=N`, `be_weight=N`, `io.KEY=VALUE` (an
+    io: setting of the agent's), any other KEY an io.policy setting (a number). ValueError naming what is
+    wrong."""
+    name, _, spec = text.partition(":")
+    if not name.isidentifier() or name in ("agent", "capped"):
+        raise ValueError(f"--variant {text!r}: NAME must be a word other than agent and capped")
+    v = Variant(name)
+    for kv in (x for x in spec.split(",") if x):
+        key, eq, value = kv.partition("=")
+        if not eq:
+            raise ValueError(f"--variant {text!r}: {kv!r} is not KEY=VALUE")
+        if key == "agent":
+            v = replace(v, agent=value not in ("0", "false", "no"))
+        elif key == "sched":
+            v = replace(v, sched=value)
+        elif key == "hp_weight":
+            v = replace(v, hp_weight=int(value))
+        elif key == "be_weight":
+            v = replace(v, be_weight=int(value))
+        elif key.startswith("io."):
+            v.io[key.removeprefix("io.")] = value
+        else:
+            v.policy[key] = float(value)
+    return v
+
+
+def kinds(capped: bool) -> tuple[str, ...]:
+    return ("", "_agent", *(("_capped",) if capped else ()), *VARIANTS)
+
+
+def with_agent(case: str) -> bool:
+    """Whether a case runs the agent: `_agent` and the variants with it."""
+    v = VARIANTS.get(variant_suffix(case))
+    return case.endswith("_agent") or (v is not None and v.agent)
+
+
+def variant_suffix(case: str) -> str:
+    return next((k for k in VARIANTS if case.endswith(k)), "")
+
+
 def case_names(capped: bool) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """The HP cases and the BE-alone cases of a run (the static `_capped` ones only with --capped)."""
-    kinds = ("", "_agent", *(("_capped",) if capped else ()))
-    return (("alone", *(f"{f}{k}" for f in FLOODS for k in kinds)),
-            tuple(f"be_alone_{f}{k}" for f in FLOODS for k in kinds))
+    ks = kinds(capped)
+    return (("alone", *(f"{f}{k}" for f in FLOODS for k in ks)),
+            tuple(f"be_alone_{f}{k}" for f in FLOODS for k in ks))
 
 
 def required(capped: bool) -> tuple[str, ...]:
@@ -156,6 +222,7 @@ class Sample:
     be_mb_per_s: float = 0.0
     be_cgroup_mb_per_s: float = 0.0
     disk_mb_per_s: float = 0.0
+    host_disk_mb_per_s: float = 0.0  # the real disk below (--loop-mib: everything on it, the loop's IO too)
     # with the agent: BE's cap file read every ~10 ms
     cut_s: float | None = None  # HP's first op -> the first cap seen (None: none seen while HP ran)
     lift_s: float | None = None  # HP's last op -> no cap (None: no cap at HP's stop, or never lifted)
@@ -182,7 +249,8 @@ class Agent:
         self.cpu_percent: list[float] = []  # the agent's CPU (all threads) over each run, % of one CPU
         self._began = 0.0
 
-    def start(self) -> None:
+    def start(self, variant: Variant | None = None) -> None:
+        """Start the agent (a variant's io.policy and io: settings over --io-policy's)."""
         shutil.rmtree(self.tmp / "state", ignore_errors=True)
         (self.tmp / "agent.sock").unlink(missing_ok=True)
         self.port = free_port()
@@ -191,7 +259,7 @@ class Agent:
                            node={"cpus": os.cpu_count() or 1, "memory": f"{mem_gib}Gi"},
                            loop={"interval_s": 1.0, "fast_path": None},
                            cgroups={"setup_tiers": True, "cleanup_on_exit": False},
-                           io={"devices": [self.dev], **({"policy": self.policy} if self.policy else {})})
+                           io=self.io_config(variant))
         began = time.monotonic()
         with self.log.open("ab") as out:
             out.write(f"--- start {self.starts}\n".encode())
@@ -211,6 +279,11 @@ class Agent:
             time.sleep(0.1)
         self.ready_s.append(time.monotonic() - began)
         self._began = began
+
+    def io_config(self, variant: Variant | None) -> dict[str, Any]:
+        policy = {**self.policy, **(variant.policy if variant else {})}
+        extra = {k: yaml_value(v) for k, v in (variant.io if variant else {}).items()}
+        return {"devices": [self.dev], **extra, **({"policy": policy} if policy else {})}
 
     def stop(self) -> None:
         """SIGTERM; a clean exit must give BE's caps back (else RuntimeError)."""
@@ -321,13 +394,16 @@ class Flood:
 
 class Bench:
     def __init__(self, args: argparse.Namespace, root: RealRoot, workdir: Path, dev: str,
-                 agent: Agent) -> None:
+                 agent: Agent, loop: LoopDisk | None, host_dev: str) -> None:
         self.args, self.root, self.dir, self.dev, self.agent = args, root, workdir, dev, agent
+        self.loop, self.host_dev = loop, host_dev  # the contained disk, if any; the real disk below the files
         self.v1 = root.hierarchy.is_v1("blkio")
         self.writer, _ = root.writer_reader()
         self.hp = root.mkcg(HP_REL)
         self.be = root.mkcg(agent.watched[-1])
         self.writer.set_cpu_shares(TIER, 2)  # as the kubelet (and the agent's setup_tiers) lays the tier out
+        if self.v1:  # a fresh (loop) disk's IO counted per cgroup in every case, not the agent's only
+            IoMeter(root.hierarchy, root.name).count_on(dev)
         self.writer.set_memory_limit(self.be, args.be_memory_mib * MI)
         self.hp_file = workdir / "hp-read.dat"
         self.write_file = workdir / "be-write.dat"
@@ -359,12 +435,14 @@ class Bench:
         s = stats.get(self.dev, IoStat())
         return s.rbytes + s.wbytes
 
-    def disk_bytes(self) -> int:
-        fields = Path(f"/sys/dev/block/{self.dev}/stat").read_text().split()
+    def disk_bytes(self, dev: str | None = None) -> int:
+        """Bytes read and written on `dev` (the bench's disk) since boot, by every one."""
+        fields = Path(f"/sys/dev/block/{dev or self.dev}/stat").read_text().split()
         return (int(fields[2]) + int(fields[6])) * 512
 
-    def counters(self, flood: Flood | None) -> tuple[float, int, int, int]:
-        return time.monotonic(), flood.moved() if flood else 0, self.be_charged(), self.disk_bytes()
+    def counters(self, flood: Flood | None) -> tuple[float, int, int, int, int]:
+        return (time.monotonic(), flood.moved() if flood else 0, self.be_charged(), self.disk_bytes(),
+                self.disk_bytes(self.host_dev))
 
     # -- one case ------------------------------------------------------------------------------------
 
@@ -372,7 +450,9 @@ class Bench:
         a = self.args
         flood_kind = next((f for f in FLOODS if f in case), None)
         with_hp = not case.startswith("be_alone")
-        with_agent = case.endswith("_agent")
+        agent = with_agent(case)
+        variant = VARIANTS.get(variant_suffix(case))
+        self.scheduler(variant)
         # BE's own cgroup uncapped, or the static cap (v1's throttle is flat: a cap holds the cgroup it is on,
         # not those below it); the agent's cases find the tier uncapped (its clean exit gave the caps back)
         self.writer.set_io_limit(self.be, self.dev, self.cap if case.endswith("_capped") else NO_LIMIT)
@@ -383,8 +463,8 @@ class Bench:
         try:
             if with_hp:
                 hp = self.spawn_hp(log)  # up and waiting for their window before the agent and BE start
-            if with_agent:
-                self.agent.start()  # before BE's warm-up; ticking, its guard reporting
+            if agent:
+                self.agent.start(variant)  # before BE's warm-up; ticking, its guard reporting
             t_be = time.monotonic() + 0.05
             start = t_be + (a.warmup if flood_kind else 0.3)
             end = start + a.seconds
@@ -394,17 +474,18 @@ class Bench:
             sleep_until(t_be)
             if flood:
                 flood.start()
-            c0 = self.watch_until(start, flood, with_agent)
-            c1 = self.watch_until(end, flood, with_agent)
-            if with_agent and with_hp:
-                self.watch_until(end + a.lift_wait, flood, with_agent)  # BE still flooding: the cap lifted?
+            c0 = self.watch_until(start, flood, agent)
+            c1 = self.watch_until(end, flood, agent)
+            if agent and with_hp:
+                self.watch_until(end + a.lift_wait, flood, agent)  # BE still flooding: the cap lifted?
             out = Sample()
             dt = c1[0] - c0[0]
             out.be_mb_per_s = (c1[1] - c0[1]) / dt / MB
             out.be_cgroup_mb_per_s = (c1[2] - c0[2]) / dt / MB
             out.disk_mb_per_s = (c1[3] - c0[3]) / dt / MB
+            out.host_disk_mb_per_s = (c1[4] - c0[4]) / dt / MB
             ends = self.collect_hp(hp, out)
-            if with_agent:
+            if agent:
                 self.reaction(out, start, end, ends)
                 if flood:
                     flood.stop()
@@ -412,6 +493,26 @@ class Bench:
             return out
         finally:
             self.clean_case(flood, hp, log, flood_kind)
+
+    def scheduler(self, variant: Variant | None) -> None:
+        """The loop disk's scheduler for a case: the variant's, else the run's (`--loop-scheduler`); under
+        BFQ, the variant's weights on HP, the BE tier and BE."""
+        if self.loop is None:
+            return
+        want = variant.sched if variant is not None and variant.sched else self.args.loop_scheduler
+        if self.loop.scheduler() != want:
+            self.loop.set_scheduler(want)
+        if want == "bfq" and variant is not None:
+            weights = {HP_REL: variant.hp_weight, TIER: variant.be_weight, self.be: variant.be_weight}
+            for rel, w in weights.items():
+                self.bfq_weight(rel, w)
+
+    def bfq_weight(self, rel: str, weight: int) -> None:
+        """A cgroup's BFQ weight (v1 `blkio.bfq.weight`, v2 `io.bfq.weight`), 1-1000."""
+        if self.v1:
+            (self.root.path("blkio", rel) / "blkio.bfq.weight").write_text(str(weight))
+        else:
+            (self.root.path("unified", rel) / "io.bfq.weight").write_text(str(weight))
 
     def flood(self, kind: str) -> Flood:
         a = self.args
@@ -484,7 +585,7 @@ class Bench:
             out.lift_s = next((t - last for t, c in self.trace if t > last and not c), None)
 
     def watch_until(self, when: float, flood: Flood | None,
-                    trace: bool = False) -> tuple[float, int, int, int]:
+                    trace: bool = False) -> tuple[float, int, int, int, int]:
         """Keep the flood going until `when` (and with `trace`, read BE's cap file every ~10 ms), then the
         counters."""
         seen = 0.0
@@ -497,6 +598,17 @@ class Bench:
                 self.trace.append((now, self.agent.capped()))
             time.sleep(min(left, 0.005))
         return self.counters(flood)
+
+
+def yaml_value(text: str) -> Any:
+    """A variant's io.KEY=VALUE as the config wants it: a number, true/false, a name, a list (`a+b`)."""
+    if "+" in text:
+        return [yaml_value(x) for x in text.split("+")]
+    if text in ("true", "false"):
+        return text == "true"
+    with contextlib.suppress(ValueError):
+        return float(text) if "." in text else int(text)
+    return text
 
 
 def sleep_until(when: float) -> None:
@@ -512,20 +624,17 @@ def med(xs: list[float]) -> float | None:
 def summarise(results: dict[str, list[Sample]], args: argparse.Namespace, dev: str,
               mode: str) -> dict[str, Any]:
     hp_cases, _ = case_names(args.capped)
-    out: dict[str, Any] = {"cgroup_mode": mode, "device": dev, "cap_mb_per_s": args.cap_mb,
+    out: dict[str, Any] = {"cgroup_mode": mode, "device": dev, "loop_disk": bool(args.loop_mib),
+                           "loop_scheduler": args.loop_scheduler if args.loop_mib else None,
+                           "variants": {v.name: variant_words(v) for v in VARIANTS.values()},
+                           "cap_mb_per_s": args.cap_mb,
                            "rounds": args.rounds, "seconds_per_case": args.seconds,
                            "be_memory_mib": args.be_memory_mib,
                            "be_cgroup": TIER if args.be_in_tier else BE_REL}
     for case, rs in results.items():
         if not case.startswith("be_alone"):
             hp_figures(out, case, rs)
-        if case != "alone":
-            for key in ("be_mb_per_s", "be_cgroup_mb_per_s", "disk_mb_per_s"):
-                name = key.removeprefix("be_") if case.startswith("be_alone") and key != "disk_mb_per_s" \
-                    else key
-                out[f"{case}_{name}"] = round(statistics.median(getattr(r, key) for r in rs), 1)
-        if case.endswith("_agent"):
-            out[f"{case}_capped_share"] = med([r.capped_share for r in rs if r.capped_share is not None])
+        be_figures(out, case, rs)
     alone = results["alone"]
     for case in hp_cases[1:]:
         rs = results[case]
@@ -540,7 +649,7 @@ def summarise(results: dict[str, list[Sample]], args: argparse.Namespace, dev: s
             (r.fsync_ops_per_s + r.read_ops_per_s) / max(al.fsync_ops_per_s + al.read_ops_per_s, 1e-3)
             for r, al in zip(rs, alone, strict=True)), 3)
     for f in FLOODS:
-        for k in ("_agent", "_capped"):
+        for k in kinds(args.capped)[1:]:
             if f"be_alone_{f}{k}" in results:
                 out[f"be_alone_{f}{k}_over_alone_ratio"] = round(statistics.median(
                     x.be_mb_per_s / max(y.be_mb_per_s, 1e-3)
@@ -551,6 +660,27 @@ def summarise(results: dict[str, list[Sample]], args: argparse.Namespace, dev: s
     reaction_figures(out, results)
     targets(out)
     return out
+
+
+def variant_words(v: Variant) -> str:
+    words = ["agent" if v.agent else "no agent", *(f"{k}={x:g}" for k, x in v.policy.items()),
+             *(f"io.{k}={x}" for k, x in v.io.items())]
+    if v.sched:
+        words.append(f"scheduler {v.sched}" + (f", bfq weight HP {v.hp_weight} BE {v.be_weight}"
+                                                 if v.sched == "bfq" else ""))
+    return ", ".join(words)
+
+
+def be_figures(out: dict[str, Any], case: str, rs: list[Sample]) -> None:
+    """BE's and the disk's MB/s (medians of rounds) in one case; with the agent, the share BE was capped."""
+    if case != "alone":
+        for key in ("be_mb_per_s", "be_cgroup_mb_per_s", "disk_mb_per_s"):
+            name = key.removeprefix("be_") if case.startswith("be_alone") and key != "disk_mb_per_s" else key
+            out[f"{case}_{name}"] = round(statistics.median(getattr(r, key) for r in rs), 1)
+    if out.get("loop_disk"):
+        out[f"{case}_host_disk_mb_per_s"] = round(statistics.median(r.host_disk_mb_per_s for r in rs), 1)
+    if with_agent(case):
+        out[f"{case}_capped_share"] = med([r.capped_share for r in rs if r.capped_share is not None])
 
 
 def hp_figures(out: dict[str, Any], case: str, rs: list[Sample]) -> None:
@@ -571,15 +701,17 @@ def hp_figures(out: dict[str, Any], case: str, rs: list[Sample]) -> None:
 def reaction_figures(out: dict[str, Any], results: dict[str, list[Sample]]) -> None:
     cuts, lifts = [], []
     for f in FLOODS:
-        rs = results[f"{f}_agent"]
-        c = [r.cut_s for r in rs if r.cut_s is not None]
-        li = [r.lift_s for r in rs if r.lift_s is not None]
-        out[f"{f}_agent_cut_s_median"], out[f"{f}_agent_lift_s_median"] = med(c), med(li)
-        out[f"{f}_agent_never_cut"] = sum(1 for r in rs if r.cut_s is None)
-        out[f"{f}_agent_never_lifted"] = sum(1 for r in rs if r.cut_s is not None and r.lift_s is None)
-        out[f"{f}_agent_capped_before_hp"] = sum(1 for r in rs if r.capped_before_hp)
-        cuts += c
-        lifts += li
+        for k in ("_agent", *(s for s, v in VARIANTS.items() if v.agent)):
+            rs = results[f"{f}{k}"]
+            c = [r.cut_s for r in rs if r.cut_s is not None]
+            li = [r.lift_s for r in rs if r.lift_s is not None]
+            out[f"{f}{k}_cut_s_median"], out[f"{f}{k}_lift_s_median"] = med(c), med(li)
+            out[f"{f}{k}_never_cut"] = sum(1 for r in rs if r.cut_s is None)
+            out[f"{f}{k}_never_lifted"] = sum(1 for r in rs if r.cut_s is not None and r.lift_s is None)
+            out[f"{f}{k}_capped_before_hp"] = sum(1 for r in rs if r.capped_before_hp)
+            if k == "_agent":  # the shipped policy's reaction
+                cuts += c
+                lifts += li
     out["io_cut_s_median"], out["io_lift_s_median"] = med(cuts), med(lifts)
     out["io_cut_s_max"] = round(max(cuts), 3) if cuts else None
     out["io_lift_s_max"] = round(max(lifts), 3) if lifts else None
@@ -592,12 +724,13 @@ def targets(out: dict[str, Any]) -> None:
     out.update(target_p99_over_alone_ratio=TARGET_P99_RATIO, target_ops_over_alone_ratio=TARGET_OPS_RATIO,
                target_be_share=TARGET_BE_SHARE, target_reaction_s=TARGET_REACTION_S)
     for f in FLOODS:
-        c = f"{f}_agent"
         out[f"{f}_attributable"] = out[f"{f}_charged_share"] >= 0.5
-        out[f"{c}_target_met"] = (out[f"{c}_fsync_p99_over_alone_ratio"] <= TARGET_P99_RATIO
-                                  and out[f"{c}_read_p99_over_alone_ratio"] <= TARGET_P99_RATIO
-                                  and out[f"{c}_ops_over_alone_ratio"] >= TARGET_OPS_RATIO)
-        out[f"be_alone_{c}_target_met"] = out[f"be_alone_{c}_over_alone_ratio"] >= TARGET_BE_SHARE
+        for k in ("_agent", *VARIANTS):
+            c = f"{f}{k}"
+            out[f"{c}_target_met"] = (out[f"{c}_fsync_p99_over_alone_ratio"] <= TARGET_P99_RATIO
+                                      and out[f"{c}_read_p99_over_alone_ratio"] <= TARGET_P99_RATIO
+                                      and out[f"{c}_ops_over_alone_ratio"] >= TARGET_OPS_RATIO)
+            out[f"be_alone_{c}_target_met"] = out[f"be_alone_{c}_over_alone_ratio"] >= TARGET_BE_SHARE
     cut, lift = out["io_cut_s_median"], out["io_lift_s_median"]
     out["io_reaction_target_met"] = (cut is not None and lift is not None
                                      and max(cut, lift) <= TARGET_REACTION_S)
@@ -625,20 +758,22 @@ def table(results: dict[str, list[Sample]], out: dict[str, Any]) -> None:
                   f"{out[f'{case}_disk_mb_per_s']:>7.1f} {'' if share is None else f'{share:>6.2f}'}")
         print(f"{case:<28} {hp} {be}")
     ok = {True: "met", False: "MISSED"}
-    for f in FLOODS:
-        c = f"{f}_agent"
+    for c in (f"{f}{k}" for f in FLOODS for k in ("_agent", *VARIANTS)):
+        f = next(f for f in FLOODS if c.startswith(f))
         uncharged = "" if out[f"{f}_attributable"] else ", BE not charged for it"
+        reaction = (f"; cut {out[f'{c}_cut_s_median']} s, lift {out[f'{c}_lift_s_median']} s (never cut "
+                    f"{out[f'{c}_never_cut']})" if f"{c}_cut_s_median" in out else "")
         print(f"{c:<22} commit p99 {out[f'{c}_fsync_p99_over_alone_ratio']:.2f}x alone, read p99 "
               f"{out[f'{c}_read_p99_over_alone_ratio']:.2f}x, ops {out[f'{c}_ops_over_alone_ratio']:.2f} of "
               f"alone ({ok[out[f'{c}_target_met']]}{uncharged}); "
               f"BE alone with the agent {out[f'be_alone_{c}_over_alone_ratio']:.2f} of without "
-              f"({ok[out[f'be_alone_{c}_target_met']]}); cut {out[f'{c}_cut_s_median']} s, lift "
-              f"{out[f'{c}_lift_s_median']} s (never cut {out[f'{c}_never_cut']})")
+              f"({ok[out[f'be_alone_{c}_target_met']]}){reaction}")
     print(f"reaction: cut median {out['io_cut_s_median']} s (max {out['io_cut_s_max']}), lift median "
           f"{out['io_lift_s_median']} s (max {out['io_lift_s_max']}) ({ok[out['io_reaction_target_met']]})")
 
 
-def main(argv: list[str]) -> int:
+def parse_args(argv: list[str]) -> tuple[argparse.Namespace, dict[str, float]]:
+    """The options (FLOODS and VARIANTS set from them) and --io-policy's settings; exits on bad input."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="CI: 1 round, 1 s per case, small files (< 60 s)")
     p.add_argument("--rounds", type=int, default=6)
@@ -663,6 +798,14 @@ def main(argv: list[str]) -> int:
                         "with it as the working directory")
     p.add_argument("--floods", default=",".join(ALL_FLOODS),
                    help=f"the BE floods measured, comma-separated (default: all, {','.join(ALL_FLOODS)})")
+    p.add_argument("--loop-mib", type=int, default=0,
+                   help="run on a contained disk: a loop device (direct IO) of this many MiB over a file "
+                        "in --dir, ext4 on it, made and removed by the bench; its scheduler is the bench's")
+    p.add_argument("--loop-scheduler", default="mq-deadline",
+                   help="the loop disk's scheduler in every case but a variant's (default: the host disk's)")
+    p.add_argument("--variant", action="append", default=[], metavar="NAME:SPEC",
+                   help="more cases: NAME:agent=0|1,sched=bfq,hp_weight=N,be_weight=N,io.KEY=V,POLICY_KEY=N "
+                        "(cases <flood>_NAME, be_alone_<flood>_NAME); sched needs --loop-mib")
     p.add_argument("--io-policy", default="",
                    help="io.policy settings for the agent instead of the shipped ones, e.g. floor_mbps=10")
     args = p.parse_args(argv)
@@ -671,9 +814,22 @@ def main(argv: list[str]) -> int:
         p.error(f"--floods: each of {', '.join(ALL_FLOODS)}, got {args.floods!r}")
     FLOODS[:] = floods
     try:
+        for text in args.variant:
+            v = parse_variant(text)
+            if v.sched and not args.loop_mib:
+                raise ValueError(f"--variant {text!r}: sched needs --loop-mib (never the host's disk)")
+            VARIANTS[v.suffix] = v
+    except ValueError as err:
+        p.error(str(err))
+    try:
         policy = {k: float(v) for k, v in (kv.split("=", 1) for kv in args.io_policy.split(",") if kv)}
     except ValueError:
         p.error(f"--io-policy: KEY=NUMBER,... , got {args.io_policy!r}")
+    return args, policy
+
+
+def main(argv: list[str]) -> int:
+    args, policy = parse_args(argv)
     if args.quick:
         args.rounds, args.seconds, args.warmup, args.lift_wait = 1, 1.0, 0.3, 1.5
         args.hp_file_mib, args.write_file_mib, args.read_file_mib, args.chunk_mib = 16, 48, 32, 8
@@ -686,23 +842,35 @@ def main(argv: list[str]) -> int:
     workdir.mkdir(parents=True)
     tmp = Path(tempfile.mkdtemp(prefix="coloc-bench-io-agent-"))  # the agent's state, socket, log
     try:
-        dev = disk_of(os.stat(workdir).st_dev)
-        if dev is None:
-            print(f"bench/io.py: {workdir} is not on a disk (tmpfs, overlay, loop, dm?): pass --dir on one",
-                  file=sys.stderr)
-            return 2
-        try:
-            root = RealRoot(prefix="coloc-bench-io")
-        except CgroupsUnavailable as err:
-            print(f"bench/io.py: {err}", file=sys.stderr)
-            return 2
-        try:
-            with_blkio(root)
-            be = TIER if args.be_in_tier else BE_REL
-            agent = Agent(root, dev, tmp, args.agent_tree.resolve(), be, policy)
-            return measure(args, root, workdir, dev, agent)
-        finally:
-            root.cleanup()
+        with contextlib.ExitStack() as stack:
+            host_dev = disk_of(os.stat(workdir).st_dev)
+            if host_dev is None:
+                print(f"bench/io.py: {workdir} is not on a disk (tmpfs, overlay, loop, dm?): pass --dir on "
+                      "one", file=sys.stderr)
+                return 2
+            dev, files, loop = host_dev, workdir, None
+            if args.loop_mib:
+                try:  # removed after the cgroups (and their processes) are
+                    loop = stack.enter_context(loop_disk(workdir, args.loop_mib, args.loop_scheduler))
+                except LoopUnavailable as err:
+                    print(f"bench/io.py: no loop disk: {err}", file=sys.stderr)
+                    return 2
+                dev, files = loop.dev, loop.mount
+            try:
+                root = RealRoot(prefix="coloc-bench-io")
+            except CgroupsUnavailable as err:
+                print(f"bench/io.py: {err}", file=sys.stderr)
+                return 2
+            try:
+                with_blkio(root)
+                if not (root.hierarchy.is_v1("blkio") or root.hierarchy.mode == "v2"):
+                    print("bench/io.py: no blkio (v1) or io (v2) controller here", file=sys.stderr)
+                    return 2
+                be = TIER if args.be_in_tier else BE_REL
+                agent = Agent(root, dev, tmp, args.agent_tree.resolve(), be, policy)
+                return measure(args, root, Bench(args, root, files, dev, agent, loop, host_dev))
+            finally:
+                root.cleanup()
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
         shutil.rmtree(tmp, ignore_errors=True)
@@ -717,12 +885,11 @@ def with_blkio(root: RealRoot) -> None:
         (h.v1["blkio"] / root.name).mkdir()
 
 
-def measure(args: argparse.Namespace, root: RealRoot, workdir: Path, dev: str, agent: Agent) -> int:
-    if not (root.hierarchy.is_v1("blkio") or root.hierarchy.mode == "v2"):
-        print("bench/io.py: no blkio (v1) or io (v2) controller here", file=sys.stderr)
-        return 2
-    bench = Bench(args, root, workdir, dev, agent)
-    progress(f"disk {dev}, {workdir}, cgroups {root.hierarchy.mode}; writing the files")
+def measure(args: argparse.Namespace, root: RealRoot, bench: Bench) -> int:
+    dev, agent = bench.dev, bench.agent
+    on = (f" (loop disk {bench.loop.name} on {bench.host_dev}, scheduler {args.loop_scheduler})"
+          if bench.loop else "")
+    progress(f"disk {dev}{on}, {bench.dir}, cgroups {root.hierarchy.mode}; writing the files")
     bench.prepare()
     hp_cases, be_cases = case_names(args.capped)
     cases = hp_cases + be_cases
@@ -733,10 +900,11 @@ def measure(args: argparse.Namespace, root: RealRoot, workdir: Path, dev: str, a
             results[case].append(s)
             hp = (f"commit p99 {pct(s.fsync_ms, 99):.2f} ms, read p99 {pct(s.read_ms, 99):.2f} ms, "
                   f"{s.fsync_ops_per_s + s.read_ops_per_s:.0f} ops/s, " if s.fsync_ms else "")
+            host = f" (host disk {s.host_disk_mb_per_s:.1f})" if bench.loop else ""
             guard = "" if s.capped_share is None else (
                 f"; capped {s.capped_share:.0%} of the window, cut {fmt(s.cut_s)} s, lift {fmt(s.lift_s)} s")
             progress(f"round {r} {case}: {hp}BE {s.be_mb_per_s:.1f} MB/s (charged "
-                     f"{s.be_cgroup_mb_per_s:.1f}), disk {s.disk_mb_per_s:.1f} MB/s{guard}")
+                     f"{s.be_cgroup_mb_per_s:.1f}), disk {s.disk_mb_per_s:.1f} MB/s{host}{guard}")
     out = summarise(results, args, dev, root.hierarchy.mode)
     table(results, out)
     out["agent_starts"] = agent.starts

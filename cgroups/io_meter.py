@@ -65,6 +65,26 @@ class IoMeter:
     def exists(self, rel: str) -> bool:
         return Path(join(self._io, rel)).is_dir()
 
+    def count_on(self, dev: str) -> bool:
+        """v1: have the kernel count `dev`'s IO per cgroup; whether this wrote. A v1 kernel's blkio throttle
+        counts a disk's IO (`io_service_bytes`, `io_serviced`) only once throttling is active on its queue
+        (6.x: from the first write of a throttle rule on that disk, by anyone, until the disk goes):
+        measured on a fresh loop device, 0 bytes counted for a 20 MiB direct write before, all of them after.
+        Writing `MAJ:MIN 0` (no rule) to the agent root's `read_bps_device` activates it and caps nothing;
+        it is written only where that file holds no rule for the disk (it would lift one)."""
+        if not self.v1:
+            return False
+        path = f"{self._io}/blkio.throttle.read_bps_device"
+        with open(path, "rb") as f:
+            if any(line.split()[:1] == [dev.encode()] for line in f.read().splitlines()):
+                return False
+        fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+        try:
+            os.write(fd, f"{dev} 0".encode())
+        finally:
+            os.close(fd)
+        return True
+
     def _read(self, path: str) -> bytes:
         """The file's text; FileNotFoundError once its cgroup is gone (the kernel's ENODEV on an open fd)."""
         fd = self._fds.get(path)

@@ -154,6 +154,11 @@ class IoGuard:
             return None, str(err)
         if not meter.exists(be_tier):
             return None, f"the BE tier has no IO cgroup: {meter.dir(be_tier)} does not exist"
+        for dev in devices:
+            try:
+                meter.count_on(dev)
+            except OSError as err:  # the guard runs; HP and BE may read as idle on this disk
+                log.warning("io: cannot have the kernel count IO on %s per cgroup: %s", dev, err)
         return cls(config, meter, writer, be_tier, devices, nodeslo), ""
 
     # -- reading -------------------------------------------------------------------------------------------

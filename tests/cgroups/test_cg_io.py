@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from kit.loopdisk import LoopDisk, LoopUnavailable, loop_disk
 from kit.realcg import RealRoot
 
 from cgroups.errors import InvalidValue, UnknownFormat
@@ -29,6 +30,7 @@ from cgroups.io import (
     parse_io_max,
     parse_io_stat,
 )
+from cgroups.io_meter import IoMeter
 from cgroups.knobs import io_max
 from cgroups.writer import CgroupWriter
 
@@ -149,3 +151,48 @@ def test_a_cap_through_the_writer_holds_a_real_direct_writer_and_is_given_back(
     w2 = CgroupWriter(real_root.hierarchy, real_root.name, journal=again)
     assert w2.settle(IO) == 1 and again.held == {}
     assert io_max(dev).read(w2, rel) == NO_LIMIT
+
+
+
+@pytest.fixture
+def loop(on_disk: Path) -> Iterator[LoopDisk]:
+    """A fresh loop device (direct IO, ext4 mounted), removed afterwards; skipped where none can be made."""
+    made = loop_disk(on_disk, 64)
+    try:
+        disk = made.__enter__()
+    except LoopUnavailable as err:
+        pytest.skip(f"no loop device here: {err}")
+    try:
+        yield disk
+    finally:
+        made.__exit__(None, None, None)
+
+
+def test_the_meter_has_the_kernel_count_a_fresh_disks_io_and_caps_nothing(
+        real_root: RealRoot, be: tuple[str, Path | None], loop: LoopDisk) -> None:
+    # a fresh loop device: no throttle rule was ever written for it, by anyone (the host's disk had one,
+    # which is why the guard's v1 counters worked there and read 0 on a loop device before count_on)
+    if not real_root.hierarchy.is_v1("blkio"):
+        pytest.skip("v1 blkio only: v2's io.stat counts every disk")
+    rel, blkio = be
+    assert blkio is not None
+    root_dir = blkio.parent
+    meter = IoMeter(real_root.hierarchy, real_root.name)
+    try:
+        assert meter.count_on(loop.dev) is True
+        assert meter.count_on(loop.dev) is True, "no rule is left behind: it is written again"
+        for f in ("read_bps_device", "write_bps_device", "read_iops_device", "write_iops_device"):
+            assert loop.dev not in (root_dir / f"blkio.throttle.{f}").read_text(), f"a {f} rule was set"
+        dd = ["dd", "if=/dev/zero", f"of={loop.mount}/be.out", "bs=1M", "count=8", "oflag=direct",
+              "status=none"]
+        proc = real_root.spawn(rel, dd)
+        assert proc.wait(60) == 0
+        counted = meter.stat(rel) or {}
+        assert loop.dev in counted and counted[loop.dev].wbytes >= 8 << 20, counted
+        # a rule in place is kept: count_on never lifts another writer's cap
+        (root_dir / "blkio.throttle.read_bps_device").write_text(f"{loop.dev} 4000000")
+        assert meter.count_on(loop.dev) is False
+        assert f"{loop.dev} 4000000" in (root_dir / "blkio.throttle.read_bps_device").read_text()
+        (root_dir / "blkio.throttle.read_bps_device").write_text(f"{loop.dev} 0")
+    finally:
+        meter.close()
