@@ -38,10 +38,10 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
+from kit.agentbench import memory_kib, metrics_text, start_watcher, wait_ticking
 from kit.agentproc import agent_argv, agent_config, stop
 from kit.bench import finish, progress, require_tools
 from kit.ports import free_port
@@ -53,16 +53,6 @@ REPO = Path(__file__).resolve().parent.parent
 TARGET_CPU_PERCENT = 1.0
 TARGET_RSS_MB = 64.0
 GRPC_THREADS = ("event_engine", "grpc_global_tim", "lifeguard")  # comm names are cut at 15 characters
-WATCHER = ("import asyncio, sys\n"
-           "from agent.api.client import AgentClient\n"
-           "async def main():\n"
-           "    async with AgentClient(sys.argv[1]) as c:\n"
-           "        stream = c.watch(send_initial=True)\n"
-           "        await anext(stream)\n"
-           "        print('watching', flush=True)\n"
-           "        async for _ in stream:\n"
-           "            pass\n"
-           "asyncio.run(main())\n")
 EAGER_KUBE = ("import sys, runpy, kubernetes.client, kubernetes.config; sys.argv[0] = 'coloc-agent'; "
               "runpy.run_module('agent.cli', run_name='__main__')")
 
@@ -88,19 +78,9 @@ def proc_counters(pid: int) -> tuple[int, int, int, dict[str, int]]:
     return run_ns, woken, preempted, by_name
 
 
-def memory_kib(pid: int) -> dict[str, int]:
-    out = {}
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        key, _, value = line.partition(":")
-        if key in ("VmRSS", "VmHWM", "RssAnon", "RssFile", "Threads"):
-            out[key] = int(value.split()[0])
-    return out
-
-
 def scrape(port: int) -> dict[str, float]:
-    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
     out: dict[str, float] = {}
-    for fam in text_string_to_metric_families(text):
+    for fam in text_string_to_metric_families(metrics_text(port)):
         for s in fam.samples:
             if s.name == "coloc_fast_path_mode" and s.value == 1:
                 out[f"mode={s.labels['mode']}"] = 1
@@ -153,33 +133,6 @@ def start_agent(root: RealRoot, cfg: Path, log: Path, eager_kube: bool) -> subpr
         return root.spawn("agent", argv, stdout=f, stderr=f, cwd=REPO)
 
 
-def wait_ready(port: int, proc: subprocess.Popen[bytes], log: Path, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"agent exited ({proc.returncode}):\n{log.read_text()[-2000:]}")
-        try:
-            if scrape(port).get("coloc_ticks_total", 0) >= 2:
-                return
-        except OSError:
-            pass
-        time.sleep(0.2)
-    raise RuntimeError(f"agent not ticking after {timeout}s:\n{log.read_text()[-2000:]}")
-
-
-def start_watcher(sock: Path, log: Path) -> subprocess.Popen[bytes]:
-    """A Watch held open from another process; returns once its first batch arrived."""
-    with log.open("ab") as f:
-        proc = subprocess.Popen([sys.executable, "-c", WATCHER, str(sock)], stdout=subprocess.PIPE, stderr=f,
-                                cwd=REPO)
-    assert proc.stdout is not None
-    if proc.stdout.readline().strip() != b"watching":
-        proc.kill()
-        proc.wait(10)
-        raise RuntimeError(f"the watcher got no first batch:\n{log.read_text()[-2000:]}")
-    return proc
-
-
 def phase(root: RealRoot, d: Path, name: str, seconds: float, settle: float, eager: bool = False,
           watch: bool = False) -> dict[str, Any]:
     port = free_port()
@@ -189,7 +142,7 @@ def phase(root: RealRoot, d: Path, name: str, seconds: float, settle: float, eag
     proc = start_agent(root, cfg, log, eager)
     watcher = None
     try:
-        wait_ready(port, proc, log)
+        wait_ticking(port, proc, log)
         if watch:
             watcher = start_watcher(d / "agent.sock", log)
         progress(f"phase {name}: agent pid {proc.pid} ticking{' with a Watch open' if watch else ''}; "

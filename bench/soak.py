@@ -1,6 +1,7 @@
 """A long run with churn: the agent's exported series and its memory, sampled over time, must stay flat.
 
-    python bench/soak.py [--minutes 30] [--live 150] [--period 1.0] [--warmup-min 5] [--sample-s 30]
+    python bench/soak.py [--quick] [--minutes 30] [--live 150] [--period 1.0] [--warmup-min 5] [--sample-s 30]
+                         [--agent-env NAME=VALUE ...]
 
 The agent runs as on a node (bench/footprint.py's layout: one `coloc-agent run` process in its own cgroup
 `agent/` beside the node cgroup root `node/` it manages; 1 s tick, fast path on, standalone mode, evictions
@@ -10,11 +11,16 @@ dry run), for --minutes, while:
     every workload is new (a new name), so anything keyed by workload that is never forgotten grows;
   - HP's CPU comes in bursts (a busy loop for 4 s every 20 s, in `node/pod-hp-burner`): suppression shrinks
     BE's budget, holds it under pressure, grows it again, so it decides every tick with changing numbers;
-  - one client holds a Watch stream open (the node API), and /metrics is scraped every 2 s.
+  - one client holds a Watch stream open (the node API; re-opened at the server's maximum connection age),
+    and /metrics is scraped every 2 s.
 Every --sample-s seconds: the number of series /metrics exports (sample lines), `coloc_holds_total`'s
-series, and the agent's RSS (VmRSS, RssAnon). Flat after warm-up: the series count after --warmup-min does
-not change, and RSS at the end is within 10 % (and 4 MB) of RSS right after warm-up. The machine load stays
-modest: the agent, one sleep per live pod, 20 % of one core in bursts.
+series, and the agent's RSS (VmRSS, RssAnon). Flat after warm-up (the samples from --warmup-min on): the
+series count does not change, and RSS's least-squares slope is at most RSS_SLOPE_MAX_MB_PER_MIN. Errors:
+scrapes that failed, and error lines in the agent's log. --agent-env sets a variable in the agent's
+environment (e.g. MALLOC_ARENA_MAX=2, to compare allocator settings). `--quick` (CI): 1 minute, 30 pods
+alive, a new one every 0.5 s, 15 s warm-up, a sample every 5 s; too short to judge flatness, it shows that
+the soak runs and measures. The machine load stays modest: the agent, one sleep per live pod, 20 % of one
+core in bursts.
 Needs root and writable cgroups. Samples go to bench/out/soak.jsonl; the last line is one JSON object.
 """
 
@@ -29,11 +35,11 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from collections import deque
 from pathlib import Path
 from typing import Any
 
+from kit.agentbench import memory_kib, metrics_text, start_watcher, wait_ticking
 from kit.agentproc import agent_argv, agent_config, stop
 from kit.bench import finish, progress, require_tools
 from kit.ports import free_port
@@ -41,31 +47,10 @@ from kit.realcg import RealRoot
 
 REPO = Path(__file__).resolve().parent.parent
 OUT = REPO / "bench" / "out"
-# A scheduler's Watch: the server ends a stream at its maximum connection age, and the client watches again.
-WATCHER = ("import asyncio, sys\n"
-           "from agent.api.client import AgentCallError, AgentClient\n"
-           "async def main():\n"
-           "    first = True\n"
-           "    while True:\n"
-           "        try:\n"
-           "            async with AgentClient(sys.argv[1]) as c:\n"
-           "                stream = c.watch(send_initial=True)\n"
-           "                await anext(stream)\n"
-           "                if first:\n"
-           "                    print('watching', flush=True)\n"
-           "                    first = False\n"
-           "                async for _ in stream:\n"
-           "                    pass\n"
-           "        except AgentCallError as err:\n"
-           "            if 'max connection age' not in str(err):\n"
-           "                raise\n"
-           "asyncio.run(main())\n")
 BURST_EVERY_S, BURST_S = 20.0, 4
-RSS_SLACK = (0.10, 4.0)  # flat: end within 10 % and 4 MB of after warm-up
-
-
-def metrics_text(port: int) -> str:
-    return str(urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode())
+SCRAPE_EVERY_S = 2.0
+SCRAPES_FAILING_MAX_S = 60.0  # the agent's /metrics not answering this long ends the soak
+RSS_SLOPE_MAX_MB_PER_MIN = 0.02  # flat: at most ~0.5 MB over 25 minutes after warm-up
 
 
 def series(text: str) -> tuple[int, int, float]:
@@ -76,39 +61,22 @@ def series(text: str) -> tuple[int, int, float]:
     return len(lines), holds, ticks
 
 
-def memory_kib(pid: int) -> dict[str, int]:
-    out = {}
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        key, _, value = line.partition(":")
-        if key in ("VmRSS", "VmHWM", "RssAnon"):
-            out[key] = int(value.split()[0])
-    return out
+def slope_per_min(points: list[tuple[float, float]]) -> float:
+    """The least-squares slope of (seconds, value) points, per minute; 0 for fewer than two."""
+    if len(points) < 2:
+        return 0.0
+    mt = sum(t for t, _ in points) / len(points)
+    mv = sum(v for _, v in points) / len(points)
+    den = sum((t - mt) ** 2 for t, _ in points)
+    return 0.0 if den == 0 else sum((t - mt) * (v - mv) for t, v in points) / den * 60
 
 
-def wait_ready(port: int, proc: subprocess.Popen[bytes], log: Path, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"agent exited ({proc.returncode}):\n{log.read_text()[-2000:]}")
-        try:
-            if series(metrics_text(port))[2] >= 2:
-                return
-        except OSError:
-            pass
-        time.sleep(0.2)
-    raise RuntimeError(f"agent not ticking after {timeout}s:\n{log.read_text()[-2000:]}")
-
-
-def start_watcher(sock: Path, log: Path) -> subprocess.Popen[bytes]:
-    with log.open("ab") as f:
-        proc = subprocess.Popen([sys.executable, "-c", WATCHER, str(sock)], stdout=subprocess.PIPE, stderr=f,
-                                cwd=REPO)
-    assert proc.stdout is not None
-    if proc.stdout.readline().strip() != b"watching":
-        proc.kill()
-        proc.wait(10)
-        raise RuntimeError(f"the watcher got no first batch:\n{log.read_text()[-2000:]}")
-    return proc
+def log_errors(log: Path) -> int:
+    """Error (and critical) lines of the agent's JSON log."""
+    if not log.exists():
+        return 0
+    return sum(1 for ln in log.read_text(errors="replace").splitlines()
+               if '"level":"error"' in ln or '"level":"critical"' in ln or "Traceback" in ln)
 
 
 class Churn:
@@ -150,20 +118,22 @@ def soak(args: argparse.Namespace, root: RealRoot, d: Path) -> dict[str, Any]:
     cfg = agent_config(d, f"{root.name}/node", port, loop=None, eviction={"dry_run": True},
                        node={"name": "soak-node", "cpus": 2, "memory": "4Gi"}, log={"level": "warning"})
     log = d / "agent.log"
+    env = {**os.environ, **dict(kv.split("=", 1) for kv in args.agent_env)}
     with log.open("ab") as f:
-        proc = root.spawn("agent", agent_argv("run", "--config", str(cfg)), stdout=f, stderr=f, cwd=REPO)
+        proc = root.spawn("agent", agent_argv("run", "--config", str(cfg)), stdout=f, stderr=f, cwd=REPO,
+                          env=env)
     watcher = burner = None
     samples: list[dict[str, Any]] = []
+    scrapes = scrape_errors = 0
     OUT.mkdir(parents=True, exist_ok=True)
     out = (OUT / "soak.jsonl").open("w")
+    churn = Churn(root, args.live)
     try:
-        wait_ready(port, proc, log)
+        wait_ticking(port, proc, log)
         watcher = start_watcher(d / "agent.sock", log)
-        churn = Churn(root, args.live)
         t0 = time.monotonic()
         end = t0 + args.minutes * 60
-        next_churn = next_scrape = next_sample = next_burst = t0
-        scrapes = 0
+        next_churn = next_scrape = next_sample = next_burst = last_answer = t0
         progress(f"agent pid {proc.pid} ticking, a Watch open; churning for {args.minutes:g} min")
         while (now := time.monotonic()) < end:
             if proc.poll() is not None:
@@ -178,17 +148,26 @@ def soak(args: argparse.Namespace, root: RealRoot, d: Path) -> dict[str, Any]:
                 churn.step()
                 next_churn += args.period
             if now >= next_scrape:
-                text = metrics_text(port)
+                next_scrape = now + SCRAPE_EVERY_S
+                try:
+                    text = metrics_text(port)
+                except OSError as err:
+                    scrape_errors += 1
+                    progress(f"scrape failed: {err}")
+                    if now - last_answer > SCRAPES_FAILING_MAX_S:
+                        raise RuntimeError(f"/metrics unanswered for {SCRAPES_FAILING_MAX_S:g} s") from err
+                    continue
                 scrapes += 1
-                next_scrape = now + 2.0
+                last_answer = now
                 if now >= next_sample:
                     n, holds, ticks = series(text)
                     mem = memory_kib(proc.pid)
                     s = {"t_s": round(now - t0, 1), "series": n, "holds_series": holds, "ticks": ticks,
-                         "rss_mb": round(mem["VmRSS"] / 1024, 1),
-                         "rss_anon_mb": round(mem["RssAnon"] / 1024, 1),
-                         "hwm_mb": round(mem["VmHWM"] / 1024, 1), "workloads_made": churn.made,
-                         "workloads_live": len(churn.pods), "scrapes": scrapes}
+                         "rss_mb": round(mem["VmRSS"] / 1024, 2),
+                         "rss_anon_mb": round(mem["RssAnon"] / 1024, 2),
+                         "hwm_mb": round(mem["VmHWM"] / 1024, 1), "threads": mem["Threads"],
+                         "workloads_made": churn.made, "workloads_live": len(churn.pods), "scrapes": scrapes,
+                         "scrape_errors": scrape_errors}
                     samples.append(s)
                     out.write(json.dumps(s) + "\n")
                     out.flush()
@@ -201,15 +180,19 @@ def soak(args: argparse.Namespace, root: RealRoot, d: Path) -> dict[str, Any]:
             if p is not None and p.poll() is None:
                 p.send_signal(signal.SIGKILL)
                 p.wait(10)
-        stop(proc, 30)
-    return summarize(args, samples, churn.made)
+        status = stop(proc, 30)
+    res = summarize(args, samples, churn.made)
+    res.update(scrape_errors=scrape_errors, agent_log_errors=log_errors(log), agent_exit_status=status)
+    return res
 
 
 def summarize(args: argparse.Namespace, samples: list[dict[str, Any]], made: int) -> dict[str, Any]:
     warm = [s for s in samples if s["t_s"] >= args.warmup_min * 60]
+    if len(warm) < 2:
+        raise RuntimeError(f"{len(warm)} samples after warm-up: a slope needs two (--sample-s shorter)")
     first, after, last = samples[0], warm[0], samples[-1]
-    res: dict[str, Any] = {"minutes": args.minutes, "workloads_made": made, "live": args.live,
-                           "samples": len(samples)}
+    res: dict[str, Any] = {"minutes": args.minutes, "warmup_minutes": args.warmup_min, "workloads_made": made,
+                           "workloads_live": args.live, "samples": len(samples)}
     for name, s in (("start", first), ("after_warmup", after), ("end", last)):
         res[f"series_{name}"] = s["series"]
         res[f"holds_series_{name}"] = s["holds_series"]
@@ -218,23 +201,37 @@ def summarize(args: argparse.Namespace, samples: list[dict[str, Any]], made: int
     res["series_max_after_warmup"] = max(s["series"] for s in warm)
     res["series_min_after_warmup"] = min(s["series"] for s in warm)
     res["rss_mb_max_after_warmup"] = max(s["rss_mb"] for s in warm)
-    res["rss_growth_mb_after_warmup"] = round(last["rss_mb"] - after["rss_mb"], 1)
-    slack = max(after["rss_mb"] * RSS_SLACK[0], RSS_SLACK[1])
+    res["rss_growth_mb_after_warmup"] = round(last["rss_mb"] - after["rss_mb"], 2)
+    for key in ("rss_mb", "rss_anon_mb"):
+        slope = slope_per_min([(s["t_s"], s[key]) for s in warm])
+        res[f"{key.removesuffix('_mb')}_slope_mb_per_min_after_warmup"] = round(slope, 4)
+    res["rss_slope_max_mb_per_min"] = RSS_SLOPE_MAX_MB_PER_MIN
     res["flat"] = (res["series_max_after_warmup"] == res["series_min_after_warmup"]
-                   and res["rss_mb_max_after_warmup"] - after["rss_mb"] <= slack)
+                   and res["rss_slope_mb_per_min_after_warmup"] <= RSS_SLOPE_MAX_MB_PER_MIN)
     return res
 
 
 def parse() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--minutes", type=float, default=30.0)
+    p.add_argument("--quick", action="store_true",
+                   help="CI: 1 min, 30 pods alive, a new one every 0.5 s, 15 s warm-up, a sample every 5 s")
+    p.add_argument("--minutes", type=float, default=30.0, help="how long the churn runs")
     p.add_argument("--live", type=int, default=150, help="pods alive at once")
     p.add_argument("--period", type=float, default=1.0, help="seconds between two new pods")
-    p.add_argument("--warmup-min", type=float, default=5.0)
-    p.add_argument("--sample-s", type=float, default=30.0)
+    p.add_argument("--warmup-min", type=float, default=5.0, help="minutes before flatness is judged")
+    p.add_argument("--sample-s", type=float, default=30.0, help="seconds between two samples")
+    p.add_argument("--agent-env", action="append", default=[], metavar="NAME=VALUE",
+                   help="a variable of the agent's environment (repeatable)")
     args = p.parse_args()
+    if args.quick:
+        args.minutes, args.live, args.period, args.warmup_min, args.sample_s = 1.0, 30, 0.5, 0.25, 5.0
     if args.warmup_min >= args.minutes:
         p.error("--warmup-min must be shorter than --minutes")
+    if args.live < 1 or args.period <= 0 or args.sample_s <= 0:
+        p.error("--live must be at least 1, --period and --sample-s above 0")
+    for kv in args.agent_env:
+        if "=" not in kv or not kv.split("=", 1)[0]:
+            p.error(f"--agent-env {kv!r}: expected NAME=VALUE")
     return args
 
 
@@ -253,8 +250,11 @@ def main() -> int:
               f"RSS {out[f'rss_mb_{name}']:6.1f} MB (anon {out[f'rss_anon_mb_{name}']})")
     print(f"{out['workloads_made']} workloads made in {out['minutes']:g} min; after warm-up: series "
           f"{out['series_min_after_warmup']}..{out['series_max_after_warmup']}, RSS max "
-          f"{out['rss_mb_max_after_warmup']} MB; {'flat' if out['flat'] else 'NOT flat'}")
-    return finish("bench/soak.py", out, ("series_end", "rss_mb_end"))
+          f"{out['rss_mb_max_after_warmup']} MB, slope {out['rss_slope_mb_per_min_after_warmup']} MB/min "
+          f"(anon {out['rss_anon_slope_mb_per_min_after_warmup']}; flat: ≤ {RSS_SLOPE_MAX_MB_PER_MIN}); "
+          f"scrape errors {out['scrape_errors']}, agent log errors {out['agent_log_errors']}; "
+          f"{'flat' if out['flat'] else 'NOT flat'}")
+    return finish("bench/soak.py", out, ("series_end", "rss_mb_end", "rss_slope_mb_per_min_after_warmup"))
 
 
 if __name__ == "__main__":

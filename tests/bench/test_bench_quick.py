@@ -40,6 +40,8 @@ BENCHES = {
                           "read_p99_over_alone_ratio", "ops_over_alone_ratio")),
               *(f"be_alone_{f}_agent_over_alone_ratio" for f in IO_FLOODS),
               "io_cut_s_median", "io_cut_s_max", "io_lift_s_median", "io_lift_s_max"),
+    "soak.py": ("series_after_warmup", "series_end", "rss_mb_after_warmup", "rss_mb_end",
+                "rss_slope_mb_per_min_after_warmup", "scrape_errors", "agent_log_errors"),
     "load.py": ("tick_interval_p99_ratio", "rpc_snapshot_p99_ms", "agent_vm_hwm_mib", "errors",
                 "snapshot_quiet_p99_ms"),
 }
