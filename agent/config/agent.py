@@ -24,6 +24,7 @@ from agent.config.sources import (
     SourcesConfig,
 )
 from agent.config.standalone import StandaloneConfig
+from agent.config.trace import TraceConfig
 from cgroups.errors import PathOutsideRoot
 from cgroups.paths import check_rel
 from qos.batch import BatchConfig
@@ -248,6 +249,7 @@ class AgentConfig:
     network: NetworkConfig = field(default_factory=NetworkConfig)
     io: IoConfig = field(default_factory=IoConfig)
     batch_limits: BatchLimitsConfig = field(default_factory=BatchLimitsConfig)
+    trace: TraceConfig = field(default_factory=TraceConfig)
     resource_qos: ResourceQosConfig = field(default_factory=ResourceQosConfig)
     sources: SourcesConfig = field(default_factory=lambda: SourcesConfig(
         kubelet=KubeletConfig(enabled=False), yarn=NodeManagerConfig(enabled=False),

@@ -27,6 +27,7 @@ from agent.daemon.collector import Collector
 from agent.daemon.psi_wake import ADAPTIVE_POLL, OFF, PSI_TRIGGER, PsiWaker, probe
 from agent.executors.apply import ActionExecutor, Ended
 from agent.published import NOT_DONE, ActionRecord, Board, Counters, Published
+from agent.trace.recorder import TickTrace
 from qos.actions import ActionKind
 from qos.model import DrainView, NodeSnapshot, Workload
 from qos.pipeline import Decision, Pipeline, PipelineState
@@ -90,6 +91,7 @@ class TickOutputs:
     hooks: tuple[TickHook, ...] = ()
     observers: tuple[Callable[[Published], None], ...] = ()
     admissions_refused: Callable[[], Mapping[str, int]] = field(default=dict)
+    trace: Callable[[TickTrace], None] | None = None  # the trace's recorder (agent/trace), when on
 
 
 def _settle(pipeline: Pipeline[NodeOutputs], state: PipelineState, ended: Ended) -> PipelineState:
@@ -140,6 +142,7 @@ class TickLoop:
         self._tick += 1
         pipeline = self._pipeline()
         ended = self._executor.ended()
+        prior = self._state
         self._state = _settle(pipeline, self._state, ended)
         workloads, stale = self._inputs.list_workloads()
         collected = self._collector.collect(workloads, self._executor.terminating, stale, started_wall)
@@ -148,6 +151,12 @@ class TickLoop:
         done = self._executor.execute(decision.actions, snap)
         not_done = {r.target for r in done if r.kind == ActionKind.EVICT and r.outcome in NOT_DONE}
         self._state = pipeline.forget(decision.state, not_done)
+        if self._outputs.trace is not None:
+            try:
+                self._outputs.trace(TickTrace(self._tick, started_wall, prior, ended.records, ended.try_next,
+                                              snap, decision, done, not_done))
+            except Exception:
+                log.exception("recording the tick failed")
         records = [*ended.records, *done]
         self._recent.extend(records)
         for hook in self._outputs.hooks:

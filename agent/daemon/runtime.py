@@ -48,6 +48,10 @@ from agent.sources.standalone import StandaloneScanner
 from agent.sources.yarn import NodeManagerSource
 from agent.state import Ledger, LedgerConfig, StateFileError
 from agent.state.lifecycle import reports_batch
+from agent.trace.files import TraceWriter
+from agent.trace.params import TickSettings, tick_settings
+from agent.trace.params import yarn_entries as yarn_entries  # noqa: PLC0414 - re-exported: tests use it here
+from agent.trace.recorder import TickRecorder
 from cgroups.discovery import Hierarchy, detect_driver, discover, resolve_root
 from cgroups.errors import CgroupError
 from cgroups.holdings import Journal
@@ -56,9 +60,7 @@ from cgroups.reader import CgroupReader
 from cgroups.writer import CgroupWriter
 from qos.blkio_qos import be_device_caps, unsupported
 from qos.model import NetworkSample, Resources, Source, Workload
-from qos.pipeline import Pipeline
 from qos.policies import PolicyConfig
-from qos.registry import NodeOutputs, build_pipeline
 
 log = logging.getLogger("coloc.runtime")
 
@@ -97,6 +99,7 @@ class Runtime:
     io: IoGuard | None = None  # the disk guard; its task is `io.run(stop)`
     io_off: str = ""  # why the disk guard does not run ("" when it does, or is turned off)
     made: tuple[str, ...] = ()  # the cgroups this start made (`setup_tiers`), parents first
+    recorder: TickRecorder | None = None  # the trace's (`trace:`), closed with the runtime
 
     def close(self, *, failed_start: bool = False) -> None:
         """Release what the agent holds. At a clean exit the agent's own root goes (`cleanup_on_exit`); after
@@ -107,6 +110,8 @@ class Runtime:
             self.io.close()
         self.reader.close()
         self.audit.close()
+        if self.recorder is not None:
+            self.recorder.close()
         if failed_start:
             _undo_setup(self.writer, self.reader, list(self.made))
         elif self.created_root and self.cfg.cgroups.cleanup_on_exit:
@@ -413,20 +418,33 @@ def _assemble(cfg: AgentConfig, board: Board | None, hierarchy: Hierarchy, reade
                         third_party_annotation=lambda: reports.third_party_annotation,
                         drain_view=drain.view, sources_synced=sources.synced, source_ages=sources.ages,
                         usage_report_age=reports.usage_report_age, settings_sources=settings.source_map)
+    in_force = PipelineInForce(settings, _settings_builder(cfg, guard is not None))
+    recorder = make_recorder(cfg, in_force, ledger)
     outputs = TickOutputs(board, _hooks(cfg, ledger, drain, evictors, api_client),
                           observers=(hub.observe, reports.observe),
-                          admissions_refused=lambda: ledger.refusals)
+                          admissions_refused=lambda: ledger.refusals,
+                          trace=recorder.record if recorder is not None else None)
     timing = LoopTiming(cfg.loop.interval_s, cfg.loop.fast_path, cfg.loop.fast_poll_s,
                         cfg.loop.fast_hp_jump_milli_cpu, cfg.loop.fast_psi_stall_ratio,
                         cfg.loop.psi_max_cgroups, cfg.loop.psi_trigger, cfg.loop.calm_poll_s,
                         cfg.loop.fast_hold_s)
-    loop = TickLoop(inputs, PipelineInForce(settings, _pipeline_builder(cfg, guard is not None)).pipeline,
-                    executor, outputs, timing)
+    loop = TickLoop(inputs, in_force.pipeline, executor, outputs, timing)
     limits, qos = make_limits(cfg, hierarchy, writer, sources, settings, ledger, hub)
     return Runtime(cfg, hierarchy, reader, writer, collector, sources, reports, executor, loop, board, audit,
                    capacity, cpus, hub, ledger, drain, settings, LeftEgress(writer.journal, cfg.network,
                                                                             hierarchy.unified),
-                   limits, qos, owned, network=shaper, io=guard, io_off=io_off)
+                   limits, qos, owned, network=shaper, io=guard, io_off=io_off, recorder=recorder)
+
+
+def make_recorder(cfg: AgentConfig, in_force: PipelineInForce, ledger: Ledger) -> TickRecorder | None:
+    """The trace's recorder (`trace:`; None: off)."""
+    t = cfg.trace
+    if not t.enabled:
+        return None
+    writer = TraceWriter(Path(t.dir), file_bytes=int(t.file_mb * 1e6), files=t.files,
+                         queue_lines=t.queue_ticks, level=t.level)
+    log.info("recording a trace", extra={"fields": {"dir": t.dir, "file_mb": t.file_mb, "files": t.files}})
+    return TickRecorder(writer, in_force.settings, ledger.take_judged, cfg.node.node_name)
 
 
 def make_limits(cfg: AgentConfig, hierarchy: Hierarchy, writer: CgroupWriter, sources: WorkloadSources,
@@ -466,27 +484,15 @@ def make_io_guard(cfg: AgentConfig, writer: CgroupWriter, be_tier: str,
     return guard, why
 
 
-def _pipeline_builder(cfg: AgentConfig, io: bool = False) -> Callable[[PolicyConfig], Pipeline[NodeOutputs]]:
-    """The node's pipeline for a set of policy settings (the YAML's, then NodeSLO's)."""
+def _settings_builder(cfg: AgentConfig, io: bool = False) -> Callable[[PolicyConfig], TickSettings]:
+    """The settings of a tick for a set of policy settings (the YAML's, then NodeSLO's)."""
     if cfg.policies.suppression.cpu_idle and not cfg.cgroups.setup_tiers:
         log.info("cpu.idle stays off: the kubelet owns the BE tier (cgroups.setup_tiers is false) and writes "
                  "its cpu.shares, which the kernel refuses on an idle cgroup; BE is suppressed by its cpuset")
-    network = cfg.network.policy if cfg.network.enabled else None
-    yarn = yarn_entries(cfg)
 
-    def build(settings: PolicyConfig) -> Pipeline[NodeOutputs]:
-        return build_pipeline(idle_rule(settings, cfg.cgroups.setup_tiers), cfg.batch, network, yarn,
-                              cfg.io.policy if io else None)
+    def build(settings: PolicyConfig) -> TickSettings:
+        return tick_settings(cfg, settings, io)
     return build
-
-
-def idle_rule(settings: PolicyConfig, tier_owned: bool) -> PolicyConfig:
-    """Suppression does not ask for `cpu.idle` on a tier the kubelet owns (the executor would refuse it:
-    agent/executors/be_knobs.py says why)."""
-    if tier_owned or not settings.suppression.cpu_idle:
-        return settings
-    suppression = dataclasses.replace(settings.suppression, cpu_idle=False)
-    return dataclasses.replace(settings, suppression=suppression)
 
 
 def _egress_reader(shaper: EgressShaper | None,
@@ -501,15 +507,6 @@ def _egress_reader(shaper: EgressShaper | None,
         pods = sources.kubelet.workloads().pods if sources.kubelet is not None else {}
         return shaper.sample(be_addresses(workloads, pods))
     return read
-
-
-def yarn_entries(cfg: AgentConfig) -> tuple[str, ...]:
-    """The thirdPartyAllocations entries that report the YARN this agent counts itself from its NodeManager
-    (its own entry and koord-yarn-operator's): not other allocators. Without the YARN source, its own entry
-    only: one an earlier run left is stale and being withdrawn (`NodeReports`), not another allocator's."""
-    if not cfg.sources.yarn.enabled:
-        return (cfg.sources.reporting.allocation_name,)
-    return cfg.sources.reporting.allocation_name, cfg.sources.reporting.operator_entry
 
 
 def _hooks(cfg: AgentConfig, ledger: Ledger, drain: DrainController, evictors: dict[Source, Evictor],

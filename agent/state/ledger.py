@@ -125,6 +125,9 @@ class Ledger:
         self._dirty = 1  # the new incarnation itself must be written
         self._saved = 0
         self.refusals: Counter[str] = Counter()
+        # The admissions judged since the trace last took them (request, facts, verdict): bounded, read only
+        # by the trace's recorder (agent/trace), which replays them against another budget.
+        self.judged: deque[tuple[Resources, AdmissionFacts, admission.Admission]] = deque(maxlen=256)
         self.dropped_watchers = 0
         self.startup_problem: str | None = None
         start = lifecycle.on_start(prior.lifecycle, await_ack=cfg.await_scheduler_ack)
@@ -337,7 +340,9 @@ class Ledger:
             return self._refuse(Refusal.KEY_CONFLICT,
                                 f"key {request.key} is already held by application {existing.application_id} "
                                 f"({_fmt(existing.resources)})", existing)
-        verdict = admission.admit(request.resources, self.admission_facts())
+        facts = self.admission_facts()
+        verdict = admission.admit(request.resources, facts)
+        self.judged.append((request.resources, facts, verdict))
         if not verdict.accepted:
             if verdict.refusal is None or verdict.refusal is admission.Refusal.INVALID:
                 raise InvalidRequest("allocation.resources", verdict.reason)
@@ -351,6 +356,12 @@ class Ledger:
         )
         self._add_alloc(alloc, now, "admitted")
         return AdmitResult(True, self._rev, self._allocs[request.key], batch_free=self._free())
+
+    def take_judged(self) -> list[tuple[Resources, AdmissionFacts, admission.Admission]]:
+        """The admissions judged since the last call, oldest first (the trace's)."""
+        out = list(self.judged)
+        self.judged.clear()
+        return out
 
     def admission_facts(self) -> AdmissionFacts:
         """What the admission rule (`qos.admission`) judges a new allocation on: the batch budget and the

@@ -1,0 +1,181 @@
+"""The trace's encoding of the policies' inputs and outputs: plain JSON values that decode to equal objects.
+
+Dataclasses and named tuples of `qos` (the snapshot's parts, actions, policy states and settings) are tagged
+with their class; tuples, sets, mappings and enums are tagged too, so what decodes is what was encoded, float
+for float (JSON keeps a float's shortest repr, which reads back exactly). Only classes of `qos` and the
+trace's own are ever made from a trace: a trace is data, never code.
+
+The snapshot's workloads, the bulk of a tick, are encoded apart (`WorkloadTable`): each distinct workload
+less its usage once per trace file, then per tick one short row of its usage.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import importlib
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from qos.model import NodeSnapshot, Resources, Source, Tier, Usage, Workload
+
+_ALLOWED = ("qos.", "agent.trace.")
+_classes: dict[str, type] = {}
+
+
+class TraceError(ValueError):
+    """A trace that cannot be read: names the file and what is wrong."""
+
+
+def _name(cls: type) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def _cls(name: str) -> type:
+    cls = _classes.get(name)
+    if cls is not None:
+        return cls
+    if not name.startswith(_ALLOWED):
+        raise TraceError(f"class {name!r} is not one a trace may name")
+    module, _, qual = name.rpartition(".")
+    try:
+        found = getattr(importlib.import_module(module), qual)
+    except (ImportError, AttributeError) as err:
+        raise TraceError(f"class {name!r} is not known to this agent: {err}") from None
+    if not isinstance(found, type):
+        raise TraceError(f"{name!r} is not a class")
+    _classes[name] = found
+    return found
+
+
+def encode(x: Any) -> Any:
+    """`x` as JSON values (see the module's docstring)."""
+    if x is None or (isinstance(x, bool | int | str) and not isinstance(x, enum.Enum)):
+        return x
+    if isinstance(x, float):
+        return x if math.isfinite(x) else {"f": repr(x)}
+    if isinstance(x, enum.Enum):
+        return {"e": _name(type(x)), "v": x.value}
+    if dataclasses.is_dataclass(x) and not isinstance(x, type):
+        return {"@": _name(type(x)),
+                "v": {f.name: encode(getattr(x, f.name)) for f in dataclasses.fields(x) if f.init}}
+    if isinstance(x, tuple):
+        if hasattr(type(x), "_fields"):  # a NamedTuple
+            return {"@": _name(type(x)), "t": [encode(v) for v in x]}
+        return {"t": [encode(v) for v in x]}
+    if isinstance(x, list):
+        return [encode(v) for v in x]
+    if isinstance(x, frozenset | set):
+        return {"s": sorted((encode(v) for v in x), key=repr)}
+    if isinstance(x, Mapping):
+        return {"m": [[encode(k), encode(v)] for k, v in x.items()]}
+    raise TypeError(f"the trace cannot encode a {type(x).__name__}")
+
+
+def decode(x: Any) -> Any:
+    """The object `encode` made `x` from."""
+    if isinstance(x, list):
+        return [decode(v) for v in x]
+    if not isinstance(x, dict):
+        return x
+    if "@" in x:
+        cls = _cls(x["@"])
+        if "t" in x:
+            return cls(*(decode(v) for v in x["t"]))
+        return cls(**{k: decode(v) for k, v in x["v"].items()})
+    if "t" in x:
+        return tuple(decode(v) for v in x["t"])
+    if "e" in x:
+        return _cls(x["e"])(x["v"])
+    if "s" in x:
+        return frozenset(decode(v) for v in x["s"])
+    if "m" in x:
+        return {decode(k): decode(v) for k, v in x["m"]}
+    if "f" in x:
+        return float(x["f"])
+    raise TraceError(f"unknown value in a trace: {sorted(x)}")
+
+
+_SOURCES = {s.value: s for s in Source}
+_TIERS = {t.value: t for t in Tier}
+
+
+def _static(w: Workload) -> tuple[Any, ...]:
+    """A workload's fields but its usage and the usage's age, in `_build`'s order."""
+    return (w.key, w.name, w.source.value, w.tier.value, w.be, w.priority, w.cgroup, w.requests.milli_cpu,
+            w.requests.memory_bytes, w.started_at, w.namespace, w.app_id, w.container_seq, w.terminating,
+            w.pids, w.protected)
+
+
+def _build(s: list[Any] | tuple[Any, ...], usage: Usage, age: float) -> Workload:
+    return Workload(s[0], s[1], _SOURCES[s[2]], _TIERS[s[3]], s[4], s[5], s[6], Resources(s[7], s[8]), usage,
+                    age, s[9], s[10], s[11], s[12], s[13], s[14], s[15])
+
+
+class WorkloadTable:
+    """The recording side: a workload less its usage gets a number the first time it is seen in a file."""
+
+    def __init__(self) -> None:
+        self._ids: dict[tuple[Any, ...], int] = {}
+
+    def rows(self, workloads: tuple[Workload, ...]) -> tuple[list[list[Any]], list[list[Any]]]:
+        """(new definitions `[id, *fields]`, a row per workload `[id, cpu, working set, throttled, age]`)."""
+        defs: list[list[Any]] = []
+        rows: list[list[Any]] = []
+        ids = self._ids
+        for w in workloads:
+            s = _static(w)
+            i = ids.get(s)
+            if i is None:
+                i = ids[s] = len(ids)
+                defs.append([i, *s])
+            u = w.usage
+            rows.append([i, u.milli_cpu, u.memory_working_set_bytes, u.cpu_throttled_ratio, w.sample_age_s])
+        return defs, rows
+
+
+class WorkloadReader:
+    """The replaying side: definitions by number, and the workload of the last row per number, so a
+    workload whose usage did not change is the same object again."""
+
+    def __init__(self) -> None:
+        self._defs: dict[int, list[Any]] = {}
+        self._last: dict[int, tuple[list[Any], Workload]] = {}
+
+    def reset(self) -> None:
+        self._defs.clear()
+        self._last.clear()
+
+    def workloads(self, defs: list[list[Any]], rows: list[list[Any]]) -> tuple[Workload, ...]:
+        for d in defs:
+            self._defs[d[0]] = d[1:]
+        out = []
+        last = self._last
+        for row in rows:
+            i = row[0]
+            seen = last.get(i)
+            if seen is not None and seen[0] == row:
+                out.append(seen[1])
+                continue
+            try:
+                w = _build(self._defs[i], Usage(row[1], row[2], row[3]), row[4])
+            except KeyError:
+                raise TraceError(f"workload {i} used before it is defined") from None
+            last[i] = (row, w)
+            out.append(w)
+        return tuple(out)
+
+
+_REST = tuple(f.name for f in dataclasses.fields(NodeSnapshot) if f.name != "workloads")
+
+
+def snapshot_rest(snap: NodeSnapshot) -> list[Any]:
+    """Every field of the snapshot but its workloads, in the dataclass's order."""
+    return [encode(getattr(snap, name)) for name in _REST]
+
+
+def snapshot_of(rest: list[Any], workloads: tuple[Workload, ...]) -> NodeSnapshot:
+    if len(rest) != len(_REST):
+        raise TraceError(f"a snapshot of {len(rest)} fields, this agent's has {len(_REST)}")
+    return NodeSnapshot(workloads=workloads, **{name: decode(v) for name, v in zip(_REST, rest, strict=True)})
