@@ -15,6 +15,7 @@ import dataclasses
 import enum
 import importlib
 import math
+import operator
 from collections.abc import Mapping
 from typing import Any
 
@@ -101,16 +102,28 @@ _SOURCES = {s.value: s for s in Source}
 _TIERS = {t.value: t for t in Tier}
 
 
-def _static(w: Workload) -> tuple[Any, ...]:
-    """A workload's fields but its usage and the usage's age, in `_build`'s order."""
-    return (w.key, w.name, w.source.value, w.tier.value, w.be, w.priority, w.cgroup, w.requests.milli_cpu,
-            w.requests.memory_bytes, w.started_at, w.namespace, w.app_id, w.container_seq, w.terminating,
-            w.pids, w.protected)
+# A workload's fields but its usage and the usage's age (one C call: this runs for every workload every tick).
+_static = operator.attrgetter("key", "name", "source", "tier", "be", "priority", "cgroup", "requests",
+                              "started_at", "namespace", "app_id", "container_seq", "terminating", "pids",
+                              "protected")
 
 
-def _build(s: list[Any] | tuple[Any, ...], usage: Usage, age: float) -> Workload:
-    return Workload(s[0], s[1], _SOURCES[s[2]], _TIERS[s[3]], s[4], s[5], s[6], Resources(s[7], s[8]), usage,
-                    age, s[9], s[10], s[11], s[12], s[13], s[14], s[15])
+def _definition(s: tuple[Any, ...]) -> list[Any]:
+    """`_static`'s tuple as JSON values: enums by value, the requests as two numbers."""
+    return [s[0], s[1], s[2].value, s[3].value, s[4], s[5], s[6], s[7].milli_cpu, s[7].memory_bytes, *s[8:]]
+
+
+def _parts(d: list[Any]) -> tuple[Any, ...]:
+    """A definition's fields as `Workload` takes them, made once per definition."""
+    try:
+        return (d[0], d[1], _SOURCES[d[2]], _TIERS[d[3]], d[4], d[5], d[6], Resources(d[7], d[8]), *d[9:])
+    except (KeyError, IndexError, TypeError):
+        raise TraceError(f"a workload definition that cannot be read: {d!r:.200}") from None
+
+
+def _build(p: tuple[Any, ...], usage: Usage, age: float) -> Workload:
+    return Workload(p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7], usage, age, p[8], p[9], p[10], p[11],
+                    p[12], p[13], p[14])
 
 
 class WorkloadTable:
@@ -129,7 +142,7 @@ class WorkloadTable:
             i = ids.get(s)
             if i is None:
                 i = ids[s] = len(ids)
-                defs.append([i, *s])
+                defs.append([i, *_definition(s)])
             u = w.usage
             rows.append([i, u.milli_cpu, u.memory_working_set_bytes, u.cpu_throttled_ratio, w.sample_age_s])
         return defs, rows
@@ -140,7 +153,7 @@ class WorkloadReader:
     workload whose usage did not change is the same object again."""
 
     def __init__(self) -> None:
-        self._defs: dict[int, list[Any]] = {}
+        self._defs: dict[int, tuple[Any, ...]] = {}
         self._last: dict[int, tuple[list[Any], Workload]] = {}
 
     def reset(self) -> None:
@@ -149,7 +162,7 @@ class WorkloadReader:
 
     def workloads(self, defs: list[list[Any]], rows: list[list[Any]]) -> tuple[Workload, ...]:
         for d in defs:
-            self._defs[d[0]] = d[1:]
+            self._defs[d[0]] = _parts(d[1:])
         out = []
         last = self._last
         for row in rows:

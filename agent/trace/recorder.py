@@ -9,13 +9,12 @@ Records (one JSON object a line, `k` its kind):
   moves past refused ones), the admissions judged since the last tick (request, facts, verdict), and what
   the tick decided (actions, named outputs) and what the executor did with each (records, and the victims
   whose eviction did not happen).
-The encoding runs on the loop's thread (a fraction of a millisecond at 200 workloads: `bench/replay.py`);
-compression and the disk are the writer's thread's.
+The records are built on the loop's thread (fresh values, never touched again: a fraction of a millisecond
+at 200 workloads, `bench/replay.py`); the text, the compression and the disk are the writer's thread's.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
@@ -57,10 +56,6 @@ class TickTrace:
     not_done: Collection[str]
 
 
-def _dumps(record: dict[str, Any]) -> bytes:
-    return json.dumps(record, separators=(",", ":")).encode()
-
-
 class TickRecorder:
     """Encodes each tick (`record`, a loop hook) and hands it to the writer."""
 
@@ -81,14 +76,14 @@ class TickRecorder:
             self._table = WorkloadTable()
             head = {"k": "head", "v": VERSION, "node": self._node, "tick": t.tick, "at": t.at,
                     "settings": encode(settings), "state": encode(t.prior)}
-            self._started = self._writer.put(_dumps(head), new_file=True)
+            self._started = self._writer.put(head, new_file=True)
             self._last_settings = settings
             if not self._started:
                 return
         elif settings is not self._last_settings:
             self._last_settings = settings
-            self._writer.put(_dumps({"k": "set", "settings": encode(settings)}))
-        self._writer.put(_dumps(self._tick(t)))
+            self._writer.put({"k": "set", "settings": encode(settings)})
+        self._writer.put(self._tick(t))
         self.ticks += 1
 
     def _tick(self, t: TickTrace) -> dict[str, Any]:

@@ -42,6 +42,9 @@ BENCHES = {
               "io_cut_s_median", "io_cut_s_max", "io_lift_s_median", "io_lift_s_max"),
     "soak.py": ("series_after_warmup", "series_end", "rss_mb_after_warmup", "rss_mb_end",
                 "rss_slope_mb_per_min_after_warmup", "scrape_errors", "agent_log_errors"),
+    "replay.py": ("tick_ms_trace_off", "tick_ms_trace_on", "record_ms_per_tick", "trace_bytes_per_tick_real",
+                  "trace_bytes_per_tick_synthetic", "trace_mb_per_day", "replay_day_s", "replay_x_real_time",
+                  "ticks_differing"),
     "load.py": ("tick_interval_p99_ratio", "rpc_snapshot_p99_ms", "agent_vm_hwm_mib", "errors",
                 "snapshot_quiet_p99_ms"),
 }

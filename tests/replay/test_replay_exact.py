@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -105,9 +108,14 @@ async def test_a_real_agents_trace_replays_tick_for_tick(real_root: RealRoot, tm
     assert replay.replayed.grants == replay.recorded.grants
     assert len({g for g in replay.recorded.grants if g is not None}) >= 2, "suppression never moved BE"
 
-    # the same through the command, as an operator runs it
-    assert replay_main([str(trace_dir), "--json"]) == 0
-    out = json.loads(capsys.readouterr().out)
+    # the same through the command, as an operator runs it, in a process of its own (another hash seed: no
+    # decision may hang on the order of a set)
+    for seed in ("1", "2"):
+        done = subprocess.run([sys.executable, "-m", "agent.cli", "replay", str(trace_dir), "--json"],
+                              env={**os.environ, "PYTHONHASHSEED": seed}, capture_output=True, text=True,
+                              timeout=120, check=False)
+        assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
     assert out["ticks_differing"] == 0 and out["recorded"]["evictions"] == 1
     assert out["recorded"]["admissions_refused"] >= 1
 
