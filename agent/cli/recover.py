@@ -20,7 +20,7 @@ from agent import __version__
 from agent.config.api import is_admin_socket
 from agent.recovery.cluster import Cluster, NodeState
 from agent.recovery.driver import Progress, Recovery, RecoveryConfig, SchedulerState
-from agent.recovery.yunikorn import si_messages
+from agent.recovery.yunikorn import si_stream
 
 
 class AgentsError(Exception):
@@ -153,6 +153,18 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+def print_yunikorn(cluster: Cluster, args: argparse.Namespace) -> None:
+    """The si messages as they are made, one line each (what is held is one message, not the cluster's)."""
+    def note(text: str) -> None:
+        print(f"coloc-agent recover: --json-yunikorn: {text}", file=sys.stderr)
+
+    write = sys.stdout.write
+    for m in si_stream(cluster, args.rm_id, version=__version__, policy_group=args.policy_group,
+                       queue=args.queue, on_note=note):
+        write(json.dumps(m, separators=(",", ":")) + "\n")
+    sys.stdout.flush()
+
+
 def main(argv: list[str]) -> int:
     args = parser().parse_args(argv)
     try:
@@ -165,11 +177,7 @@ def main(argv: list[str]) -> int:
         return 2
     rec = asyncio.run(run(addresses, cfg, args.follow, args.quiet))
     if args.json_yunikorn:
-        si = si_messages(rec.cluster, args.rm_id, version=__version__, policy_group=args.policy_group,
-                         queue=args.queue)
-        for note in si.notes:
-            print(f"coloc-agent recover: --json-yunikorn: {note}", file=sys.stderr)
-        print("\n".join(si.lines()))
+        print_yunikorn(rec.cluster, args)
     elif args.json:
         print(json.dumps(cluster_json(rec), indent=1))
     else:

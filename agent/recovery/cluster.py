@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import enum
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from agent.state.records import (
@@ -22,7 +23,6 @@ from agent.state.records import (
     NodeRecord,
     Notice,
 )
-from qos.model import Resources
 
 
 class NodeState(enum.Enum):
@@ -38,7 +38,6 @@ class ProtocolError(Exception):
 @dataclass
 class NodeCache:
     address: str
-    state: NodeState = NodeState.RECOVERING
     identity: Identity | None = None
     revision: int = 0
     node: NodeRecord | None = None
@@ -53,6 +52,18 @@ class NodeCache:
     events_applied: int = 0
     last_error: str = ""
     resync: bool = True  # the cache must be reloaded from a snapshot before watching
+    _state: NodeState = field(default=NodeState.RECOVERING, repr=False)
+    _tally: _Tally | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def state(self) -> NodeState:
+        return self._state
+
+    @state.setter
+    def state(self, new: NodeState) -> None:
+        old, self._state = self._state, new
+        if self._tally is not None and old is not new:
+            self._tally.moved(self, old, new)
 
     @property
     def node_id(self) -> str:
@@ -63,9 +74,47 @@ class NodeCache:
         return self.identity.incarnation if self.identity else ""
 
 
+class _Tally:
+    """The cluster's totals kept as nodes change state and recovered nodes change allocations, so reading
+    them costs nothing per allocation (progress is reported once per node)."""
+
+    def __init__(self, nodes: int) -> None:
+        self.states = dict.fromkeys(NodeState, 0)
+        self.states[NodeState.RECOVERING] = nodes
+        self.allocations = 0
+        self.milli_cpu = 0
+        self.memory_bytes = 0
+        self.applications: dict[str, int] = {}  # application id -> counted allocations of it
+
+    def moved(self, nc: NodeCache, old: NodeState, new: NodeState) -> None:
+        self.states[old] -= 1
+        self.states[new] += 1
+        if old is NodeState.RECOVERED:
+            self.count(nc.allocations.values(), -1)
+        elif new is NodeState.RECOVERED:
+            self.count(nc.allocations.values(), 1)
+
+    def count(self, allocations: Iterable[Allocation], sign: int) -> None:
+        apps = self.applications
+        n = cpu = mem = 0
+        for a in allocations:
+            n += 1
+            cpu += a.resources.milli_cpu
+            mem += a.resources.memory_bytes
+            left = apps.get(a.application_id, 0) + sign
+            if left:
+                apps[a.application_id] = left
+            else:
+                del apps[a.application_id]
+        self.allocations += sign * n
+        self.milli_cpu += sign * cpu
+        self.memory_bytes += sign * mem
+
+
 class Cluster:
     def __init__(self, addresses: list[str]) -> None:
-        self.nodes: dict[str, NodeCache] = {a: NodeCache(a) for a in addresses}
+        self._tally = _Tally(len(set(addresses)))
+        self.nodes: dict[str, NodeCache] = {a: NodeCache(a, _tally=self._tally) for a in addresses}
         self.owner: dict[str, str] = {}  # allocation key -> address of the node that holds it
         self.conflicts: list[str] = []
 
@@ -74,14 +123,31 @@ class Cluster:
     def load_snapshot(self, address: str, view: LedgerView) -> None:
         """Replace the node's cache with `view`: node first, then applications, then allocations."""
         nc = self.nodes[address]
+        counted = nc.state is NodeState.RECOVERED
+        if counted:
+            self._tally.count(nc.allocations.values(), -1)
         self._drop_allocations(nc)
         nc.identity = view.identity
         nc.revision = view.revision
         nc.node = view.node
-        nc.applications = {a.application_id: a for a in view.applications}
+        nc.applications = apps = {a.application_id: a for a in view.applications}
         nc.snapshots += 1
-        for a in view.allocations:
-            self._put_allocation(nc, a)
+        # _put_allocation inlined: this loop runs for every allocation of the cluster at recovery.
+        owner, mine, me = self.owner, nc.allocations, nc.address
+        try:
+            for a in view.allocations:
+                key = a.key
+                if a.application_id not in apps:
+                    raise ProtocolError(f"{me}: allocation {key} refers to unknown application "
+                                        f"{a.application_id}")
+                holder = owner.setdefault(key, me)
+                if holder != me:
+                    self._conflict(key, me, holder)
+                    continue
+                mine[key] = a
+        finally:
+            if counted:
+                self._tally.count(mine.values(), 1)
 
     def apply(self, address: str, ev: Event) -> None:
         nc = self.nodes[address]
@@ -98,8 +164,12 @@ class Cluster:
                 nc.applications[obj.application_id] = obj
         elif isinstance(obj, Allocation):
             if ev.type is EventType.DELETED:
-                if nc.allocations.pop(obj.key, None) is not None and self.owner.get(obj.key) == address:
-                    del self.owner[obj.key]
+                gone = nc.allocations.pop(obj.key, None)
+                if gone is not None:
+                    if self.owner.get(obj.key) == address:
+                        del self.owner[obj.key]
+                    if nc.state is NodeState.RECOVERED:
+                        self._tally.count((gone,), -1)
             else:
                 self._put_allocation(nc, obj)
         elif isinstance(obj, Notice):
@@ -120,22 +190,34 @@ class Cluster:
                                 f"{a.application_id}")
         holder = self.owner.get(a.key)
         if holder is not None and holder != nc.address:
-            self.conflicts.append(f"{a.key} reported by {nc.address} while held by {holder}; "
-                                  f"kept on {holder}")
+            self._conflict(a.key, nc.address, holder)
             return
         self.owner[a.key] = nc.address
+        was = nc.allocations.get(a.key)
         nc.allocations[a.key] = a
+        if nc.state is NodeState.RECOVERED:
+            if was is not None:
+                self._tally.count((was,), -1)
+            self._tally.count((a,), 1)
+
+    def _conflict(self, key: str, address: str, holder: str) -> None:
+        self.conflicts.append(f"{key} reported by {address} while held by {holder}; kept on {holder}")
 
     def _drop_allocations(self, nc: NodeCache) -> None:
+        owner, me = self.owner, nc.address
         for key in nc.allocations:
-            if self.owner.get(key) == nc.address:
-                del self.owner[key]
+            if owner.get(key) == me:
+                del owner[key]
         nc.allocations = {}
 
     # ---- reading --------------------------------------------------------------------------------------
 
     def by_state(self, state: NodeState) -> list[NodeCache]:
         return [n for n in self.nodes.values() if n.state is state]
+
+    def count(self, state: NodeState) -> int:
+        """How many nodes are in `state` (without listing them)."""
+        return self._tally.states[state]
 
     def counted(self) -> list[tuple[NodeCache, Allocation]]:
         """Allocations of recovered nodes, each key once."""
@@ -146,18 +228,15 @@ class Cluster:
         return out
 
     def totals(self) -> dict[str, int]:
-        counted = self.counted()
-        used = Resources()
-        for _, a in counted:
-            used = used + a.resources
+        t = self._tally
         return {
             "nodes": len(self.nodes),
-            "recovered": len(self.by_state(NodeState.RECOVERED)),
-            "lost": len(self.by_state(NodeState.LOST)),
-            "recovering": len(self.by_state(NodeState.RECOVERING)),
-            "applications": len({a.application_id for _, a in counted}),
-            "allocations": len(counted),
-            "allocated_milli_cpu": used.milli_cpu,
-            "allocated_memory_bytes": used.memory_bytes,
+            "recovered": t.states[NodeState.RECOVERED],
+            "lost": t.states[NodeState.LOST],
+            "recovering": t.states[NodeState.RECOVERING],
+            "applications": len(t.applications),
+            "allocations": t.allocations,
+            "allocated_milli_cpu": t.milli_cpu,
+            "allocated_memory_bytes": t.memory_bytes,
             "conflicts": len(self.conflicts),
         }

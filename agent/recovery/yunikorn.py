@@ -5,11 +5,16 @@ registered unschedulable (CREATE_DRAIN), applications (force-created, so a chang
 running work), the allocations with `nodeID` set, then DRAIN_TO_SCHEDULABLE (DRAIN_NODE while
 decommissioning). The consumer is a shim acting as the resource manager: yunikorn-core has no network API.
 The field-by-field mapping and its sources are in docs/yunikorn.md.
+
+`si_stream` yields the messages one at a time, each holding at most `batch` nodes, applications or
+allocations, so what it holds besides the cluster is one message and a line per application (its queue,
+user and originator), not a copy of every allocation. `si_messages` collects the stream.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,6 +32,7 @@ from qos.model import Resources, Source
 
 FOREIGN = "foreign"  # si common.Foreign; value "default" (a mirror pod would be "static")
 CREATION_TIME = "creationTime"
+BATCH = 1000  # nodes, applications or allocations per message
 
 
 @dataclass
@@ -51,42 +57,58 @@ def _creation_time(a: Allocation) -> str:
     return str(int(min(times))) if times else "0"
 
 
+def _node_create(nc: NodeCache) -> dict[str, Any]:
+    assert nc.node is not None
+    return {"nodeID": nc.node_id, "action": "CREATE_DRAIN",
+            "attributes": {"si.io/hostname": nc.node_id, "si.io/rackname": "/rack-default"},
+            "schedulableResource": _resource(nc.node.batch_allocatable)}
+
+
+def _node_schedulable(nc: NodeCache) -> dict[str, Any]:
+    assert nc.node is not None
+    draining = nc.node.lifecycle in (Lifecycle.DECOMMISSIONING, Lifecycle.DECOMMISSIONED)
+    return {"nodeID": nc.node_id, "action": "DRAIN_NODE" if draining else "DRAIN_TO_SCHEDULABLE"}
+
+
+def _has_resources(a: Allocation) -> bool:
+    return a.resources.milli_cpu > 0 or a.resources.memory_bytes > 0
+
+
 @dataclass
 class _Builder:
-    rm_id: str
     partition: str
     queue: str
-    out: SiOutput = field(default_factory=SiOutput)
+    note: Callable[[str], None]
     apps: dict[str, dict[str, Any]] = field(default_factory=dict)
-    originators: set[str] = field(default_factory=set)
+    # application id -> (rank, allocation key) of its originator so far
+    originators: dict[str, tuple[tuple[int, float, str], str]] = field(default_factory=dict)
 
-    def allocation(self, nc: NodeCache, a: Allocation) -> dict[str, Any] | None:
-        key = allocation_key(a)
-        if a.resources.milli_cpu <= 0 and a.resources.memory_bytes <= 0:
-            self.out.notes.append(f"{a.key}: skipped on node {nc.node_id}: {a.resources.milli_cpu} "
-                                  f"milli-CPU, {a.resources.memory_bytes} bytes (yunikorn-core rejects it: "
-                                  "allocation contains no resources)")
-            return None
-        tags = pod_tags(a)
-        tags[CREATION_TIME] = _creation_time(a)
-        body: dict[str, Any] = {"allocationKey": key, "allocationTags": tags,
-                                "resourcePerAlloc": _resource(a.resources), "nodeID": nc.node_id}
-        if a.priority:
-            body["priority"] = a.priority
+    def survey(self, nc: NodeCache, a: Allocation) -> None:
+        """First pass, in replay order: the application an allocation brings, its originator, the notes."""
+        if not _has_resources(a):
+            self.note(f"{a.key}: skipped on node {nc.node_id}: {a.resources.milli_cpu} milli-CPU, "
+                      f"{a.resources.memory_bytes} bytes (yunikorn-core rejects it: allocation contains no "
+                      "resources)")
+            return
         if not placed_by_scheduler(a):
-            tags[FOREIGN] = "default"
-            return body
-        body["applicationID"] = a.application_id
-        self._application(a, tags)
-        return body
+            return
+        tags = pod_tags(a)
+        if a.application_id not in self.apps:
+            self._application(a, tags)
+        # One originator per application: its YARN ApplicationMaster, else (a pod application) its oldest
+        # allocation, as the k8shim marks the application's first real pod. A YARN worker never owns it.
+        kind = 0 if is_yarn_am(a) else 1 if a.source is not Source.YARN else 2
+        if kind == 2:
+            return
+        rank = (kind, float(_creation_time(a)), a.key)
+        cur = self.originators.get(a.application_id)
+        if cur is None or rank < cur[0]:
+            self.originators[a.application_id] = (rank, a.key)
 
     def _application(self, a: Allocation, tags: dict[str, str]) -> None:
-        if a.application_id in self.apps:
-            return
         user = user_of(tags)
         if user.problem:
-            self.out.notes.append(f"{a.key}: application {a.application_id}: {user.problem}; "
-                                  f"using {user.name}")
+            self.note(f"{a.key}: application {a.application_id}: {user.problem}; using {user.name}")
         ugi: dict[str, Any] = {"user": user.name}
         if user.groups:
             ugi["groups"] = list(user.groups)
@@ -97,55 +119,72 @@ class _Builder:
                                        "queueName": queue_of(tags, self.queue),
                                        "partitionName": self.partition, "ugi": ugi, "tags": app_tags}
 
-    def mark_originators(self, bodies: list[tuple[Allocation, dict[str, Any]]]) -> None:
-        """One originator per application: its YARN ApplicationMaster, else (a pod application) its oldest
-        allocation, as the k8shim marks the application's first real pod."""
-        chosen: dict[str, tuple[tuple[int, float, str], dict[str, Any]]] = {}
-        for a, body in bodies:
-            if "applicationID" not in body:
-                continue
-            rank = (0 if is_yarn_am(a) else 1 if a.source is not Source.YARN else 2,
-                    float(body["allocationTags"][CREATION_TIME]), a.key)
-            if rank[0] == 2:
-                continue  # a YARN worker never owns its application
-            cur = chosen.get(a.application_id)
-            if cur is None or rank < cur[0]:
-                chosen[a.application_id] = (rank, body)
-        for _, body in chosen.values():
+    def allocation(self, nc: NodeCache, a: Allocation) -> dict[str, Any] | None:
+        """Second pass: the allocation's message body (None when the first pass left it out)."""
+        if not _has_resources(a):
+            return None
+        tags = pod_tags(a)
+        tags[CREATION_TIME] = _creation_time(a)
+        body: dict[str, Any] = {"allocationKey": allocation_key(a), "allocationTags": tags,
+                                "resourcePerAlloc": _resource(a.resources), "nodeID": nc.node_id}
+        if a.priority:
+            body["priority"] = a.priority
+        if not placed_by_scheduler(a):
+            tags[FOREIGN] = "default"
+            return body
+        body["applicationID"] = a.application_id
+        chosen = self.originators.get(a.application_id)
+        if chosen is not None and chosen[1] == a.key:
             body["originator"] = True
+        return body
 
 
-def si_messages(cluster: Cluster, rm_id: str, *, version: str = "", policy_group: str = "queues",
-                partition: str = "default", queue: str = "root.default") -> SiOutput:
-    """The si messages that replay `cluster` into a YuniKorn core under `rm_id` (see the module doc)."""
-    b = _Builder(rm_id, partition, queue)
+def _owned(cluster: Cluster, nc: NodeCache) -> list[Allocation]:
+    """The node's allocations that count on it (each key once in the cluster), by key."""
+    return [a for k, a in sorted(nc.allocations.items()) if cluster.owner.get(k) == nc.address]
+
+
+def _batches(rm_id: str, name: str, field_name: str, items: Iterator[dict[str, Any]],
+             batch: int) -> Iterator[dict[str, Any]]:
+    chunk: list[dict[str, Any]] = []
+    for item in items:
+        chunk.append(item)
+        if len(chunk) == batch:
+            yield {name: {"rmID": rm_id, field_name: chunk}}
+            chunk = []
+    if chunk:
+        yield {name: {"rmID": rm_id, field_name: chunk}}
+
+
+def si_stream(cluster: Cluster, rm_id: str, *, version: str = "", policy_group: str = "queues",
+              partition: str = "default", queue: str = "root.default", batch: int = BATCH,
+              on_note: Callable[[str], None] | None = None) -> Iterator[dict[str, Any]]:
+    """The si messages that replay `cluster` into a YuniKorn core under `rm_id` (see the module doc), one
+    at a time; `on_note` hears of each allocation left out or fact replaced, in replay order."""
+    if batch < 1:
+        raise ValueError(f"batch: must be ≥ 1, got {batch}")
+    b = _Builder(partition, queue, on_note or (lambda _: None))
     recovered = sorted((n for n in cluster.nodes.values() if n.state is NodeState.RECOVERED and n.node),
                        key=lambda n: n.node_id)
-    create, schedulable = [], []
-    bodies: list[tuple[Allocation, dict[str, Any]]] = []
-    for nc in recovered:
-        assert nc.node is not None
-        create.append({"nodeID": nc.node_id, "action": "CREATE_DRAIN",
-                       "attributes": {"si.io/hostname": nc.node_id, "si.io/rackname": "/rack-default"},
-                       "schedulableResource": _resource(nc.node.batch_allocatable)})
-        for a in sorted(nc.allocations.values(), key=lambda a: a.key):
-            if cluster.owner.get(a.key) != nc.address:
-                continue
-            body = b.allocation(nc, a)
-            if body is not None:
-                bodies.append((a, body))
-        draining = nc.node.lifecycle in (Lifecycle.DECOMMISSIONING, Lifecycle.DECOMMISSIONED)
-        action = "DRAIN_NODE" if draining else "DRAIN_TO_SCHEDULABLE"
-        schedulable.append({"nodeID": nc.node_id, "action": action})
-    b.mark_originators(bodies)
     register: dict[str, Any] = {"rmID": rm_id, "version": version, "policyGroup": policy_group}
     if version:
         register["buildInfo"] = {"buildVersion": version}
-    b.out.messages = [
-        {"RegisterResourceManagerRequest": register},
-        {"NodeRequest": {"rmID": rm_id, "nodes": create}},
-        {"ApplicationRequest": {"rmID": rm_id, "new": [b.apps[k] for k in sorted(b.apps)]}},
-        {"AllocationRequest": {"rmID": rm_id, "allocations": [body for _, body in bodies]}},
-        {"NodeRequest": {"rmID": rm_id, "nodes": schedulable}},
-    ]
-    return b.out
+    yield {"RegisterResourceManagerRequest": register}
+    yield from _batches(rm_id, "NodeRequest", "nodes", (_node_create(nc) for nc in recovered), batch)
+    for nc in recovered:
+        for a in _owned(cluster, nc):
+            b.survey(nc, a)
+    yield from _batches(rm_id, "ApplicationRequest", "new", (b.apps[k] for k in sorted(b.apps)), batch)
+    bodies = (body for nc in recovered for a in _owned(cluster, nc)
+              if (body := b.allocation(nc, a)) is not None)
+    yield from _batches(rm_id, "AllocationRequest", "allocations", bodies, batch)
+    yield from _batches(rm_id, "NodeRequest", "nodes", (_node_schedulable(nc) for nc in recovered), batch)
+
+
+def si_messages(cluster: Cluster, rm_id: str, *, version: str = "", policy_group: str = "queues",
+                partition: str = "default", queue: str = "root.default", batch: int = BATCH) -> SiOutput:
+    """`si_stream` collected: every message and note in memory (for tests and small clusters)."""
+    out = SiOutput()
+    out.messages = list(si_stream(cluster, rm_id, version=version, policy_group=policy_group,
+                                  partition=partition, queue=queue, batch=batch, on_note=out.notes.append))
+    return out
