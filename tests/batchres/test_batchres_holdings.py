@@ -38,6 +38,8 @@ from cgroups.layout import Layout
 
 pytestmark = [pytest.mark.cgroups, pytest.mark.slow]
 LAYOUT = Layout("cgroupfs")
+# A cap on what includes an agent's start-up: 9-27 s were measured in the emulated guest on a loaded host.
+START_S = 60.0
 WEB = "web-7d9f8c-x2x9z"  # the fixture's Burstable pod: containers web and envoy
 
 
@@ -303,7 +305,7 @@ def _held_then_killed(s: Scenario, f: File, holder: str, real_root: RealRoot, tm
     each tick) and is SIGKILLed: the knob keeps the agent's value, which is returned."""
     journal, log = tmp_path / s.journal, tmp_path / "agent.log"
     with running_agent(s.config(tmp_path, real_root.name, urls, port, True), log) as agent:
-        assert wait(lambda: _held(real_root, f), 30), log.read_text()[-3000:]
+        assert wait(lambda: _held(real_root, f), START_S), log.read_text()[-3000:]
         assert wait(lambda: held(journal).get((s.knob, s.cgroup)) == holder, 10), held(journal)
         if steady and s.steady:
             assert wait(lambda: _steady(port), 20), "the journal is written at every tick"
@@ -326,7 +328,7 @@ def test_a_knob_a_killed_agent_held_is_given_back_by_a_run_with_the_feature_off(
     with _fakes(s, tmp_path) as (urls, port):
         _held_then_killed(s, f, holder, real_root, tmp_path, urls, port, steady=True)
         with running_agent(s.config(tmp_path, real_root.name, urls, port, False), log) as again:
-            assert wait(lambda: _read(real_root, f) == f.before, 30), log.read_text()[-3000:]
+            assert wait(lambda: _read(real_root, f) == f.before, START_S), log.read_text()[-3000:]
             given = {"holder": holder}
             assert wait(lambda: _counter(port, "coloc_holdings_given_back_total", given) >= 1, 15)
             assert holder not in held(journal).values()
@@ -343,10 +345,10 @@ def test_a_knob_another_writer_changed_after_the_crash_is_left_to_it(
         (real_root.path(f.ctrl, "") / f.path).write_text(f.theirs)  # another writer, while the agent was down
         with running_agent(s.config(tmp_path, real_root.name, urls, port, False), log) as again:
             if HOLDERS[holder].moving:  # the one exception (cgroups/holdings.py): any value found is its own
-                assert wait(lambda: _read(real_root, f) == f.before, 30), log.read_text()[-3000:]
+                assert wait(lambda: _read(real_root, f) == f.before, START_S), log.read_text()[-3000:]
             else:
                 left = {"knob": s.knob, "writer": "unknown"}
-                assert wait(lambda: _counter(port, "coloc_holdings_left_total", left) >= 1, 30), \
+                assert wait(lambda: _counter(port, "coloc_holdings_left_total", left) >= 1, START_S), \
                     log.read_text()[-3000:]
                 assert holds(lambda: _read(real_root, f) == f.theirs, 1.5), "another writer's value changed"
             assert again.poll() is None
