@@ -157,6 +157,7 @@ class Replay:
     _last_n: int | None = None
     _last_at: float | None = None
     _workloads: WorkloadReader = field(default_factory=WorkloadReader)
+    _rest: dict[str, tuple[Any, Any]] = field(default_factory=dict)  # the snapshot's fields, last decoded
 
     def run(self, recs: Iterable[dict[str, Any]]) -> Replay:
         for rec in recs:
@@ -214,7 +215,7 @@ class Replay:
         for key in rec["next"]:
             state = pipeline.refused(state, key, at.get(key, rec["at"]))
         self._admissions(rec)
-        snap = snapshot_of(rec["snap"], self._workloads.workloads(rec["defs"], rec["rows"]))
+        snap = snapshot_of(rec["snap"], self._workloads.workloads(rec["defs"], rec["rows"]), self._rest)
         decision = pipeline.decide(snap, state)
         recorded_done = {(kind, target): outcome for _p, kind, target, outcome in rec["done"]}
         not_done: set[str] = set()

@@ -155,3 +155,13 @@ def test_bad_settings_are_one_line_errors(tmp_path: Path, capsys: pytest.Capture
 def test_a_trace_of_no_tick_says_so(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert replay_main([str(_tiny_trace(tmp_path))]) == 2
     assert "no complete tick" in capsys.readouterr().err
+
+
+def test_the_replays_quick_workload_builder_makes_what_the_constructor_makes() -> None:
+    from agent.trace import codec
+    w = workload("yarn/container_e01_1700000000000_0001_01_000002", cpu=1.5, mem=7, priority=42, pids=9,
+                 app_id="application_1700000000000_0001", seq=2, started_at=3.5, namespace="ns")
+    parts = codec._parts(codec._definition(codec._static(w)))
+    assert codec._build is not codec._slow_build, "the quick builder is not in use"
+    quick = codec._build(parts, w.usage, w.sample_age_s)
+    assert quick == w == codec._slow_build(parts, w.usage, w.sample_age_s)
