@@ -71,8 +71,9 @@ from cgroups.io_meter import IoMeter
 
 MI = 1 << 20
 MB = 1_000_000
-ALL_FLOODS = ("direct_write", "buffered_write", "direct_read")
-FLOODS = list(ALL_FLOODS)  # this run's: --floods narrows it in place; every case list and summary reads it
+DEFAULT_FLOODS = ("direct_write", "buffered_write", "direct_read")
+ALL_FLOODS = (*DEFAULT_FLOODS, "small_read")  # small_read: 4 KiB direct reads, one after another
+FLOODS = list(DEFAULT_FLOODS)  # this run's: --floods sets it in place; every case list and summary reads it
 SUB = "node"  # the agent's cgroup root, below the bench's private root
 HP_REL, TIER = f"{SUB}/hp", f"{SUB}/besteffort"  # HP a direct child of the agent's root; BE below besteffort/
 BE_REL = f"{TIER}/be"
@@ -96,6 +97,7 @@ class Variant:
     policy: dict[str, float] = field(default_factory=dict)
     io: dict[str, Any] = field(default_factory=dict)  # io: settings other than the policy (io.KEY=VALUE)
     sched: str | None = None
+    iosched: dict[str, str] = field(default_factory=dict)  # the scheduler's tunables (iosched.KEY=VALUE)
     hp_weight: int = 1000
     be_weight: int = 1
 
@@ -108,7 +110,8 @@ VARIANTS: dict[str, Variant] = {}  # this run's, by suffix (--variant)
 
 
 def parse_variant(text: str) -> Variant:
-    """`NAME:KEY=VALUE,...`: `agent=0|1`, `sched=NAME`, `hp_weight=N`, `be_weight=N`, `io.KEY=VALUE` (an
+    """`NAME:KEY=VALUE,...`: `agent=0|1`, `sched=NAME`, `iosched.KEY=VALUE` (a tunable of the loop disk's
+    scheduler, /sys/block/loopN/queue/iosched/KEY), `hp_weight=N`, `be_weight=N`, `io.KEY=VALUE` (an
     io: setting of the agent's), any other KEY an io.policy setting (a number). ValueError naming what is
     wrong."""
     name, _, spec = text.partition(":")
@@ -127,6 +130,8 @@ def parse_variant(text: str) -> Variant:
             v = replace(v, hp_weight=int(value))
         elif key == "be_weight":
             v = replace(v, be_weight=int(value))
+        elif key.startswith("iosched."):
+            v.iosched[key.removeprefix("iosched.")] = value
         elif key.startswith("io."):
             v.io[key.removeprefix("io.")] = value
         else:
@@ -152,7 +157,14 @@ def case_names(capped: bool) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """The HP cases and the BE-alone cases of a run (the static `_capped` ones only with --capped)."""
     ks = kinds(capped)
     return (("alone", *(f"{f}{k}" for f in FLOODS for k in ks)),
-            tuple(f"be_alone_{f}{k}" for f in FLOODS for k in ks))
+            tuple(f"be_alone_{f}{k}" for f in FLOODS for k in ks if be_alone_differs(k)))
+
+
+def be_alone_differs(kind: str) -> bool:
+    """Whether BE alone in this kind of case can differ from BE alone with the agent: a variant that only
+    changes the agent's policy changes nothing while HP is idle (no cap), so it has no BE-alone case."""
+    v = VARIANTS.get(kind)
+    return v is None or not v.agent or bool(v.sched) or bool(v.io) or bool(v.iosched)
 
 
 def required(capped: bool) -> tuple[str, ...]:
@@ -329,11 +341,14 @@ class Flood:
         self.done = 0  # bytes of the dd runs that finished
         self.n = 0
         self.proc: subprocess.Popen[Any] | None = None
-        self.key = "rchar" if kind == "direct_read" else "wchar"
+        self.key = "rchar" if kind.endswith("_read") else "wchar"
 
     def _argv(self) -> list[str]:
         at = (self.n % self.slots) * self.chunk
         common = ["bs=1M", f"count={self.chunk}", "status=none"]
+        if self.kind == "small_read":  # the same bytes in 4 KiB requests
+            return ["dd", f"if={self.path}", "of=/dev/null", f"skip={at * 256}", "iflag=direct", "bs=4k",
+                    f"count={self.chunk * 256}", "status=none"]
         if self.kind == "direct_read":
             return ["dd", f"if={self.path}", "of=/dev/null", f"skip={at}", "iflag=direct", *common]
         direct = ["oflag=direct"] if self.kind == "direct_write" else []
@@ -402,6 +417,11 @@ class Bench:
         self.hp = root.mkcg(HP_REL)
         self.be = root.mkcg(agent.watched[-1])
         self.writer.set_cpu_shares(TIER, 2)  # as the kubelet (and the agent's setup_tiers) lays the tier out
+        if args.hp_rt:  # HP's cgroups get real-time CPU time to run SCHED_FIFO (v1 RT group scheduling)
+            for rel in ("", SUB, HP_REL):
+                f = self.root.path("cpu", rel) / "cpu.rt_runtime_us"
+                if f.exists():
+                    f.write_text("200000")
         if self.v1:  # a fresh (loop) disk's IO counted per cgroup in every case, not the agent's only
             IoMeter(root.hierarchy, root.name).count_on(dev)
         self.writer.set_memory_limit(self.be, args.be_memory_mib * MI)
@@ -500,8 +520,11 @@ class Bench:
         if self.loop is None:
             return
         want = variant.sched if variant is not None and variant.sched else self.args.loop_scheduler
-        if self.loop.scheduler() != want:
+        if self.loop.scheduler() != want or (variant is not None and variant.iosched):
+            self.loop.set_scheduler("none")  # a switch starts the scheduler afresh, with its default tunables
             self.loop.set_scheduler(want)
+        for key, value in (variant.iosched if variant is not None else {}).items():
+            (self.loop.queue / "iosched" / key).write_text(value)
         if want == "bfq" and variant is not None:
             weights = {HP_REL: variant.hp_weight, TIER: variant.be_weight, self.be: variant.be_weight}
             for rel, w in weights.items():
@@ -516,13 +539,16 @@ class Bench:
 
     def flood(self, kind: str) -> Flood:
         a = self.args
-        target = self.read_file if kind == "direct_read" else self.write_file
-        mib = a.read_file_mib if kind == "direct_read" else a.write_file_mib
+        target = self.read_file if kind.endswith("_read") else self.write_file
+        mib = a.read_file_mib if kind.endswith("_read") else a.write_file_mib
         return Flood(self.root, self.be, kind, target, mib, min(a.chunk_mib, mib))
 
     def spawn_hp(self, log: Path) -> dict[str, subprocess.Popen[Any]]:
         """HP's two processes, started; each waits for its window on stdin (`start_hp`)."""
-        return {kind: self.root.spawn(self.hp, [sys.executable, "-c", HP_PROG, kind, str(path)],
+        nice = ["nice", "-n", str(self.args.hp_nice)] if self.args.hp_nice else []
+        if self.args.hp_rt:
+            nice = ["chrt", "-f", str(self.args.hp_rt)]
+        return {kind: self.root.spawn(self.hp, [*nice, sys.executable, "-c", HP_PROG, kind, str(path)],
                                       stdin=subprocess.PIPE, stdout=subprocess.PIPE)
                 for kind, path in (("fsync", log), ("read", self.hp_file))}
 
@@ -668,6 +694,7 @@ def variant_words(v: Variant) -> str:
     if v.sched:
         words.append(f"scheduler {v.sched}" + (f", bfq weight HP {v.hp_weight} BE {v.be_weight}"
                                                  if v.sched == "bfq" else ""))
+    words += [f"{k}={x}" for k, x in v.iosched.items()]
     return ", ".join(words)
 
 
@@ -730,7 +757,8 @@ def targets(out: dict[str, Any]) -> None:
             out[f"{c}_target_met"] = (out[f"{c}_fsync_p99_over_alone_ratio"] <= TARGET_P99_RATIO
                                       and out[f"{c}_read_p99_over_alone_ratio"] <= TARGET_P99_RATIO
                                       and out[f"{c}_ops_over_alone_ratio"] >= TARGET_OPS_RATIO)
-            out[f"be_alone_{c}_target_met"] = out[f"be_alone_{c}_over_alone_ratio"] >= TARGET_BE_SHARE
+            if f"be_alone_{c}_over_alone_ratio" in out:
+                out[f"be_alone_{c}_target_met"] = out[f"be_alone_{c}_over_alone_ratio"] >= TARGET_BE_SHARE
     cut, lift = out["io_cut_s_median"], out["io_lift_s_median"]
     out["io_reaction_target_met"] = (cut is not None and lift is not None
                                      and max(cut, lift) <= TARGET_REACTION_S)
@@ -761,13 +789,14 @@ def table(results: dict[str, list[Sample]], out: dict[str, Any]) -> None:
     for c in (f"{f}{k}" for f in FLOODS for k in ("_agent", *VARIANTS)):
         f = next(f for f in FLOODS if c.startswith(f))
         uncharged = "" if out[f"{f}_attributable"] else ", BE not charged for it"
+        wc = f"be_alone_{c}"
+        share = (f"; BE alone with the agent {out[f'{wc}_over_alone_ratio']:.2f} of without "
+                 f"({ok[out[f'{wc}_target_met']]})" if f"{wc}_over_alone_ratio" in out else "")
         reaction = (f"; cut {out[f'{c}_cut_s_median']} s, lift {out[f'{c}_lift_s_median']} s (never cut "
                     f"{out[f'{c}_never_cut']})" if f"{c}_cut_s_median" in out else "")
         print(f"{c:<22} commit p99 {out[f'{c}_fsync_p99_over_alone_ratio']:.2f}x alone, read p99 "
               f"{out[f'{c}_read_p99_over_alone_ratio']:.2f}x, ops {out[f'{c}_ops_over_alone_ratio']:.2f} of "
-              f"alone ({ok[out[f'{c}_target_met']]}{uncharged}); "
-              f"BE alone with the agent {out[f'be_alone_{c}_over_alone_ratio']:.2f} of without "
-              f"({ok[out[f'be_alone_{c}_target_met']]}){reaction}")
+              f"alone ({ok[out[f'{c}_target_met']]}{uncharged}){share}{reaction}")
     print(f"reaction: cut median {out['io_cut_s_median']} s (max {out['io_cut_s_max']}), lift median "
           f"{out['io_lift_s_median']} s (max {out['io_lift_s_max']}) ({ok[out['io_reaction_target_met']]})")
 
@@ -796,8 +825,15 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, dict[str, float]]:
     p.add_argument("--agent-tree", type=Path, default=REPO,
                    help="the agent's code: this checkout, or a tree of it (`git archive` of a commit), run "
                         "with it as the working directory")
-    p.add_argument("--floods", default=",".join(ALL_FLOODS),
-                   help=f"the BE floods measured, comma-separated (default: all, {','.join(ALL_FLOODS)})")
+    p.add_argument("--floods", default=",".join(DEFAULT_FLOODS),
+                   help=f"the BE floods measured, comma-separated, of {','.join(ALL_FLOODS)} (default: "
+                        f"{','.join(DEFAULT_FLOODS)})")
+    p.add_argument("--hp-nice", type=int, default=0,
+                   help="HP's processes at this nice value (e.g. -10): on a machine whose CPUs other work "
+                        "keeps busy, HP's latency is the CPU's wait as much as the disk's")
+    p.add_argument("--hp-rt", type=int, default=0, metavar="PRIO",
+                   help="HP's processes SCHED_FIFO at this priority: the latency is then the disk's, not the "
+                        "wait for a CPU other work keeps busy")
     p.add_argument("--loop-mib", type=int, default=0,
                    help="run on a contained disk: a loop device (direct IO) of this many MiB over a file "
                         "in --dir, ext4 on it, made and removed by the bench; its scheduler is the bench's")
@@ -816,8 +852,8 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, dict[str, float]]:
     try:
         for text in args.variant:
             v = parse_variant(text)
-            if v.sched and not args.loop_mib:
-                raise ValueError(f"--variant {text!r}: sched needs --loop-mib (never the host's disk)")
+            if (v.sched or v.iosched) and not args.loop_mib:
+                raise ValueError(f"--variant {text!r}: sched, iosched need --loop-mib (not the host's disk)")
             VARIANTS[v.suffix] = v
     except ValueError as err:
         p.error(str(err))

@@ -5,8 +5,8 @@ Per disk, every tick:
 
 - **HP needs the disk**: HP did IO on it in the window (at least `hp_active_iops`) and waits for IO
   (`io.pressure` of its busiest cgroups at or above `stall_percent`; where the kernel has no pressure for
-  them, doing IO is taken as needing the disk). BE is cut to the floor at once: `floor_mbps` each way and
-  `floor_iops` each way.
+  them, doing IO is taken as needing the disk). BE is cut to the floor at once: `floor_read_mbps` and
+  `floor_read_iops` for its reads, `floor_mbps` and `floor_iops` for its writes.
 - **HP busy, not waiting**: a cap in force is doubled once every `hold_s` without a stall (BE gets back what
   HP leaves), and lifted once BE does under half of it.
 - **HP idle** on the disk for `idle_s`: every cap is lifted. The disk is not held back for HP that does not
@@ -41,10 +41,15 @@ MB = 1_000_000
 class IoPolicyConfig:
     """The disk guard's policy (docs/io.md): BE's caps on each guarded disk while HP needs it."""
 
-    # BE's cap each way, in MB/s, while HP needs the disk
+    # BE's write cap, in MB/s, while HP needs the disk
     floor_mbps: float = validation.bounded(10.0, 0.1, 100_000.0)
-    # BE's cap each way, in IO/s, while HP needs the disk
+    # BE's write cap, in IO/s, while HP needs the disk
     floor_iops: int = validation.bounded(400, 1, 10_000_000)
+    # BE's read cap, in MB/s, while HP needs the disk (lower than writes': a large read holds the disk for
+    # longer than a write it takes into its cache, and HP's IO waits behind it)
+    floor_read_mbps: float = validation.bounded(10.0, 0.1, 100_000.0)
+    # BE's read cap, in IO/s, while HP needs the disk
+    floor_read_iops: int = validation.bounded(400, 1, 10_000_000)
     # HP needs the disk when its IO pressure is at or above this percent
     stall_percent: float = validation.bounded(5.0, 0.0, 100.0)
     # HP counts as using the disk at this many IO/s or more
@@ -64,8 +69,8 @@ class IoPolicyConfig:
 
     @property
     def floor(self) -> IoCap:
-        bps = max(1, int(self.floor_mbps * MB))
-        return IoCap(bps, bps, self.floor_iops, self.floor_iops)
+        return IoCap(max(1, int(self.floor_read_mbps * MB)), max(1, int(self.floor_mbps * MB)),
+                     self.floor_read_iops, self.floor_iops)
 
 
 @dataclass(frozen=True, slots=True)

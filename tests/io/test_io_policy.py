@@ -47,6 +47,18 @@ def test_hp_stalling_on_the_disk_cuts_be_to_the_floor_at_once() -> None:
     assert again == [] and state.disks[DEV].needed_since == 100.0
 
 
+def test_be_s_reads_and_writes_have_floors_of_their_own() -> None:
+    cfg = IoPolicyConfig(floor_mbps=10, floor_iops=400, floor_read_mbps=2, floor_read_iops=50)
+    assert cfg.floor == IoCap(rbps=2_000_000, wbps=10_000_000, riops=50, wiops=400)
+    acts, _ = decide(snap(be=IoRate(rbps=6e8, riops=600)), cfg, IoState())
+    (a,) = acts
+    assert isinstance(a, SetBeIoLimit) and a.cap == cfg.floor
+    assert a.numbers["cap_rbps"] == 2_000_000 and a.numbers["cap_wbps"] == 10_000_000
+    assert a.numbers["cap_riops"] == 50 and a.numbers["cap_wiops"] == 400
+    with pytest.raises(ValueError, match=r"io\.policy\.floor_read_mbps: must be in"):
+        IoPolicyConfig(floor_read_mbps=0.0)
+
+
 def test_hp_doing_io_without_waiting_for_it_is_not_a_reason_to_cut() -> None:
     acts, state = decide(snap(stall=1.0), CFG, IoState())
     assert caps(acts) == [] and state.disks[DEV].cap == NO_CAP
