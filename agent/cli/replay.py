@@ -1,5 +1,6 @@
-"""`coloc-agent replay TRACE [--config FILE] [--set KEY=VALUE ...] [--json]`: what the agent would have done
-on the node the trace was recorded on, with other settings, beside what it did (docs/replay.md).
+"""`coloc-agent replay TRACE [--config FILE] [--set KEY=VALUE ...] [--json] [--plot PNG]`: what the agent
+would have done on the node the trace was recorded on, with other settings, beside what it did
+(docs/replay.md).
 
 TRACE is a trace file or the directory of the trace files (`trace.dir`). Without `--config` or `--set` the
 replay runs the recorded settings and must decide every tick as recorded: the exit code is 1 when a tick
@@ -15,6 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from agent.demo.plots import fit_title
 from agent.trace import overrides
 from agent.trace.codec import TraceError
 from agent.trace.params import TickSettings
@@ -22,14 +24,51 @@ from agent.trace.replay import Replay, records
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="coloc-agent replay", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="coloc-agent replay", description=(__doc__ or "").split("\n\n")[0])
     p.add_argument("trace", help="a trace file, or the directory of trace files (trace.dir)")
     p.add_argument("--config", help="replay with this config file's settings instead of the recorded ones")
     p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
                    help="replay with this setting changed (config keys: policies.*, batch.*, eviction.*, "
                         "...); repeatable")
     p.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    p.add_argument("--plot", type=Path, metavar="PNG",
+                   help="also draw BE's CPU budget of both runs on one time axis, evictions marked "
+                        "(matplotlib)")
     return p
+
+
+def plot(path: Path, replay: Replay, title: str) -> None:
+    """BE's CPU budget, recorded and replayed, over the trace's time; each run's evictions as a mark."""
+    try:
+        import matplotlib
+    except ImportError:
+        raise TraceError("--plot needs matplotlib (pip install 'coloc-agent[plots]')") from None
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    at = replay.series_at
+    t0 = at[0]
+    xs = [t - t0 for t in at]
+    fig, ax = plt.subplots(figsize=(10, 4.5), dpi=100)
+    try:
+        for name, run, style in (("recorded", replay.recorded, "-"), ("replay", replay.replayed, "--")):
+            ys = [float("nan") if g is None else g / 1000 for g in run.grants]
+            line = ax.plot(xs, ys, style, linewidth=1.2, label=f"BE CPU budget, {name}")[0]
+            for i, e in enumerate(run.evictions):
+                ax.axvline(e["at"] - t0, color=line.get_color(), linestyle=style, linewidth=0.8, alpha=0.7,
+                           label=f"eviction, {name}" if i == 0 else None)
+        ax.set_title(fit_title(title), fontsize=10)
+        ax.set_xlabel("time since the trace's first tick (s)")
+        ax.set_ylabel("cores")
+        ax.grid(True, alpha=0.3)
+        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=4, fontsize=8, frameon=False)
+        fig.tight_layout()
+        try:
+            fig.savefig(path, format="png")
+        except OSError as err:
+            raise TraceError(f"--plot {path}: cannot write: {err.strerror}") from None
+    finally:
+        plt.close(fig)
 
 
 def _change(pct: bool, old: float | None, new: float | None) -> str:
@@ -130,6 +169,12 @@ def main(argv: list[str]) -> int:
         print(f"coloc-agent replay: {err}", file=sys.stderr)
         return 2
     out = report(args, replay, pairs)
+    if args.plot is not None:
+        try:
+            plot(args.plot, replay, out["summary"])
+        except TraceError as err:
+            print(f"coloc-agent replay: {err}", file=sys.stderr)
+            return 2
     print(json.dumps(out) if args.json else render(out))
     exact = not pairs and base is None
     return 1 if exact and replay.differing else 0

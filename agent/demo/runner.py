@@ -36,6 +36,7 @@ from pathlib import Path
 from agent.config.agent import AgentConfig, CgroupConfig, EvictionConfig, LoopConfig, NodeConfig, StateConfig
 from agent.config.io import IoConfig
 from agent.config.standalone import LocalWorkload, StandaloneConfig
+from agent.config.trace import TraceConfig
 from agent.daemon.cgroup_tree import BE_TIER, remove_tree
 from agent.daemon.runtime import Runtime, build
 from agent.demo import live as liveview
@@ -43,6 +44,7 @@ from agent.demo import story
 from agent.demo.spawn import move_back, move_self, spawn_in_cgroup, workload_argv
 from agent.demo.workloads import read_counter
 from agent.published import ActionRecord
+from agent.trace.files import trace_files
 
 YARN_APP = "1700000000000_0001"
 HP = "hp-service"
@@ -174,7 +176,8 @@ class Demo:
         return sum(read_counter(str(c)) for c in self.counters)
 
 
-def demo_config(root: str, memory: str, interval: float) -> AgentConfig:
+def demo_config(root: str, memory: str, interval: float, trace: Path | None = None) -> AgentConfig:
+    """The demo's agent; `trace`: the directory it records its trace in (None: no trace)."""
     be = [LocalWorkload(f"{BE_TIER}/batch-hog", priority=3000, memory="512Mi"),
           LocalWorkload(f"{BE_TIER}/batch-low", priority=3500, milli_cpu=1000),
           LocalWorkload(f"{BE_TIER}/batch-mid", priority=5000, milli_cpu=1000)]
@@ -186,7 +189,28 @@ def demo_config(root: str, memory: str, interval: float) -> AgentConfig:
         standalone=StandaloneConfig(workloads=tuple(be)),
         state=StateConfig(path=""),
         io=IoConfig(paths=("/var/lib",)),  # the disk guard on the machine's disk (the demo's HP does no IO)
+        trace=TraceConfig(enabled=True, dir=str(trace.resolve())) if trace is not None else TraceConfig(),
     )
+
+
+def fresh_trace_dir(trace: Path | None) -> None:
+    """The demo's trace directory, without the trace files of an earlier demo (a replay of the directory
+    would take them for this run's start)."""
+    if trace is None:
+        return
+    trace.mkdir(parents=True, exist_ok=True)
+    for old in trace_files(trace):
+        old.unlink()
+
+
+def close_trace(rt: Runtime, trace: Path | None) -> None:
+    """Write the rest of the trace, and say where it is and how to replay it."""
+    if rt.recorder is None or trace is None:
+        return
+    rt.recorder.close()
+    liveview.out(f"the agent's trace: {trace}/ ({rt.recorder.ticks} ticks); what it would have done with "
+                 f"other settings: coloc-agent replay {trace} "
+                 f"--set policies.suppression.threshold_percent=75")
 
 
 def _fmt_cpus(cpus: tuple[int, ...]) -> str:
@@ -288,9 +312,10 @@ def write_plot(demo: Demo, path: Path) -> str:
 
 
 async def run_demo(scale: float, memory: str, live: bool, out: Path | None,
-                   plot: Path | None = None) -> dict[str, object]:
+                   plot: Path | None = None, trace: Path | None = None) -> dict[str, object]:
     t0, root = time.monotonic(), f"coloc-demo-{os.getpid()}"
-    cfg = demo_config(root, memory, 0.5)
+    fresh_trace_dir(trace)
+    cfg = demo_config(root, memory, 0.5, trace)
     tmp = Path(tempfile.mkdtemp(prefix="coloc-demo-"))
     view = LiveView(tmp, cfg.cgroups, t0, live)
     view.start()  # a line a second from here until everything is removed, from outside the agent's pod
@@ -383,6 +408,7 @@ async def run_demo(scale: float, memory: str, live: bool, out: Path | None,
             await rt.executor.drain(5)
         except Exception as err:
             demo.say(f"waiting for evictions at cleanup failed: {err!r}")
+        await asyncio.to_thread(close_trace, rt, trace)
         move_back(back)  # out of the pod first: removing the tree kills what is left in it
         await asyncio.to_thread(remove_tree, rt.writer, rt.reader, "")
         publishing.set()
@@ -516,6 +542,9 @@ def main(argv: list[str]) -> int:
     p.add_argument("--json-out", type=Path, help="also write the summary here")
     p.add_argument("--plot", type=Path, default=Path("coloc-demo.png"),
                    help="write PNG plots here (default coloc-demo.png; '' for none)")
+    p.add_argument("--trace", type=Path, default=Path("coloc-demo-trace"),
+                   help="record the agent's trace in this directory, for `coloc-agent replay` (default "
+                        "coloc-demo-trace; an earlier demo's trace files in it are replaced; '' for none)")
     args = p.parse_args(argv)
     if os.geteuid() != 0:
         print("coloc-agent demo: needs root (it creates cgroups and moves processes into them)",
@@ -524,7 +553,9 @@ def main(argv: list[str]) -> int:
 
     async def guarded() -> None:
         plot = args.plot if str(args.plot) not in ("", ".") else None
-        task = asyncio.ensure_future(run_demo(args.scale, args.memory, not args.quiet, args.json_out, plot))
+        trace = args.trace if str(args.trace) not in ("", ".") else None
+        task = asyncio.ensure_future(run_demo(args.scale, args.memory, not args.quiet, args.json_out, plot,
+                                              trace))
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, task.cancel)
