@@ -1,11 +1,11 @@
 """A long run with churn: the agent's exported series and its memory, sampled over time, must stay flat.
 
     python bench/soak.py [--quick] [--minutes 30] [--live 150] [--period 1.0] [--warmup-min 5] [--sample-s 30]
-                         [--agent-env NAME=VALUE ...]
+                         [--ring-size 256] [--agent-env NAME=VALUE ...]
 
 The agent runs as on a node (bench/footprint.py's layout: one `coloc-agent run` process in its own cgroup
 `agent/` beside the node cgroup root `node/` it manages; 1 s tick, fast path on, standalone mode, evictions
-dry run), for --minutes, while:
+dry run; the ledger's event ring --ring-size events, see RING), for --minutes, while:
   - workloads churn: every --period seconds a pod cgroup with one sleeping process is made (HP pods under the
     node root, BE pods under `besteffort/`, alternately) and, past --live pods, the oldest is removed;
     every workload is new (a new name), so anything keyed by workload that is never forgotten grows;
@@ -14,13 +14,16 @@ dry run), for --minutes, while:
   - one client holds a Watch stream open (the node API; re-opened at the server's maximum connection age),
     and /metrics is scraped every 2 s.
 Every --sample-s seconds: the number of series /metrics exports (sample lines), `coloc_holds_total`'s
-series, and the agent's RSS (VmRSS, RssAnon). Flat after warm-up (the samples from --warmup-min on): the
-series count does not change, and RSS's least-squares slope is at most RSS_SLOPE_MAX_MB_PER_MIN. Errors:
-scrapes that failed, and error lines in the agent's log. --agent-env sets a variable in the agent's
+series, the ledger's revision (so the events in the ring), and the agent's RSS (VmRSS, RssAnon). Judged
+from the first sample after both the warm-up (--warmup-min) and the ring's filling: flat when the ring
+filled, the series count does not grow (the highest count of the last third of those samples is not above
+that of the first third: a series may come and go, e.g. `coloc_pending_actions{kind="Hold"}` while a hold is
+in flight), and RSS's least-squares slope is at most RSS_SLOPE_MAX_MB_PER_MIN. Errors: scrapes that failed,
+and error lines in the agent's log. --agent-env sets a variable in the agent's
 environment (e.g. MALLOC_ARENA_MAX=2, to compare allocator settings). `--quick` (CI): 1 minute, 30 pods
-alive, a new one every 0.5 s, 15 s warm-up, a sample every 5 s; too short to judge flatness, it shows that
-the soak runs and measures. The machine load stays modest: the agent, one sleep per live pod, 20 % of one
-core in bursts.
+alive, a new one every 0.5 s, 15 s warm-up, a 64-event ring, a sample every 5 s; too short to judge
+flatness, it shows that the soak runs and measures. The machine load stays modest: the agent, one sleep
+per live pod, 20 % of one core in bursts.
 Needs root and writable cgroups. Samples go to bench/out/soak.jsonl; the last line is one JSON object.
 """
 
@@ -50,15 +53,23 @@ OUT = REPO / "bench" / "out"
 BURST_EVERY_S, BURST_S = 20.0, 4
 SCRAPE_EVERY_S = 2.0
 SCRAPES_FAILING_MAX_S = 60.0  # the agent's /metrics not answering this long ends the soak
+RING_DEFAULT = 4096  # the agent's state.ring_size
+# The ledger's event ring (and the node API's cache of its encodings) grows to state.ring_size events, ~0.7 KB
+# each: bounded, but at this churn (~2.5 events/s) the agent's 4,096 take ~27 minutes to fill, the whole run.
+# With 256 it is full within the warm-up, so what grows after it has no bound (docs/reliability.md).
+RING = 256
 RSS_SLOPE_MAX_MB_PER_MIN = 0.02  # flat: at most ~0.5 MB over 25 minutes after warm-up
 
 
-def series(text: str) -> tuple[int, int, float]:
-    """(series exported, coloc_holds_total's series, ticks) of one /metrics text."""
+def series(text: str) -> tuple[int, int, float, int]:
+    """(series exported, coloc_holds_total's series, ticks, the ledger's revision) of one /metrics text."""
     lines = [ln for ln in text.splitlines() if ln and not ln.startswith("#")]
     holds = sum(1 for ln in lines if ln.startswith("coloc_holds_total{"))
-    ticks = next((float(ln.split()[-1]) for ln in lines if ln.startswith("coloc_ticks_total ")), 0.0)
-    return len(lines), holds, ticks
+
+    def value(name: str) -> float:
+        return next((float(ln.split()[-1]) for ln in lines if ln.startswith(name + " ")), 0.0)
+
+    return len(lines), holds, value("coloc_ticks_total"), int(value("coloc_ledger_revision"))
 
 
 def slope_per_min(points: list[tuple[float, float]]) -> float:
@@ -116,7 +127,8 @@ def soak(args: argparse.Namespace, root: RealRoot, d: Path) -> dict[str, Any]:
     root.mkcg("node/pod-hp-burner")
     port = free_port()
     cfg = agent_config(d, f"{root.name}/node", port, loop=None, eviction={"dry_run": True},
-                       node={"name": "soak-node", "cpus": 2, "memory": "4Gi"}, log={"level": "warning"})
+                       node={"name": "soak-node", "cpus": 2, "memory": "4Gi"}, log={"level": "warning"},
+                       state={"ring_size": args.ring_size})
     log = d / "agent.log"
     env = {**os.environ, **dict(kv.split("=", 1) for kv in args.agent_env)}
     with log.open("ab") as f:
@@ -160,9 +172,10 @@ def soak(args: argparse.Namespace, root: RealRoot, d: Path) -> dict[str, Any]:
                 scrapes += 1
                 last_answer = now
                 if now >= next_sample:
-                    n, holds, ticks = series(text)
+                    n, holds, ticks, revision = series(text)
                     mem = memory_kib(proc.pid)
                     s = {"t_s": round(now - t0, 1), "series": n, "holds_series": holds, "ticks": ticks,
+                         "revision": revision, "ring_events": min(revision, args.ring_size),
                          "rss_mb": round(mem["VmRSS"] / 1024, 2),
                          "rss_anon_mb": round(mem["RssAnon"] / 1024, 2),
                          "hwm_mb": round(mem["VmHWM"] / 1024, 1), "threads": mem["Threads"],
@@ -187,26 +200,39 @@ def soak(args: argparse.Namespace, root: RealRoot, d: Path) -> dict[str, Any]:
 
 
 def summarize(args: argparse.Namespace, samples: list[dict[str, Any]], made: int) -> dict[str, Any]:
-    warm = [s for s in samples if s["t_s"] >= args.warmup_min * 60]
-    if len(warm) < 2:
-        raise RuntimeError(f"{len(warm)} samples after warm-up: a slope needs two (--sample-s shorter)")
+    ring = args.ring_size
+    ring_full = next((s["t_s"] for s in samples if s["ring_events"] >= ring), None)
+    # judged once both the warm-up is over and the event ring is full (it grows to its bound until then)
+    judged_from = max(args.warmup_min * 60, ring_full if ring_full is not None else 0.0)
+    warm = [s for s in samples if s["t_s"] >= judged_from]
+    if len(warm) < 3:
+        raise RuntimeError(f"{len(warm)} samples after warm-up and a full ring (from {judged_from:.0f} s): "
+                           "flatness needs three (shorter --sample-s, longer --minutes, smaller --ring-size)")
     first, after, last = samples[0], warm[0], samples[-1]
+    events_per_min = slope_per_min([(s["t_s"], s["revision"]) for s in samples])
     res: dict[str, Any] = {"minutes": args.minutes, "warmup_minutes": args.warmup_min, "workloads_made": made,
-                           "workloads_live": args.live, "samples": len(samples)}
+                           "workloads_live": args.live, "samples": len(samples), "ring_size": ring,
+                           "ring_full_at_s": ring_full, "judged_from_s": round(after["t_s"], 1),
+                           "events_per_min": round(events_per_min, 1)}
     for name, s in (("start", first), ("after_warmup", after), ("end", last)):
         res[f"series_{name}"] = s["series"]
         res[f"holds_series_{name}"] = s["holds_series"]
         res[f"rss_mb_{name}"] = s["rss_mb"]
         res[f"rss_anon_mb_{name}"] = s["rss_anon_mb"]
+    third = max(1, len(warm) // 3)
     res["series_max_after_warmup"] = max(s["series"] for s in warm)
     res["series_min_after_warmup"] = min(s["series"] for s in warm)
+    # a series that comes and goes (a Hold pending while a sample is taken) is not growth: compare the
+    # highest count of the last third of the judged samples with that of the first third
+    res["series_growth_after_warmup"] = (max(s["series"] for s in warm[-third:])
+                                         - max(s["series"] for s in warm[:third]))
     res["rss_mb_max_after_warmup"] = max(s["rss_mb"] for s in warm)
     res["rss_growth_mb_after_warmup"] = round(last["rss_mb"] - after["rss_mb"], 2)
     for key in ("rss_mb", "rss_anon_mb"):
         slope = slope_per_min([(s["t_s"], s[key]) for s in warm])
         res[f"{key.removesuffix('_mb')}_slope_mb_per_min_after_warmup"] = round(slope, 4)
     res["rss_slope_max_mb_per_min"] = RSS_SLOPE_MAX_MB_PER_MIN
-    res["flat"] = (res["series_max_after_warmup"] == res["series_min_after_warmup"]
+    res["flat"] = (ring_full is not None and res["series_growth_after_warmup"] <= 0
                    and res["rss_slope_mb_per_min_after_warmup"] <= RSS_SLOPE_MAX_MB_PER_MIN)
     return res
 
@@ -220,13 +246,18 @@ def parse() -> argparse.Namespace:
     p.add_argument("--period", type=float, default=1.0, help="seconds between two new pods")
     p.add_argument("--warmup-min", type=float, default=5.0, help="minutes before flatness is judged")
     p.add_argument("--sample-s", type=float, default=30.0, help="seconds between two samples")
+    p.add_argument("--ring-size", type=int, default=RING,
+                   help=f"the agent's state.ring_size ({RING}; the agent's default: {RING_DEFAULT} events)")
     p.add_argument("--agent-env", action="append", default=[], metavar="NAME=VALUE",
                    help="a variable of the agent's environment (repeatable)")
     args = p.parse_args()
     if args.quick:
         args.minutes, args.live, args.period, args.warmup_min, args.sample_s = 1.0, 30, 0.5, 0.25, 5.0
+        args.ring_size = 64
     if args.warmup_min >= args.minutes:
         p.error("--warmup-min must be shorter than --minutes")
+    if args.ring_size < 16:
+        p.error(f"--ring-size must be at least 16, got {args.ring_size}")
     if args.live < 1 or args.period <= 0 or args.sample_s <= 0:
         p.error("--live must be at least 1, --period and --sample-s above 0")
     for kv in args.agent_env:
@@ -248,8 +279,11 @@ def main() -> int:
     for name in ("start", "after_warmup", "end"):
         print(f"{name:13} series {out[f'series_{name}']:5}  (holds {out[f'holds_series_{name}']:3})  "
               f"RSS {out[f'rss_mb_{name}']:6.1f} MB (anon {out[f'rss_anon_mb_{name}']})")
-    print(f"{out['workloads_made']} workloads made in {out['minutes']:g} min; after warm-up: series "
-          f"{out['series_min_after_warmup']}..{out['series_max_after_warmup']}, RSS max "
+    print(f"{out['workloads_made']} workloads made in {out['minutes']:g} min, {out['events_per_min']} ledger "
+          f"events/min; the {out['ring_size']}-event ring full at {out['ring_full_at_s']} s; judged from "
+          f"{out['judged_from_s']} s: series "
+          f"{out['series_min_after_warmup']}..{out['series_max_after_warmup']} (growth "
+          f"{out['series_growth_after_warmup']}), RSS max "
           f"{out['rss_mb_max_after_warmup']} MB, slope {out['rss_slope_mb_per_min_after_warmup']} MB/min "
           f"(anon {out['rss_anon_slope_mb_per_min_after_warmup']}; flat: ≤ {RSS_SLOPE_MAX_MB_PER_MIN}); "
           f"scrape errors {out['scrape_errors']}, agent log errors {out['agent_log_errors']}; "
