@@ -103,7 +103,8 @@ def tick_costs(root: RealRoot, d: Path, rounds: int, samples: int) -> dict[str, 
             progress(f"round {r}: tick off {statistics.median(times['off']) * 1e3:.2f} ms, "
                      f"on {statistics.median(times['on']) * 1e3:.2f} ms, recording "
                      f"{statistics.median(spent) * 1e3:.3f} ms")
-        recorder = runtimes["on"].recorder
+        trace = runtimes["on"].trace
+        recorder = trace.recorder if trace is not None else None
         assert recorder is not None
         ticks = recorder.ticks
     finally:

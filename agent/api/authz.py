@@ -23,7 +23,7 @@ from agent.config.api import ApiConfig
 
 log = logging.getLogger("coloc.api.audit")
 
-MUTATIONS = frozenset({"Admit", "AckRecovery", "Drain", "Recommission"})
+MUTATIONS = frozenset({"Admit", "AckRecovery", "Drain", "Recommission", "Record"})
 
 
 class Listener(enum.Enum):

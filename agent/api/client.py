@@ -200,6 +200,12 @@ class AgentClient:
         resp: pb.DrainResponse = await self._unary("Drain", self._stub.Drain, req, timeout)
         return resp
 
+    async def record(self, seconds: int, timeout: float | None = 10.0) -> pb.RecordResponse:
+        """Record the agent's trace for `seconds` from now (0: stop)."""
+        req = pb.RecordRequest(seconds=seconds)
+        resp: pb.RecordResponse = await self._unary("Record", self._stub.Record, req, timeout)
+        return resp
+
     async def recommission(self, epoch: int, *, request_id: str = "", scheduler_id: str = "",
                            timeout: float | None = 10.0) -> pb.DrainResponse:
         req = pb.RecommissionRequest(fence=pb.Fence(scheduler_id=scheduler_id, scheduler_epoch=epoch),

@@ -44,6 +44,7 @@ from agent.config.api import ApiConfig
 from agent.executors.resource_qos import HeldLimits
 from agent.published import Board
 from agent.state.ledger import Ledger
+from agent.trace.switch import TraceSwitch
 
 log = logging.getLogger("coloc.api")
 
@@ -226,13 +227,14 @@ def _bind_unix(server: grpc.aio.Server, setting: str, path: Path, mode: int, gid
 
 async def start_api_server(ledger: Ledger, cfg: ApiConfig, *, board: Board | None = None,
                            settings: PolicySettings | None = None,
-                           limits: Callable[[], HeldLimits] | None = None) -> ApiServer:
+                           limits: Callable[[], HeldLimits] | None = None,
+                           trace: TraceSwitch | None = None) -> ApiServer:
     """Serve the ledger. Raises ApiStartError naming the setting that prevents it."""
     service = NodeAgentService(ledger, max_streams=cfg.max_streams,
                                bookmark_interval_s=cfg.bookmark_interval_s,
                                max_events_per_message=cfg.max_events_per_message,
                                max_message_bytes=cfg.max_message_bytes, board=board, settings=settings,
-                               limits=limits)
+                               limits=limits, trace=trace)
     health = health_aio.HealthServicer()
     api = ApiServer(service, health, AccessPolicy(cfg), cfg)
     try:

@@ -34,6 +34,7 @@ from agent.state.ledger import Ledger
 from agent.state.records import Allocation, Application, Event, EventType, LedgerView, NodeRecord
 from agent.state.ring import Subscription
 from agent.state.validate import check_epoch
+from agent.trace.switch import TraceSwitch
 from qos.policies import PolicyConfig
 
 log = logging.getLogger("coloc.api")
@@ -42,6 +43,8 @@ PolicySettings = Callable[[], tuple[PolicyConfig, Mapping[str, str]]]
 """The policy settings in force now and, per NodeSLO-mapped setting, where it came from (NodeSLO | yaml)."""
 
 SERVICE = "coloc.v1.NodeAgent"
+
+MAX_RECORD_S = 7 * 86_400  # the longest `Record` asks for: a trace past that is the config's to turn on
 
 # How long a dropped watcher's stream may take to deliver what was queued before it is ended by force.
 DROP_GRACE_S = 5.0
@@ -80,8 +83,9 @@ class NodeAgentService:
     def __init__(self, ledger: Ledger, *, max_streams: int, bookmark_interval_s: float,
                  max_events_per_message: int, max_message_bytes: int, board: Board | None = None,
                  settings: PolicySettings | None = None,
-                 limits: Callable[[], HeldLimits] | None = None) -> None:
+                 limits: Callable[[], HeldLimits] | None = None, trace: TraceSwitch | None = None) -> None:
         self._ledger = ledger
+        self._trace = trace  # the trace's recording (docs/replay.md): `Record` turns it on for a while
         self._max_streams = max_streams
         self._bookmark_s = bookmark_interval_s
         self._max_events = max_events_per_message
@@ -114,6 +118,7 @@ class NodeAgentService:
             "GetStatus": unary(self.get_status, pb.GetStatusRequest, pb.Status),
             "Drain": unary(self.drain, pb.DrainRequest, pb.DrainResponse),
             "Recommission": unary(self.recommission, pb.RecommissionRequest, pb.DrainResponse),
+            "Record": unary(self.record, pb.RecordRequest, pb.RecordResponse),
         }
 
     # ---- reads ----------------------------------------------------------------------------------------
@@ -369,6 +374,30 @@ class NodeAgentService:
             await _abort(context, err)
         await self._durable(context)
         return _drain_response(result)
+
+
+    async def record(self, request: pb.RecordRequest, context: Call) -> pb.RecordResponse:
+        trace = self._trace
+        if trace is None:
+            await abort(context, Status.FAILED_PRECONDITION, "no_trace", "this agent records no trace")
+        if request.seconds > MAX_RECORD_S:
+            await abort(context, Status.INVALID_ARGUMENT, "invalid_argument",
+                        f"seconds: at most {MAX_RECORD_S} (7 days), got {request.seconds}")
+        if request.seconds == 0:
+            state = trace.stop()
+        else:
+            writer = None
+            if trace.recorder is None:
+                try:  # the files are opened off the event loop: a slow disk holds up no tick
+                    writer = await asyncio.to_thread(trace.open_writer)
+                except OSError as err:
+                    await abort(context, Status.FAILED_PRECONDITION, "trace_dir",
+                                f"trace.dir {trace.state().dir}: {err.strerror or err}")
+            state = trace.start(writer, float(request.seconds))
+        log.info("trace recording",
+                 extra={"fields": {"on": state.on, "until": state.until, "dir": state.dir}})
+        return pb.RecordResponse(recording=state.on, dir=state.dir, ticks=state.ticks, dropped=state.dropped,
+                                 until_unix_ms=int(state.until * 1000) if state.on and state.until else 0)
 
 
 def _cancel_unless_done(task: asyncio.Task[Any]) -> None:

@@ -14,6 +14,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "inspect": ("agent.cli.inspect", "sample this machine's cgroups and print the hierarchy"),
     "status": ("agent.cli.status", "node, lifecycle, ledger and last actions, over the agent's socket"),
     "top": ("agent.cli.top", "live view of tiers, BE budget, ledger and recent actions"),
+    "record": ("agent.cli.record", "record the agent's trace for a while, over its admin socket"),
     "replay": ("agent.cli.replay", "what the agent would have done on a recorded trace, with other settings"),
     "recover": ("agent.cli.recover", "scheduler-side recovery: rebuild cluster state from agents"),
     "decommission": ("agent.cli.decommission", "gracefully decommission this node"),

@@ -150,7 +150,8 @@ async def start(cfg: AgentConfig,
         metrics = start_metrics(rt)
         try:
             api = await start_api_server(ledger, cfg.api, board=rt.board, settings=rt.settings.view,
-                                         limits=lambda: resource_qos.held_limits(rt.limits, rt.resource_qos))
+                                         limits=lambda: resource_qos.held_limits(rt.limits, rt.resource_qos),
+                                         trace=rt.trace)
         except ApiStartError as err:
             raise StartError(str(err)) from err
     except BaseException as err:

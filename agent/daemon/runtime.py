@@ -48,10 +48,9 @@ from agent.sources.standalone import StandaloneScanner
 from agent.sources.yarn import NodeManagerSource
 from agent.state import Ledger, LedgerConfig, StateFileError
 from agent.state.lifecycle import reports_batch
-from agent.trace.files import TraceWriter
 from agent.trace.params import TickSettings, tick_settings
 from agent.trace.params import yarn_entries as yarn_entries  # noqa: PLC0414 - re-exported: tests use it here
-from agent.trace.recorder import TickRecorder
+from agent.trace.switch import TraceSwitch
 from cgroups.discovery import Hierarchy, detect_driver, discover, resolve_root
 from cgroups.errors import CgroupError
 from cgroups.holdings import Journal
@@ -99,7 +98,7 @@ class Runtime:
     io: IoGuard | None = None  # the disk guard; its task is `io.run(stop)`
     io_off: str = ""  # why the disk guard does not run ("" when it does, or is turned off)
     made: tuple[str, ...] = ()  # the cgroups this start made (`setup_tiers`), parents first
-    recorder: TickRecorder | None = None  # the trace's (`trace:`), closed with the runtime
+    trace: TraceSwitch | None = None  # the trace's recording (`trace:`, or the admin socket's `Record`)
 
     def close(self, *, failed_start: bool = False) -> None:
         """Release what the agent holds. At a clean exit the agent's own root goes (`cleanup_on_exit`); after
@@ -110,8 +109,8 @@ class Runtime:
             self.io.close()
         self.reader.close()
         self.audit.close()
-        if self.recorder is not None:
-            self.recorder.close()
+        if self.trace is not None:
+            self.trace.close()
         if failed_start:
             _undo_setup(self.writer, self.reader, list(self.made))
         elif self.created_root and self.cfg.cgroups.cleanup_on_exit:
@@ -419,11 +418,10 @@ def _assemble(cfg: AgentConfig, board: Board | None, hierarchy: Hierarchy, reade
                         drain_view=drain.view, sources_synced=sources.synced, source_ages=sources.ages,
                         usage_report_age=reports.usage_report_age, settings_sources=settings.source_map)
     in_force = PipelineInForce(settings, _settings_builder(cfg, guard is not None))
-    recorder = make_recorder(cfg, in_force, ledger)
+    trace = make_trace(cfg, in_force, ledger)
     outputs = TickOutputs(board, _hooks(cfg, ledger, drain, evictors, api_client),
                           observers=(hub.observe, reports.observe),
-                          admissions_refused=lambda: ledger.refusals,
-                          trace=recorder.record if recorder is not None else None)
+                          admissions_refused=lambda: ledger.refusals, trace=trace.record)
     timing = LoopTiming(cfg.loop.interval_s, cfg.loop.fast_path, cfg.loop.fast_poll_s,
                         cfg.loop.fast_hp_jump_milli_cpu, cfg.loop.fast_psi_stall_ratio,
                         cfg.loop.psi_max_cgroups, cfg.loop.psi_trigger, cfg.loop.calm_poll_s,
@@ -433,18 +431,18 @@ def _assemble(cfg: AgentConfig, board: Board | None, hierarchy: Hierarchy, reade
     return Runtime(cfg, hierarchy, reader, writer, collector, sources, reports, executor, loop, board, audit,
                    capacity, cpus, hub, ledger, drain, settings, LeftEgress(writer.journal, cfg.network,
                                                                             hierarchy.unified),
-                   limits, qos, owned, network=shaper, io=guard, io_off=io_off, recorder=recorder)
+                   limits, qos, owned, network=shaper, io=guard, io_off=io_off, trace=trace)
 
 
-def make_recorder(cfg: AgentConfig, in_force: PipelineInForce, ledger: Ledger) -> TickRecorder | None:
-    """The trace's recorder (`trace:`; None: off)."""
+def make_trace(cfg: AgentConfig, in_force: PipelineInForce, ledger: Ledger) -> TraceSwitch:
+    """The trace's switch: recording from the start when `trace.enabled`, else when the admin socket asks."""
     t = cfg.trace
-    if not t.enabled:
-        return None
-    writer = TraceWriter(Path(t.dir), file_bytes=int(t.file_mb * 1e6), files=t.files,
-                         queue_lines=t.queue_ticks, level=t.level)
-    log.info("recording a trace", extra={"fields": {"dir": t.dir, "file_mb": t.file_mb, "files": t.files}})
-    return TickRecorder(writer, in_force.settings, ledger.take_judged, cfg.node.node_name)
+    switch = TraceSwitch(t, in_force.settings, ledger.take_judged, cfg.node.node_name)
+    if t.enabled:
+        switch.start(switch.open_writer(), None)
+        log.info("recording a trace",
+                 extra={"fields": {"dir": t.dir, "file_mb": t.file_mb, "files": t.files}})
+    return switch
 
 
 def make_limits(cfg: AgentConfig, hierarchy: Hierarchy, writer: CgroupWriter, sources: WorkloadSources,

@@ -205,10 +205,11 @@ def fresh_trace_dir(trace: Path | None) -> None:
 
 def close_trace(rt: Runtime, trace: Path | None) -> None:
     """Write the rest of the trace, and say where it is and how to replay it."""
-    if rt.recorder is None or trace is None:
+    if rt.trace is None or rt.trace.recorder is None or trace is None:
         return
-    rt.recorder.close()
-    liveview.out(f"the agent's trace: {trace}/ ({rt.recorder.ticks} ticks); what it would have done with "
+    ticks = rt.trace.recorder.ticks
+    rt.trace.close()
+    liveview.out(f"the agent's trace: {trace}/ ({ticks} ticks); what it would have done with "
                  f"other settings: coloc-agent replay {trace} "
                  f"--set policies.suppression.threshold_percent=75")
 

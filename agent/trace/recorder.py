@@ -100,5 +100,10 @@ class TickRecorder:
             "nd": sorted(t.not_done),
         }
 
+    @property
+    def dropped(self) -> int:
+        """Records the writer dropped (a disk slower than the ticks, or one that failed)."""
+        return self._writer.dropped
+
     def close(self) -> None:
         self._writer.close()

@@ -41,4 +41,5 @@ def test_generated_imports_work_inside_the_package() -> None:
         "GetStatus",
         "Drain",
         "Recommission",
+        "Record",
     ]

@@ -73,7 +73,7 @@ async def _record(real_root: RealRoot, trace_dir: Path) -> int:
     trace = TraceConfig(enabled=True, dir=str(trace_dir), file_mb=0.001, files=500)
     cfg = dataclasses.replace(cfg, trace=trace)
     rt = build(cfg)
-    assert rt.recorder is not None
+    assert rt.trace is not None and rt.trace.recorder is not None
     async with running(rt):
         assert await wait_for(lambda: (p := rt.board.get()) is not None and p.tick >= 3, 10) is not None
         too_big = AdmitRequest("yarn/container_e01_1700000000000_0001_01_000002",
@@ -84,7 +84,7 @@ async def _record(real_root: RealRoot, trace_dir: Path) -> int:
             "nothing was evicted"
         ticks = rt.board.get().tick  # type: ignore[union-attr]
         assert await wait_for(lambda: rt.board.get().tick >= ticks + 15, 15) is not None  # type: ignore[union-attr]
-    rt.recorder.close()
+    rt.trace.close()
     pub = rt.board.get()
     assert pub is not None
     return pub.tick

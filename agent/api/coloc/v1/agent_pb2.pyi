@@ -1462,6 +1462,61 @@ class RecommissionRequest(_message.Message):
 Global___RecommissionRequest: _TypeAlias = RecommissionRequest  # noqa: Y015
 
 @_typing.final
+class RecordRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SECONDS_FIELD_NUMBER: _builtins.int
+    seconds: _builtins.int
+    """how long to record from now, at most 7 days; 0: stop now"""
+    def __init__(
+        self,
+        *,
+        seconds: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["seconds", b"seconds"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RecordRequest: _TypeAlias = RecordRequest  # noqa: Y015
+
+@_typing.final
+class RecordResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RECORDING_FIELD_NUMBER: _builtins.int
+    UNTIL_UNIX_MS_FIELD_NUMBER: _builtins.int
+    DIR_FIELD_NUMBER: _builtins.int
+    TICKS_FIELD_NUMBER: _builtins.int
+    DROPPED_FIELD_NUMBER: _builtins.int
+    recording: _builtins.bool
+    until_unix_ms: _builtins.int
+    """when it stops; 0: not recording, or the config keeps it on"""
+    dir: _builtins.str
+    """the trace files' directory (trace.dir)"""
+    ticks: _builtins.int
+    """ticks recorded since this recording began"""
+    dropped: _builtins.int
+    """ticks dropped (a disk slower than the ticks)"""
+    def __init__(
+        self,
+        *,
+        recording: _builtins.bool = ...,
+        until_unix_ms: _builtins.int = ...,
+        dir: _builtins.str = ...,
+        ticks: _builtins.int = ...,
+        dropped: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["dir", b"dir", "dropped", b"dropped", "recording", b"recording", "ticks", b"ticks", "until_unix_ms", b"until_unix_ms"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RecordResponse: _TypeAlias = RecordResponse  # noqa: Y015
+
+@_typing.final
 class DrainResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 

@@ -69,6 +69,11 @@ class NodeAgentStub:
                 request_serializer=agent_dot_api_dot_coloc_dot_v1_dot_agent__pb2.RecommissionRequest.SerializeToString,
                 response_deserializer=agent_dot_api_dot_coloc_dot_v1_dot_agent__pb2.DrainResponse.FromString,
                 _registered_method=True)
+        self.Record = channel.unary_unary(
+                '/coloc.v1.NodeAgent/Record',
+                request_serializer=agent_dot_api_dot_coloc_dot_v1_dot_agent__pb2.RecordRequest.SerializeToString,
+                response_deserializer=agent_dot_api_dot_coloc_dot_v1_dot_agent__pb2.RecordResponse.FromString,
+                _registered_method=True)
 
 
 class NodeAgentServicer:
@@ -125,6 +130,14 @@ class NodeAgentServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Record(self, request, context):
+        """Record the agent's trace (docs/replay.md) for `seconds` from now, or stop it (0); a trace the config
+        turns on (trace.enabled) goes on regardless. Admin socket only; no fence (it changes no ledger state).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_NodeAgentServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -162,6 +175,11 @@ def add_NodeAgentServicer_to_server(servicer, server):
                     servicer.Recommission,
                     request_deserializer=agent_dot_api_dot_coloc_dot_v1_dot_agent__pb2.RecommissionRequest.FromString,
                     response_serializer=agent_dot_api_dot_coloc_dot_v1_dot_agent__pb2.DrainResponse.SerializeToString,
+            ),
+            'Record': grpc.unary_unary_rpc_method_handler(
+                    servicer.Record,
+                    request_deserializer=agent_dot_api_dot_coloc_dot_v1_dot_agent__pb2.RecordRequest.FromString,
+                    response_serializer=agent_dot_api_dot_coloc_dot_v1_dot_agent__pb2.RecordResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -353,6 +371,33 @@ class NodeAgent:
             '/coloc.v1.NodeAgent/Recommission',
             agent_dot_api_dot_coloc_dot_v1_dot_agent__pb2.RecommissionRequest.SerializeToString,
             agent_dot_api_dot_coloc_dot_v1_dot_agent__pb2.DrainResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Record(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/coloc.v1.NodeAgent/Record',
+            agent_dot_api_dot_coloc_dot_v1_dot_agent__pb2.RecordRequest.SerializeToString,
+            agent_dot_api_dot_coloc_dot_v1_dot_agent__pb2.RecordResponse.FromString,
             options,
             channel_credentials,
             insecure,

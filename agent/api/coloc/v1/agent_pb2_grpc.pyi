@@ -60,6 +60,10 @@ class NodeAgentStub:
     request_id; a bad field is INVALID_ARGUMENT naming it.
     """
     Recommission: _grpc.UnaryUnaryMultiCallable[_agent_pb2.RecommissionRequest, _agent_pb2.DrainResponse]
+    Record: _grpc.UnaryUnaryMultiCallable[_agent_pb2.RecordRequest, _agent_pb2.RecordResponse]
+    """Record the agent's trace (docs/replay.md) for `seconds` from now, or stop it (0); a trace the config
+    turns on (trace.enabled) goes on regardless. Admin socket only; no fence (it changes no ledger state).
+    """
 
 @_typing.type_check_only
 class NodeAgentAsyncStub(NodeAgentStub):
@@ -82,6 +86,10 @@ class NodeAgentAsyncStub(NodeAgentStub):
     request_id; a bad field is INVALID_ARGUMENT naming it.
     """
     Recommission: _aio.UnaryUnaryMultiCallable[_agent_pb2.RecommissionRequest, _agent_pb2.DrainResponse]  # type: ignore[assignment]
+    Record: _aio.UnaryUnaryMultiCallable[_agent_pb2.RecordRequest, _agent_pb2.RecordResponse]  # type: ignore[assignment]
+    """Record the agent's trace (docs/replay.md) for `seconds` from now, or stop it (0); a trace the config
+    turns on (trace.enabled) goes on regardless. Admin socket only; no fence (it changes no ledger state).
+    """
 
 class NodeAgentServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -143,5 +151,15 @@ class NodeAgentServicer(metaclass=_abc_1.ABCMeta):
         request: _agent_pb2.RecommissionRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_agent_pb2.DrainResponse, _abc.Awaitable[_agent_pb2.DrainResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def Record(
+        self,
+        request: _agent_pb2.RecordRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_agent_pb2.RecordResponse, _abc.Awaitable[_agent_pb2.RecordResponse]]:
+        """Record the agent's trace (docs/replay.md) for `seconds` from now, or stop it (0); a trace the config
+        turns on (trace.enabled) goes on regardless. Admin socket only; no fence (it changes no ledger state).
+        """
 
 def add_NodeAgentServicer_to_server(servicer: NodeAgentServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
