@@ -68,11 +68,16 @@ class TickRecorder:
         self._table = WorkloadTable()
         self._last_settings: TickSettings | None = None
         self._started = False
+        self._last_tick: int | None = None
         self.ticks = 0
 
     def record(self, t: TickTrace) -> None:
         settings = self._settings()
-        if not self._started or self._writer.need_new_file:
+        # a tick that is not the one after the last recorded (a tick that failed half-way, or one this
+        # recorder did not get) begins a new file: its header carries the state the next tick starts from
+        gap = self._last_tick is not None and t.tick != self._last_tick + 1
+        self._last_tick = t.tick
+        if not self._started or gap or self._writer.need_new_file:
             self._table = WorkloadTable()
             head = {"k": "head", "v": VERSION, "node": self._node, "tick": t.tick, "at": t.at,
                     "settings": encode(settings), "state": encode(t.prior)}

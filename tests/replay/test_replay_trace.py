@@ -165,3 +165,32 @@ def test_the_replays_quick_workload_builder_makes_what_the_constructor_makes() -
     assert codec._build is not codec._slow_build, "the quick builder is not in use"
     quick = codec._build(parts, w.usage, w.sample_age_s)
     assert quick == w == codec._slow_build(parts, w.usage, w.sample_age_s)
+
+
+def test_a_tick_missing_from_the_trace_begins_a_new_file_and_the_replay_stays_exact(tmp_path: Path) -> None:
+    """A tick that failed half-way (or one the recorder never got) moved the policies' state unrecorded: the
+    next recorded tick begins a new file whose header carries the state, so the replay does not drift."""
+    from agent.trace.recorder import TickRecorder, TickTrace
+    from agent.trace.replay import Replay, records
+    from qos.model import Resources
+
+    settings = tick_settings(AgentConfig(), AgentConfig().policies, io=False)
+    pipeline = settings.pipeline()
+    writer = TraceWriter(tmp_path, file_bytes=1 << 20, files=10, queue_lines=100)
+    recorder = TickRecorder(writer, lambda: settings, list, "n")
+    state = pipeline.initial_state()
+    for n in range(1, 13):
+        hp = 2000.0 + 1500.0 * (n % 4)  # HP's load moves: suppression's budget moves with it
+        snap = node_snapshot([workload("k8s/be", cpu=500.0, mem=GIB), workload("local/hp", be=False, cpu=hp)],
+                             taken_at=1000.0 + n, capacity=Resources(16000, 64 * GIB),
+                             node=Usage(hp + 700, 4 * GIB), hp=Usage(hp, GIB), be=Usage(500.0, GIB),
+                             system=Usage(200.0, GIB))
+        decision = pipeline.decide(snap, state)
+        if n != 6:  # tick 6 ran but was never recorded
+            recorder.record(TickTrace(n, 1000.0 + n, state, (), (), snap, decision, [], set()))
+        state = decision.state
+    writer.close()
+    assert len(trace_files(tmp_path)) == 2
+    replay = Replay().run(records(tmp_path))
+    assert replay.recorded.ticks == 11 and replay.restarts == 1
+    assert replay.differing == 0, replay.first_difference
