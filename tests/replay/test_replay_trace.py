@@ -167,17 +167,16 @@ def test_the_replays_quick_workload_builder_makes_what_the_constructor_makes() -
     assert quick == w == codec._slow_build(parts, w.usage, w.sample_age_s)
 
 
-def test_a_tick_missing_from_the_trace_begins_a_new_file_and_the_replay_stays_exact(tmp_path: Path) -> None:
-    """A tick that failed half-way (or one the recorder never got) moved the policies' state unrecorded: the
-    next recorded tick begins a new file whose header carries the state, so the replay does not drift."""
+def _synthetic(d: Path, *, skip: int | None = None, claimed: object = None) -> None:
+    """Twelve ticks of a node whose HP load moves, recorded as the loop records them; `skip`: a tick that runs
+    but is not recorded; `claimed`: settings the trace says it ran with (the ones it ran with otherwise)."""
     from agent.trace.recorder import TickRecorder, TickTrace
-    from agent.trace.replay import Replay, records
     from qos.model import Resources
 
     settings = tick_settings(AgentConfig(), AgentConfig().policies, io=False)
     pipeline = settings.pipeline()
-    writer = TraceWriter(tmp_path, file_bytes=1 << 20, files=10, queue_lines=100)
-    recorder = TickRecorder(writer, lambda: settings, list, "n")
+    writer = TraceWriter(d, file_bytes=1 << 20, files=10, queue_lines=100)
+    recorder = TickRecorder(writer, lambda: claimed or settings, list, "n")  # type: ignore[return-value]
     state = pipeline.initial_state()
     for n in range(1, 13):
         hp = 2000.0 + 1500.0 * (n % 4)  # HP's load moves: suppression's budget moves with it
@@ -186,11 +185,55 @@ def test_a_tick_missing_from_the_trace_begins_a_new_file_and_the_replay_stays_ex
                              node=Usage(hp + 700, 4 * GIB), hp=Usage(hp, GIB), be=Usage(500.0, GIB),
                              system=Usage(200.0, GIB))
         decision = pipeline.decide(snap, state)
-        if n != 6:  # tick 6 ran but was never recorded
+        if n != skip:
             recorder.record(TickTrace(n, 1000.0 + n, state, (), (), snap, decision, [], set()))
         state = decision.state
     writer.close()
+
+
+def test_a_tick_missing_from_the_trace_begins_a_new_file_and_the_replay_stays_exact(tmp_path: Path) -> None:
+    """A tick that failed half-way (or one the recorder never got) moved the policies' state unrecorded: the
+    next recorded tick begins a new file whose header carries the state, so the replay does not drift."""
+    from agent.trace.replay import Replay, records
+
+    _synthetic(tmp_path, skip=6)
     assert len(trace_files(tmp_path)) == 2
     replay = Replay().run(records(tmp_path))
     assert replay.recorded.ticks == 11 and replay.restarts == 1
     assert replay.differing == 0, replay.first_difference
+
+
+def test_a_trace_that_does_not_replay_exactly_fails_the_command(tmp_path: Path,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """Settings the trace does not hold (here: it claims a threshold the agent did not run with) make the
+    recorded settings decide differently: exit 1, the first differing tick in the JSON."""
+    import dataclasses
+
+    ran = tick_settings(AgentConfig(), AgentConfig().policies, io=False)
+    suppression = dataclasses.replace(ran.policies.suppression, threshold_percent=30.0)
+    _synthetic(tmp_path, claimed=dataclasses.replace(ran, policies=dataclasses.replace(
+        ran.policies, suppression=suppression)))
+    assert replay_main([str(tmp_path), "--json"]) == 1
+    out = json.loads(capsys.readouterr().out)
+    assert out["ticks_differing"] > 0 and out["first_difference"]["tick"] >= 1
+
+
+def test_a_config_file_and_sets_change_the_replays_settings(tmp_path: Path,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    trace = tmp_path / "trace"
+    _synthetic(trace)
+    cfg = tmp_path / "lower.yaml"
+    cfg.write_text("policies:\n  suppression:\n    threshold_percent: 40\n")
+    assert replay_main([str(trace), "--json", "--config", str(cfg)]) == 0
+    by_file = json.loads(capsys.readouterr().out)
+    assert replay_main([str(trace), "--json", "--set", "policies.suppression.threshold_percent=40"]) == 0
+    by_set = json.loads(capsys.readouterr().out)
+    for out in (by_file, by_set):
+        assert out["ticks_differing"] > 0
+        assert out["replayed"]["be_budget_mean_milli"] < out["recorded"]["be_budget_mean_milli"]
+    assert by_file["replayed"] == by_set["replayed"]
+    assert by_file["changes"] == [f"config {cfg}"]
+    (tmp_path / "bad.yaml").write_text("policies:\n  suppression:\n    threshold_percent: 400\n")
+    assert replay_main([str(trace), "--config", str(tmp_path / "bad.yaml")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "threshold_percent" in err and "\n" not in err
