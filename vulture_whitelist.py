@@ -21,6 +21,7 @@ _.started_at_ms  # agent/sources/yarn.py: NmContainer, as the NodeManager report
 _.events_applied  # agent/recovery/cluster.py: recovery progress printed by `recover --verbose`
 _.events_applied
 _.originators  # agent/recovery/yunikorn.py: per-application originator map of the mapping record
+_.si_messages  # agent/recovery/yunikorn.py: si_stream collected in memory, for the tests and small clusters
 _.time_left_s  # qos/drain.py: DrainDecision, shown by `status` while draining
 _.packets, _.drops  # agent/executors/htb_tree.py: tc class stats as the kernel reports them
 _.pod_uid  # cgroups/layout.py: ParsedPath, what a cgroup path names
