@@ -1,6 +1,6 @@
 """Scheduler-side recovery time: real agent processes, and replayed endpoints at a larger scale.
 
-    python bench/recovery.py [--sizes 10,25,50] [--allocations 100] [--replayed 200] [--repeat 3]
+    python bench/recovery.py [--sizes 10,25,50] [--allocations 100] [--replayed 200[,2000,10000]] [--repeat 3]
 
 Real: N `coloc-agent run` processes (started by the acceptance tests' harness, tests/kit/fleet.py),
 each with its own socket, node id, state file and private cgroup root holding --allocations allocations:
@@ -10,17 +10,21 @@ watched and acknowledged). Side by side, the floor: GetSnapshot from the same N 
 parallelism, nothing applied.
 
 Replayed (labelled as such): snapshots and watch streams recorded from 10 of the real agents (while
-their cgroups changed), served byte for byte by 200 endpoints in two replay processes; node ids,
-incarnations and keys are rewritten per endpoint with equal-length byte substitutions (so the recorded
-protobuf stays valid and no key repeats across nodes). Only the recovery client is measured there.
+their cgroups changed), served byte for byte by 200 endpoints (or each size in --replayed) in two replay
+processes; node ids, incarnations and keys are rewritten per endpoint with equal-length byte substitutions
+(so the recorded protobuf stays valid and no key repeats across nodes). Only the recovery client is
+measured there, with its peak RSS during each recovery (VmHWM, reset before it).
 
-Prints one JSON object on its last line. Needs root and writable cgroups.
+Prints one JSON object on its last line, with recovery / floor for each size. Needs root and writable
+cgroups, and a file-descriptor limit above the largest --replayed (the soft limit is raised to the hard).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
+import resource
 import statistics
 import subprocess
 import sys
@@ -41,6 +45,7 @@ from agent.recovery import NodeState, Recovery, RecoveryConfig, SchedulerState
 
 TS = b"1700000000000"
 RECORDED = 10
+BOOKMARK_S = 5.0  # an idle agent's bookmark interval (api.bookmark_interval_s)
 
 
 # ---- real agents -------------------------------------------------------------------------------------------
@@ -92,18 +97,38 @@ async def time_recovery(addresses: list[str], epoch: int, parallel: int, expect:
     return elapsed
 
 
+def _status_kib(field: str) -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    raise RuntimeError(f"/proc/self/status has no {field}")
+
+
+def reset_peak_rss() -> int:
+    """Resets this process's peak RSS (VmHWM) to its current RSS, which it returns in KiB."""
+    Path("/proc/self/clear_refs").write_text("5")
+    return _status_kib("VmRSS")
+
+
 async def recovery_and_floor(out: dict[str, object], name: str, label: str, addrs: list[str],
                              epochs: range, parallel: int, expect: int | None = None) -> float:
     """Recovery of `addrs` (once per epoch in `epochs`) and the floor of their snapshots: the medians in `out`
-    as `<name>_recovery_s`, `<name>_snapshot_floor_s` and their ratio; returns the recovery's median."""
-    rec, floor = [], []
+    as `<name>_recovery_s`, `<name>_snapshot_floor_s` and their ratio, and the client's peak RSS during a
+    recovery (the largest; the RSS before it beside); returns the recovery's median."""
+    rec, floor, peak, before = [], [], [], []
     for epoch in epochs:
+        gc.collect()  # the last run's cluster (a cycle with its tasks) is not counted in this one's peak
+        before.append(reset_peak_rss())
         rec.append(await time_recovery(addrs, epoch, parallel, expect))
+        peak.append(_status_kib("VmHWM"))
         floor.append(await time_snapshot_floor(addrs, parallel))
-        progress(f"{label}: recovery {rec[-1]:.3f}s, snapshot floor {floor[-1]:.3f}s")
+        progress(f"{label}: recovery {rec[-1]:.3f}s, snapshot floor {floor[-1]:.3f}s, "
+                 f"client peak RSS {peak[-1] >> 10} MiB (from {before[-1] >> 10})")
     out[f"{name}_recovery_s"] = round(statistics.median(rec), 3)
     out[f"{name}_snapshot_floor_s"] = round(statistics.median(floor), 3)
     out[f"{name}_recovery_over_floor_ratio"] = round(statistics.median(rec) / statistics.median(floor), 2)
+    out[f"{name}_client_peak_rss_mib"] = round(max(peak) / 1024, 1)
+    out[f"{name}_client_rss_before_mib"] = round(min(before) / 1024, 1)
     return statistics.median(rec)
 
 
@@ -209,6 +234,9 @@ async def replay_serve(d: Path, lo: int, hi: int) -> None:
 
 
 async def _replay_server(sock: Path, snap: bytes, msgs: list[bytes], inc: str, last: int) -> grpc.aio.Server:
+    idle = pb.WatchResponse(events=[pb.Event(type=pb.EVENT_TYPE_BOOKMARK, revision=last)])
+    bookmark = idle.SerializeToString()
+
     async def get_snapshot(req: bytes, ctx: grpc.aio.ServicerContext[bytes, bytes]) -> bytes:
         return snap
 
@@ -217,7 +245,9 @@ async def _replay_server(sock: Path, snap: bytes, msgs: list[bytes], inc: str, l
             await ctx.abort(grpc.StatusCode.FAILED_PRECONDITION, "incarnation")
         for m in msgs:
             yield m
-        await asyncio.Event().wait()  # the recording ends here: the stream stays open, as an idle node's
+        while True:  # the recording ends here: the stream stays open, as an idle node's, with its bookmarks
+            await asyncio.sleep(BOOKMARK_S)
+            yield bookmark
 
     async def ack(
         req: pb.AckRecoveryRequest, ctx: grpc.aio.ServicerContext[bytes, bytes]
@@ -253,6 +283,7 @@ async def _replay_server(sock: Path, snap: bytes, msgs: list[bytes], inc: str, l
 
 async def measure(args: argparse.Namespace, d: Path, root: RealRoot) -> dict[str, object]:
     sizes = [int(s) for s in args.sizes.split(",")]
+    replayed = [int(s) for s in args.replayed.split(",")]
     out: dict[str, object] = {
         "allocations_per_node": args.allocations,
         "parallel": args.parallel,
@@ -284,57 +315,86 @@ async def measure(args: argparse.Namespace, d: Path, root: RealRoot) -> dict[str
 
     ep_dir = d / "replay"
     ep_dir.mkdir()
-    write_endpoints(ep_dir, recordings, args.replayed)
-    half = args.replayed // 2
+    write_endpoints(ep_dir, recordings, max(replayed))
+    for n in replayed:
+        await measure_replayed(out, args, ep_dir, n)
+    out["replayed_label"] = (
+        f"replayed: endpoints serving snapshots and watch streams recorded from {RECORDED} real agents, "
+        "ids rewritten per endpoint"
+    )
+    out["target_real_50_nodes_s"] = 3.0
+    out["target_replayed_200_nodes_s"] = 5.0
+    out["target_replayed_2000_nodes_s"] = 5.0
+    out["target_replayed_10000_nodes_s"] = 15.0
+    out["target_recovery_over_floor_ratio"] = 2.0
+    out["target_client_peak_rss_mib"] = 2048
+    return out
+
+
+async def measure_replayed(out: dict[str, object], args: argparse.Namespace, ep_dir: Path, n: int) -> None:
+    """Recovery and floor against endpoints 0..n-1 of `ep_dir`, served by two replay processes."""
+    half = n // 2
     servers = [
         subprocess.Popen(
             [sys.executable, __file__, "--replay-serve", str(ep_dir), str(lo), str(hi)],
             stdout=subprocess.PIPE,
             text=True,
         )
-        for lo, hi in ((0, half), (half, args.replayed))
+        for lo, hi in ((0, half), (half, n))
     ]
     try:
         for s in servers:
             assert s.stdout is not None and s.stdout.readline().strip() == "READY"
-        addrs = [str(ep_dir / f"ep-{k:04d}.sock") for k in range(args.replayed)]
+        progress(f"{n} replayed endpoints up")
+        addrs = [str(ep_dir / f"ep-{k:04d}.sock") for k in range(n)]
         expect = sum(
             len(pb.Snapshot.FromString((ep_dir / f"ep-{k:04d}" / "snapshot.bin").read_bytes()).allocations)
-            for k in range(args.replayed)
+            for k in range(n)
         )
-        await recovery_and_floor(out, f"replayed_{args.replayed}_nodes", f"{args.replayed} replayed", addrs,
+        await recovery_and_floor(out, f"replayed_{n}_nodes", f"{n} replayed", addrs,
                                  range(100, 100 + args.repeat), args.parallel)
-        out["replayed_allocations_in_snapshots"] = expect
-        out["replayed_label"] = (
-            f"replayed: {args.replayed} endpoints serving snapshots and watch streams recorded "
-            f"from {RECORDED} real agents, ids rewritten per endpoint"
-        )
+        out[f"replayed_{n}_allocations_in_snapshots"] = expect
     finally:
         for s in servers:
             s.terminate()
-            s.wait(10)
-    out["target_real_50_nodes_s"] = 3.0
-    out["target_replayed_200_nodes_s"] = 5.0
-    return out
+            s.wait(30)
+
+
+def raise_fd_limit(need: int) -> None:
+    """The soft limit on open files raised to the hard one; a clear error when even that is below `need`
+    (one socket per endpoint in the client, a listener and a connection per endpoint in the servers)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < need:
+        raise SystemExit(f"bench/recovery.py: --replayed needs {need} open files, the hard limit is {hard} "
+                         "(ulimit -Hn)")
+    if soft != resource.RLIM_INFINITY and soft < need:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--sizes", default="10,25,50")
     p.add_argument("--allocations", type=int, default=100)
-    p.add_argument("--replayed", type=int, default=200)
+    p.add_argument("--replayed", default="200", help="replayed endpoints, a size or sizes (2000,10000)")
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--parallel", type=int, default=32)
     p.add_argument("--quick", action="store_true", help="smoke run for CI: 3 agents, 20 replayed endpoints")
     p.add_argument("--replay-serve", nargs=3, help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.quick:
-        args.sizes, args.allocations, args.replayed, args.repeat = "3", 20, 20, 1
+        args.sizes, args.allocations, args.replayed, args.repeat = "3", 20, "20", 1
     if args.replay_serve:
         asyncio.run(
             replay_serve(Path(args.replay_serve[0]), int(args.replay_serve[1]), int(args.replay_serve[2]))
         )
         return 0
+    try:
+        replayed = [int(s) for s in args.replayed.split(",")]
+    except ValueError:
+        p.error(f"--replayed: sizes separated by commas, got {args.replayed!r}")
+    if min(replayed) < 2 or max(replayed) > 999_999:
+        p.error(f"--replayed: each size from 2 to 999999, got {args.replayed!r}")
+    raise_fd_limit(max(replayed) + 1024)
     root = RealRoot(prefix="coloc-bench")
     try:
         with tempfile.TemporaryDirectory(prefix="coloc-rb-", dir="/tmp") as d:

@@ -135,7 +135,8 @@ def parser() -> argparse.ArgumentParser:
                    help="this scheduler's name in the fence of each AckRecovery (default coloc-recover)")
     p.add_argument("--parallel", type=int, default=32, help="nodes in initial sync at once (default 32)")
     p.add_argument("--lost-after", type=float, default=10.0, metavar="S",
-                   help="declare a node lost after S seconds without success (default 10)")
+                   help="declare a node lost S seconds after its first attempt (or its stream's drop) "
+                        "without success; waiting for a --parallel slot does not count (default 10)")
     p.add_argument("--rpc-timeout", type=float, default=5.0, metavar="S",
                    help="seconds each call to an agent may take (default 5)")
     p.add_argument("--follow", type=float, default=0.0, metavar="S",

@@ -2,8 +2,9 @@
 
 Scheduler state machine: New → Registered (every listed agent known, nothing schedulable) → Recovering
 → Running (every node recovered or lost) | Failed (fenced by a newer scheduler epoch). There is no global
-timeout: each node is recovered on its own or declared lost after `lost_after_s` without success, and a
-lost node that answers later is recovered then.
+timeout: each node is recovered on its own or declared lost after `lost_after_s` without success, counted
+from its first attempt (not while it waits for one of the `parallel` slots), and a lost node that answers
+later is recovered then.
 
 Per node: GetSnapshot → apply node, applications, allocations → Watch(from the snapshot's revision) →
 apply the backlog up to INITIAL_SYNC_END → AckRecovery(applied revision) → recovered; then keep
@@ -87,6 +88,7 @@ class Recovery:
         self._changed = asyncio.Event()
         self._done = asyncio.Event()
         self._gc_paused = False
+        self._clocks: dict[str, NodeCache] = {}  # nodes whose lost clock runs (the watchdog reads only these)
 
     # ---- lifecycle ------------------------------------------------------------------------------------
 
@@ -181,12 +183,12 @@ class Recovery:
         while True:
             now = self.elapsed()
             late = now - self.cfg.lost_after_s
-            for nc in self.cluster.nodes.values():
-                since = nc.unhealthy_since
-                if since is not None and since <= late and nc.state is not NodeState.LOST:
-                    nc.state = NodeState.LOST
-                    nc.lost_at = now
-                    self._report(nc, "lost", nc.last_error or "no answer")
+            for nc in [n for n in self._clocks.values() if n.unhealthy_since is not None
+                       and n.unhealthy_since <= late]:
+                del self._clocks[nc.address]
+                nc.state = NodeState.LOST
+                nc.lost_at = now
+                self._report(nc, "lost", nc.last_error or "no answer")
             self._check_running()
             await asyncio.sleep(0.05)
 
@@ -218,7 +220,7 @@ class Recovery:
                 if nc.recoveries > recoveries:
                     backoff = self.cfg.retry_initial_s  # it was working: reconnect quickly
                 if nc.unhealthy_since is None:
-                    nc.unhealthy_since = self.elapsed()
+                    self._start_clock(nc)
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, self.cfg.retry_max_s)
         finally:
@@ -229,7 +231,7 @@ class Recovery:
         await self._sem.acquire()
         held = True
         if nc.unhealthy_since is None and nc.state is NodeState.RECOVERING:
-            nc.unhealthy_since = self.elapsed()  # its first attempt: the node's lost clock starts
+            self._start_clock(nc)  # its first attempt
         try:
             if nc.resync:
                 view = self._decoder.view(await client.snapshot_message(timeout=self.cfg.rpc_timeout_s))
@@ -269,12 +271,19 @@ class Recovery:
             if held:
                 self._sem.release()
 
+    def _start_clock(self, nc: NodeCache) -> None:
+        """The node is declared lost `lost_after_s` from now unless it is recovered first."""
+        nc.unhealthy_since = self.elapsed()
+        if nc.state is not NodeState.LOST:
+            self._clocks[nc.address] = nc
+
     async def _acknowledge(self, client: AgentClient, nc: NodeCache) -> None:
         await client.ack_recovery(self.cfg.epoch, nc.incarnation, nc.revision,
                                   scheduler_id=self.cfg.scheduler_id, timeout=self.cfg.rpc_timeout_s)
         was = nc.state
         nc.state = NodeState.RECOVERED
         nc.unhealthy_since = None
+        self._clocks.pop(nc.address, None)
         nc.last_error = ""
         nc.recoveries += 1
         nc.recovered_at = self.elapsed()
