@@ -5,6 +5,7 @@ attempt, not while it waits for a slot behind slow nodes."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import random
 import socket
 import time
@@ -79,7 +80,8 @@ def test_totals_follow_every_change_as_a_recount_would() -> None:
 
 async def test_a_node_waiting_for_a_slot_is_not_lost() -> None:
     """One slot; the first node accepts connections and never answers, so it holds the slot for the call's
-    deadline (1 s), longer than `lost_after_s` (0.6 s). The nodes behind it are recovered, not lost."""
+    deadline (1 s), longer than `lost_after_s` (0.6 s). The nodes behind it are recovered, not lost. The
+    cyclic collector is paused from start to Running."""
     with short_dir() as d:
         hung = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         hung.bind(str(d / "hung.sock"))
@@ -93,9 +95,12 @@ async def test_a_node_waiting_for_a_slot_is_not_lost() -> None:
         rec = Recovery(addrs, RecoveryConfig(epoch=3, parallel=1, lost_after_s=0.6, rpc_timeout_s=1.0,
                                              retry_initial_s=0.5))
         try:
+            assert gc.isenabled()
             await rec.start()
+            assert not gc.isenabled()  # paused during the initial sync (its records are long-lived)
             async with asyncio.timeout(20):
                 assert await rec.wait_running() is SchedulerState.RUNNING
+            assert gc.isenabled()  # and on again at Running
             states = {a: rec.cluster.nodes[a].state for a in addrs}
             assert states == {addrs[0]: NodeState.LOST, addrs[1]: NodeState.RECOVERED,
                               addrs[2]: NodeState.RECOVERED}
