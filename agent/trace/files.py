@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import os
 import re
 import threading
 import zlib
@@ -62,7 +63,7 @@ class TraceWriter:
         self._comp: Any = None
         self._next = 0
         self._closing = threading.Event()
-        directory.mkdir(parents=True, exist_ok=True)
+        directory.mkdir(mode=0o700, parents=True, exist_ok=True)  # the node's workloads, by name: root's
         existing = trace_files(directory)
         if existing:
             m = _NAME.match(existing[-1].name)
@@ -145,7 +146,7 @@ class TraceWriter:
     def _open(self) -> None:
         path = self.directory / f"trace-{self._next:06d}.ctr"
         self._next += 1
-        self._f = path.open("wb")
+        self._f = os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600), "wb")
         self._f.write(MAGIC)
         self._in_file = len(MAGIC)
         self._fresh = True

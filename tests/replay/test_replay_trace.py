@@ -87,6 +87,7 @@ def test_files_rotate_are_capped_and_a_cut_file_reads_to_its_last_whole_line(tmp
     w.close()
     files = trace_files(tmp_path)
     assert [f.name for f in files] == ["trace-000005.ctr", "trace-000006.ctr", "trace-000007.ctr"]
+    assert all(f.stat().st_mode & 0o777 == 0o600 for f in files), "a trace file others may read"
     lines = [json.loads(x)["i"] for x in read_lines(files[-1])]
     assert lines == [35, 36, 37, 38, 39]
     # a file still being written: its last record cut short is left out, the rest read
