@@ -154,7 +154,7 @@ class TickLoop:
         if self._outputs.trace is not None:
             try:
                 self._outputs.trace(TickTrace(self._tick, started_wall, prior, ended.records, ended.try_next,
-                                              snap, decision, done, not_done))
+                                              snap, decision, done, not_done, self._inputs.source_ages()))
             except Exception:
                 log.exception("recording the tick failed")
         records = [*ended.records, *done]

@@ -418,7 +418,7 @@ def _assemble(cfg: AgentConfig, board: Board | None, hierarchy: Hierarchy, reade
                         drain_view=drain.view, sources_synced=sources.synced, source_ages=sources.ages,
                         usage_report_age=reports.usage_report_age, settings_sources=settings.source_map)
     in_force = PipelineInForce(settings, _settings_builder(cfg, guard is not None))
-    trace = make_trace(cfg, in_force, ledger)
+    trace = make_trace(cfg, in_force, ledger, settings)
     outputs = TickOutputs(board, _hooks(cfg, ledger, drain, evictors, api_client),
                           observers=(hub.observe, reports.observe),
                           admissions_refused=lambda: ledger.refusals, trace=trace.record)
@@ -434,10 +434,12 @@ def _assemble(cfg: AgentConfig, board: Board | None, hierarchy: Hierarchy, reade
                    limits, qos, owned, network=shaper, io=guard, io_off=io_off, trace=trace)
 
 
-def make_trace(cfg: AgentConfig, in_force: PipelineInForce, ledger: Ledger) -> TraceSwitch:
+def make_trace(cfg: AgentConfig, in_force: PipelineInForce, ledger: Ledger,
+               settings: SettingsInForce) -> TraceSwitch:
     """The trace's switch: recording from the start when `trace.enabled`, else when the admin socket asks."""
     t = cfg.trace
-    switch = TraceSwitch(t, in_force.settings, ledger.take_judged, cfg.node.node_name)
+    switch = TraceSwitch(t, in_force.settings, ledger.take_judged, cfg.node.node_name,
+                         origins=settings.source_map)
     if t.enabled:
         switch.start(switch.open_writer(), None)
         log.info("recording a trace",

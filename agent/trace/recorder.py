@@ -1,14 +1,14 @@
 """What a tick hands the trace, and the recorder that turns it into the trace's records.
 
 Records (one JSON object a line, `k` its kind):
-- `head`: the first of every file: the node, the tick, the settings in force (`TickSettings`) and the
-  policies' state before that tick, so a file replays on its own;
+- `head`: the first of every file: the node, the tick, the settings in force (`TickSettings`, and where
+  each policy setting came from) and the policies' state before that tick, so a file replays on its own;
 - `set`: the settings in force changed (a NodeSLO) before this tick;
 - `tick`: the snapshot the policies saw (workloads as rows of `WorkloadTable`, the rest field by field), the
   evictions that ended since the last tick (their outcome and time: the pipeline forgets failed victims and
-  moves past refused ones), the admissions judged since the last tick (request, facts, verdict), and what
-  the tick decided (actions, named outputs) and what the executor did with each (records, and the victims
-  whose eviction did not happen).
+  moves past refused ones), the admissions judged since the last tick (request, facts, verdict), each
+  source's data age, and what the tick decided (actions, named outputs) and what the executor did with each
+  (records, and the victims whose eviction did not happen).
 The records are built on the loop's thread (fresh values, never touched again: a fraction of a millisecond
 at 200 workloads, `bench/replay.py`); the text, the compression and the disk are the writer's thread's.
 """
@@ -16,8 +16,8 @@ at 200 workloads, `bench/replay.py`); the text, the compression and the disk are
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Collection, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from agent.published import ActionRecord
@@ -54,17 +54,20 @@ class TickTrace:
     decision: Decision[NodeOutputs]
     done: Sequence[ActionRecord]
     not_done: Collection[str]
+    source_ages: Mapping[str, float] = field(default_factory=dict)  # each source's data age (no policy's)
 
 
 class TickRecorder:
     """Encodes each tick (`record`, a loop hook) and hands it to the writer."""
 
     def __init__(self, writer: TraceWriter, settings: Callable[[], TickSettings],
-                 judged: Callable[[], list[Judged]], node: str) -> None:
+                 judged: Callable[[], list[Judged]], node: str,
+                 origins: Callable[[], Mapping[str, str]] = dict) -> None:
         self._writer = writer
         self._settings = settings
         self._judged = judged
         self._node = node
+        self._origins = origins  # where each policy setting in force came from: default, yaml, NodeSLO
         self._table = WorkloadTable()
         self._last_settings: TickSettings | None = None
         self._started = False
@@ -80,14 +83,14 @@ class TickRecorder:
         if not self._started or gap or self._writer.need_new_file:
             self._table = WorkloadTable()
             head = {"k": "head", "v": VERSION, "node": self._node, "tick": t.tick, "at": t.at,
-                    "settings": encode(settings), "state": encode(t.prior)}
+                    "settings": encode(settings), "origins": dict(self._origins()), "state": encode(t.prior)}
             self._started = self._writer.put(head, new_file=True)
             self._last_settings = settings
             if not self._started:
                 return
         elif settings is not self._last_settings:
             self._last_settings = settings
-            self._writer.put({"k": "set", "settings": encode(settings)})
+            self._writer.put({"k": "set", "settings": encode(settings), "origins": dict(self._origins())})
         self._writer.put(self._tick(t))
         self.ticks += 1
 
@@ -103,6 +106,7 @@ class TickRecorder:
             "act": encode(d.actions), "out": encode(d.outputs),
             "done": [[r.policy, r.kind, r.target, r.outcome.value] for r in t.done],
             "nd": sorted(t.not_done),
+            "ages": {k: round(v, 3) for k, v in t.source_ages.items()},
         }
 
     @property

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,12 +36,14 @@ class Recording:
 class TraceSwitch:
     def __init__(self, cfg: TraceConfig, settings: Callable[[], TickSettings],
                  judged: Callable[[], list[Judged]], node: str,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time,
+                 origins: Callable[[], Mapping[str, str]] = dict) -> None:
         self._cfg = cfg
         self._settings = settings
         self._judged = judged
         self._node = node
         self._clock = clock
+        self._origins = origins
         self._recorder: TickRecorder | None = None
         self._until: float | None = None
 
@@ -60,7 +62,7 @@ class TraceSwitch:
         if self._recorder is None:
             if writer is None:
                 raise ValueError("no trace writer to record with")
-            self._recorder = TickRecorder(writer, self._settings, self._judged, self._node)
+            self._recorder = TickRecorder(writer, self._settings, self._judged, self._node, self._origins)
         elif writer is not None:
             _close_later(writer)  # one was opened meanwhile: the recording in use goes on
         if not self._cfg.enabled:

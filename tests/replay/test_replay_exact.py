@@ -10,6 +10,7 @@ replayed with a lower suppression threshold, BE gets less CPU.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import os
 import subprocess
@@ -96,6 +97,10 @@ async def test_a_real_agents_trace_replays_tick_for_tick(real_root: RealRoot, tm
     ticks = await _record(real_root, trace_dir)
     files = trace_files(trace_dir)
     assert len(files) >= 2, "the trace should have rotated at 1 kB"
+
+    first = list(itertools.islice(records(trace_dir), 2))
+    assert first[0]["k"] == "head" and first[0]["origins"]["suppression.policy"] == "yaml"
+    assert first[1]["k"] == "tick" and "standalone" in first[1]["ages"], "the sources' freshness is missing"
 
     replay = Replay().run(records(trace_dir))
     assert replay.recorded.ticks == ticks, "a tick is missing from the trace"
