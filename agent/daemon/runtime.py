@@ -7,6 +7,7 @@ the collector, the executor, the policy settings, the hooks and observers, then 
 from __future__ import annotations
 
 import dataclasses
+import errno
 import logging
 import os
 import time
@@ -299,6 +300,7 @@ def build(cfg: AgentConfig, board: Board | None = None, file_keys: frozenset[str
     reader = CgroupReader(hierarchy, root, memory_psi=False, memory_limit=False)
     layout = make_layout(cfg, hierarchy)
     capacity, cpus = node_capacity(cfg)
+    trace_dir_usable(cfg)
     # The ledger first: a state directory that cannot be used stops start-up before any cgroup is made.
     try:
         ledger = open_ledger(cfg)
@@ -432,6 +434,21 @@ def _assemble(cfg: AgentConfig, board: Board | None, hierarchy: Hierarchy, reade
                    capacity, cpus, hub, ledger, drain, settings, LeftEgress(writer.journal, cfg.network,
                                                                             hierarchy.unified),
                    limits, qos, owned, network=shaper, io=guard, io_off=io_off, trace=trace)
+
+
+def trace_dir_usable(cfg: AgentConfig) -> None:
+    """A trace turned on in the config needs its directory: one that cannot be made or written stops start-up
+    before anything is made, naming the setting."""
+    t = cfg.trace
+    if not t.enabled:
+        return
+    try:
+        Path(t.dir).mkdir(mode=0o700, parents=True, exist_ok=True)
+        if not os.access(t.dir, os.W_OK | os.X_OK):
+            raise PermissionError(errno.EACCES, "not writable")
+    except OSError as err:
+        raise StartError(f"trace.dir {t.dir}: {err.strerror or err}; it must be a directory the agent can "
+                         f"write (trace.enabled is true)") from err
 
 
 def make_trace(cfg: AgentConfig, in_force: PipelineInForce, ledger: Ledger,

@@ -21,7 +21,7 @@ from agent.cli.record import main as record_main
 from agent.cli.replay import main as replay_main
 from agent.config.api import ApiConfig
 from agent.config.trace import TraceConfig
-from agent.daemon.runtime import build
+from agent.daemon.runtime import StartError, build
 from agent.trace.files import trace_files
 
 pytestmark = [pytest.mark.cgroups, pytest.mark.slow]
@@ -71,3 +71,12 @@ async def test_record_for_a_while_over_the_admin_socket(real_root: RealRoot, tmp
     out = json.loads(capsys.readouterr().out)
     assert out["ticks_differing"] == 0 and out["ticks"] >= 5
     assert out["ticks"] <= ticks, "ticks were recorded after the time was up"
+
+
+def test_a_trace_dir_that_cannot_be_written_stops_start_up_naming_it(real_root: RealRoot,
+                                                                   tmp_path: Path) -> None:
+    (tmp_path / "a-file").write_text("")
+    cfg = runtime_config(real_root.name)
+    cfg = dataclasses.replace(cfg, trace=TraceConfig(enabled=True, dir=str(tmp_path / "a-file" / "trace")))
+    with pytest.raises(StartError, match=r"^trace\.dir .*a-file/trace: Not a directory"):
+        build(cfg)
