@@ -114,20 +114,28 @@ async def recovery_and_floor(out: dict[str, object], name: str, label: str, addr
                              epochs: range, parallel: int, expect: int | None = None) -> float:
     """Recovery of `addrs` (once per epoch in `epochs`) and the floor of their snapshots: the medians in `out`
     as `<name>_recovery_s`, `<name>_snapshot_floor_s` and their ratio, and the client's peak RSS during a
-    recovery (the largest; the RSS before it beside); returns the recovery's median."""
-    rec, floor, peak, before = [], [], [], []
+    recovery (the largest; the RSS before it beside), and the client process's CPU seconds in each (all its
+    threads: less disturbed than wall time by other load on the machine); returns the recovery's median."""
+    rec, floor, peak, before, rec_cpu, floor_cpu = [], [], [], [], [], []
     for epoch in epochs:
         gc.collect()  # the last run's cluster (a cycle with its tasks) is not counted in this one's peak
         before.append(reset_peak_rss())
+        cpu = time.process_time()
         rec.append(await time_recovery(addrs, epoch, parallel, expect))
+        rec_cpu.append(time.process_time() - cpu)
         peak.append(_status_kib("VmHWM"))
+        cpu = time.process_time()
         floor.append(await time_snapshot_floor(addrs, parallel))
-        progress(f"{label}: recovery {rec[-1]:.3f}s, snapshot floor {floor[-1]:.3f}s, "
-                 f"client peak RSS {peak[-1] >> 10} MiB (from {before[-1] >> 10})")
+        floor_cpu.append(time.process_time() - cpu)
+        progress(f"{label}: recovery {rec[-1]:.3f}s ({rec_cpu[-1]:.2f} s client CPU), snapshot floor "
+                 f"{floor[-1]:.3f}s ({floor_cpu[-1]:.2f} s), client peak RSS {peak[-1] >> 10} MiB "
+                 f"(from {before[-1] >> 10})")
     out[f"{name}_recovery_s"] = round(statistics.median(rec), 3)
     out[f"{name}_snapshot_floor_s"] = round(statistics.median(floor), 3)
     out[f"{name}_recovery_over_floor_ratio"] = round(statistics.median(rec) / statistics.median(floor), 2)
     out[f"{name}_client_peak_rss_mib"] = round(max(peak) / 1024, 1)
+    out[f"{name}_recovery_client_cpu_s"] = round(statistics.median(rec_cpu), 3)
+    out[f"{name}_floor_client_cpu_s"] = round(statistics.median(floor_cpu), 3)
     out[f"{name}_client_rss_before_mib"] = round(min(before) / 1024, 1)
     return statistics.median(rec)
 
