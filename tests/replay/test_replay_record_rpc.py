@@ -19,6 +19,7 @@ from agent.api.client import AgentCallError, AgentClient
 from agent.api.server import start_api_server
 from agent.cli.record import main as record_main
 from agent.cli.replay import main as replay_main
+from agent.config.agent import AgentConfig
 from agent.config.api import ApiConfig
 from agent.config.trace import TraceConfig
 from agent.daemon.runtime import StartError, build
@@ -80,3 +81,28 @@ def test_a_trace_dir_that_cannot_be_written_stops_start_up_naming_it(real_root: 
     cfg = dataclasses.replace(cfg, trace=TraceConfig(enabled=True, dir=str(tmp_path / "a-file" / "trace")))
     with pytest.raises(StartError, match=r"^trace\.dir .*a-file/trace: Not a directory"):
         build(cfg)
+
+
+async def test_record_into_a_dir_that_cannot_be_written_is_refused_naming_it(tmp_path: Path) -> None:
+    from agent.state import Ledger, LedgerConfig
+    from agent.trace.params import tick_settings
+    from agent.trace.switch import TraceSwitch
+
+    (tmp_path / "a-file").write_text("")
+    bad = str(tmp_path / "a-file" / "trace")
+    settings = tick_settings(AgentConfig(), AgentConfig().policies, io=False)
+    switch = TraceSwitch(TraceConfig(dir=bad), lambda: settings, list, "n")
+    ledger = Ledger.open(LedgerConfig(node_id="n", state_path=str(tmp_path / "state.json")))
+    ledger.start_persistence()
+    api = await start_api_server(ledger, ApiConfig(socket_path=str(tmp_path / "agent.sock")), trace=switch)
+    try:
+        async with AgentClient(str(tmp_path / "admin.sock")) as c:
+            with pytest.raises(AgentCallError) as err:
+                await c.record(60)
+            assert err.value.code == grpc.StatusCode.FAILED_PRECONDITION
+            assert f"trace.dir {bad}: Not a directory" in err.value.details
+            assert not (await c.record(0)).recording
+    finally:
+        await api.stop(2.0)
+        await ledger.close()
+    assert switch.recorder is None
