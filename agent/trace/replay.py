@@ -149,7 +149,6 @@ class Replay:
     series_at: list[float] = field(default_factory=list)
     first_recorded: TickSettings | None = None  # the settings the trace begins with
     _settings: TickSettings | None = None
-    _recorded_settings: TickSettings | None = None
     _pipeline: Pipeline[NodeOutputs] | None = None
     _state: PipelineState | None = None
     _guards: _Guards | None = None
@@ -160,28 +159,32 @@ class Replay:
     _rest: dict[str, tuple[Any, Any]] = field(default_factory=dict)  # the snapshot's fields, last decoded
 
     def run(self, recs: Iterable[dict[str, Any]]) -> Replay:
-        for rec in recs:
-            kind = rec["k"]
-            if kind == "tick":
-                self._tick(rec)
-            elif kind == "head":
-                self._head(rec)
-            elif kind == "set":
-                self._use(decode(rec["settings"]))
+        for n, rec in enumerate(recs):
+            try:
+                self._record(rec)
+            except TraceError:
+                raise
+            except (KeyError, IndexError, TypeError, ValueError, AttributeError) as err:
+                raise TraceError(f"record {n} ({rec.get('k')!r}, tick {rec.get('n', rec.get('tick'))}) "
+                                 f"cannot be replayed: {type(err).__name__}: {err}") from None
         if self.recorded.ticks == 0:
             raise TraceError("the trace holds no complete tick")
         return self
 
-    @property
-    def settings(self) -> TickSettings | None:
-        return self._settings
+    def _record(self, rec: dict[str, Any]) -> None:
+        kind = rec["k"]
+        if kind == "tick":
+            self._tick(rec)
+        elif kind == "head":
+            self._head(rec)
+        elif kind == "set":
+            self._use(decode(rec["settings"]))
 
     def _use(self, recorded: TickSettings) -> None:
         if not isinstance(recorded, TickSettings):
             raise TraceError("the trace's settings are not a TickSettings")
-        if self._recorded_settings is None:
+        if self.first_recorded is None:
             self.first_recorded = recorded
-        self._recorded_settings = recorded
         settings = recorded if self.override is None else self.override(recorded)
         if settings != self._settings:
             self._settings = settings

@@ -238,3 +238,19 @@ def test_a_config_file_and_sets_change_the_replays_settings(tmp_path: Path,
     assert replay_main([str(trace), "--config", str(tmp_path / "bad.yaml")]) == 2
     err = capsys.readouterr().err.strip()
     assert "threshold_percent" in err and "\n" not in err
+
+
+def test_a_damaged_record_is_a_one_line_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    good = tmp_path / "good"
+    _synthetic(good)
+    lines = list(read_lines(trace_files(good)[0]))
+    tick = json.loads(lines[3])
+    del tick["end"]
+    bad = tmp_path / "bad"
+    w = TraceWriter(bad, file_bytes=1 << 20, files=2, queue_lines=100)
+    for i, line in enumerate(lines):
+        w.put(json.dumps(tick).encode() if i == 3 else line, new_file=i == 0)
+    w.close()
+    assert replay_main([str(bad)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "record 3 ('tick', tick 3) cannot be replayed: KeyError" in err and "\n" not in err, err
