@@ -4,8 +4,10 @@ Side by side in one run:
 
 1. **A tick with the trace on and off.** Two real agent runtimes (collector, policies, executor, loop) on one
    private cgroup root of 200 workloads (100 BE, 100 HP, two of them burning CPU), one recording a trace and
-   one not, tick in alternating rounds; each tick is timed (`TickLoop.tick`, the whole tick). Medians, the
-   difference and the ratio. The trace they write gives bytes per tick of a real node's snapshot.
+   one not, tick in blocks, alternating which goes first round by round: each tick's wall time
+   (`TickLoop.tick`, the whole tick), the CPU a tick costs the process over its block (every thread: the
+   writer's JSON, zlib and disk too), and the recorder's own time on the loop's thread. Medians and the
+   ratio. The trace they write gives bytes per tick of a real node's snapshot.
 2. **A day of 1-second ticks at 200 workloads.** A synthetic node (32 CPUs; 120 BE pods and YARN containers,
    80 HP pods; HP load on a daily curve with noise, every workload's usage moving every tick, a BE workload
    replaced every minute; BE's requests fit the batch room but at HP's daily peak, when batch overcommit
@@ -80,29 +82,44 @@ def _timed_record(spent: list[float]) -> None:
     TickRecorder.record = timed  # type: ignore[method-assign]
 
 
+def _block(rt: Runtime, samples: int) -> tuple[list[float], float]:
+    """`samples` ticks of `rt` 50 ms apart, then a wait for the trace's writer to have written them: each
+    tick's wall time, and the process's CPU seconds a tick over the block (every thread: the writer's too)."""
+    walls = []
+    cpu = time.process_time()
+    for _ in range(samples):
+        started = time.perf_counter()
+        rt.loop.tick()
+        walls.append(time.perf_counter() - started)
+        time.sleep(0.05)  # the CPU counters move between ticks, and the writer's thread works between them
+    time.sleep(0.4)  # the writer takes what is queued every 0.25 s
+    return walls, (time.process_time() - cpu) / samples
+
+
 def tick_costs(root: RealRoot, d: Path, rounds: int, samples: int) -> dict[str, object]:
-    """Ticks of two runtimes, trace off and on, alternating tick by tick (the order swapped every other pair,
-    so the machine's drift and the CPU counters' movement hit both alike)."""
+    """Blocks of ticks of two runtimes, trace off and on, in alternating order round by round (the machine's
+    drift hits both alike): each tick's wall time, the CPU a tick costs the whole process (the writer's
+    thread included), and the recorder's own time on the loop's thread."""
     spent: list[float] = []
     _timed_record(spent)
     runtimes: dict[str, Runtime] = {"off": build(_config(root.name, None)),
                                     "on": build(_config(root.name, str(d / "real")))}
     times: dict[str, list[float]] = {"off": [], "on": []}
+    cpus: dict[str, list[float]] = {"off": [], "on": []}
     try:
         for rt in runtimes.values():  # warm-up: rates need two readings
             for _ in range(3):
                 rt.loop.tick()
         spent.clear()
         for r in range(rounds):
-            for i in range(samples):
-                for name in (("off", "on") if i % 2 == 0 else ("on", "off")):
-                    started = time.perf_counter()
-                    runtimes[name].loop.tick()
-                    times[name].append(time.perf_counter() - started)
-                time.sleep(0.02)  # the CPU counters move between ticks, as at a real interval
+            for name in (("off", "on") if r % 2 == 0 else ("on", "off")):
+                walls, cpu = _block(runtimes[name], samples)
+                times[name] += walls
+                cpus[name].append(cpu)
+            cpu_off, cpu_on = statistics.median(cpus["off"]) * 1e3, statistics.median(cpus["on"]) * 1e3
             progress(f"round {r}: tick off {statistics.median(times['off']) * 1e3:.2f} ms, "
-                     f"on {statistics.median(times['on']) * 1e3:.2f} ms, recording "
-                     f"{statistics.median(spent) * 1e3:.3f} ms")
+                     f"on {statistics.median(times['on']) * 1e3:.2f} ms (CPU {cpu_off:.2f} / {cpu_on:.2f} "
+                     f"ms), recording {statistics.median(spent) * 1e3:.3f} ms")
         trace = runtimes["on"].trace
         recorder = trace.recorder if trace is not None else None
         assert recorder is not None
@@ -113,8 +130,10 @@ def tick_costs(root: RealRoot, d: Path, rounds: int, samples: int) -> dict[str, 
     size = sum(f.stat().st_size for f in trace_files(d / "real"))
     off, on = statistics.median(times["off"]), statistics.median(times["on"])
     workloads = len(runtimes["on"].board.get().snapshot.workloads)  # type: ignore[union-attr]
+    cpu_off, cpu_on = statistics.median(cpus["off"]), statistics.median(cpus["on"])
     return {"workloads_real": workloads, "tick_ms_trace_off": round(off * 1e3, 3),
             "tick_ms_trace_on": round(on * 1e3, 3), "tick_on_over_off_ratio": round(on / off, 3),
+            "tick_cpu_ms_trace_off": round(cpu_off * 1e3, 3), "tick_cpu_ms_trace_on": round(cpu_on * 1e3, 3),
             "record_ms_per_tick": round(statistics.median(spent) * 1e3, 3),
             "record_ms_per_tick_p90": round(sorted(spent)[int(len(spent) * 0.9)] * 1e3, 3),
             "trace_bytes_per_tick_real": round(size / ticks, 1)}
@@ -245,8 +264,10 @@ def main() -> int:
     load = float(Path("/proc/loadavg").read_text().split()[0])
     figures = {**real, **day, "quick": args.quick, "load_avg_1m": load, "target_replay_day_s": TARGET_DAY_S,
                "replay_day_target_met": day["replay_day_s"] <= TARGET_DAY_S}  # type: ignore[operator]
-    print(f"tick: {real['tick_ms_trace_off']} ms trace off, {real['tick_ms_trace_on']} ms on "
-          f"({real['workloads_real']} real workloads), recording {real['record_ms_per_tick']} ms of it; "
+    print(f"tick: {real['tick_ms_trace_off']} ms trace off, {real['tick_ms_trace_on']} ms on, CPU "
+          f"{real['tick_cpu_ms_trace_off']} / {real['tick_cpu_ms_trace_on']} ms "
+          f"({real['workloads_real']} real workloads), recording {real['record_ms_per_tick']} ms on the "
+          f"loop's thread; "
           f"trace {real['trace_bytes_per_tick_real']} B/tick real, "
           f"{day['trace_bytes_per_tick_synthetic']} B/tick synthetic ({day['trace_mb_per_day']} MB a day); "
           f"a day replays in {day['replay_day_s']} s ({day['replay_day_cpu_s']} s of CPU; "
