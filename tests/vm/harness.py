@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import resource
 import shlex
 import shutil
 import signal
@@ -163,7 +164,7 @@ def _boot_and_wait(ctl: Path, image: Path, venv: Path, timeout_s: float, cpus: i
                    memory_mib: int, data_disk: Path | None = None) -> dict[str, object]:
     started = time.monotonic()
     status: dict[str, object] = {"image": image.name, "kernel": _read(image / "kernel-release"),
-                                 "error": "", "rc": None, "boot_s": None, "wall_s": None}
+                                 "error": "", "rc": None, "boot_s": None, "wall_s": None, "qemu_cpu_s": None}
     argv = qemu_argv(image, ctl, venv, cpus, memory_mib, data_disk)
     log = Streamer(ctl / "job.log")
     with open(ctl / "qemu.err", "wb") as err:
@@ -186,6 +187,10 @@ def _boot_and_wait(ctl: Path, image: Path, venv: Path, timeout_s: float, cpus: i
         _stop(proc)
         log.pump(final=True)
     status["wall_s"] = round(time.monotonic() - started, 1)
+    # QEMU is this process's only child: its CPU time says how much of the wall time the guest was busy
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    status["qemu_cpu_s"] = round(usage.ru_utime + usage.ru_stime, 1)
+    print(f"[guest] QEMU: {status['qemu_cpu_s']} s of CPU in {status['wall_s']} s", flush=True)
     rc_file = ctl / "rc"
     if not status["error"]:
         if rc_file.exists():
