@@ -42,7 +42,7 @@ class NodeCache:
     revision: int = 0
     node: NodeRecord | None = None
     applications: dict[str, Application] = field(default_factory=dict)
-    allocations: dict[str, Allocation] = field(default_factory=dict)
+    allocations: dict[str, Allocation] = field(default_factory=dict)  # changed through Cluster (totals)
     notices: deque[Notice] = field(default_factory=lambda: deque(maxlen=20))
     unhealthy_since: float | None = None  # not (yet) recovered, or its stream is down
     recovered_at: float | None = None
