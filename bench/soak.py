@@ -24,7 +24,8 @@ environment (e.g. MALLOC_ARENA_MAX=2, to compare allocator settings). `--quick` 
 alive, a new one every 0.5 s, 15 s warm-up, a 64-event ring, a sample every 5 s; too short to judge
 flatness, it shows that the soak runs and measures. The machine load stays modest: the agent, one sleep
 per live pod, 20 % of one core in bursts.
-Needs root and writable cgroups. Samples go to bench/out/soak.jsonl; the last line is one JSON object.
+Needs root and writable cgroups. Samples go to bench/out/soak.jsonl (--quick: soak-quick.jsonl); the last
+line is one JSON object.
 """
 
 from __future__ import annotations
@@ -138,7 +139,7 @@ def soak(args: argparse.Namespace, root: RealRoot, d: Path) -> dict[str, Any]:
     samples: list[dict[str, Any]] = []
     scrapes = scrape_errors = 0
     OUT.mkdir(parents=True, exist_ok=True)
-    out = (OUT / "soak.jsonl").open("w")
+    out = (OUT / ("soak-quick.jsonl" if args.quick else "soak.jsonl")).open("w")  # CI's keeps a long run's
     churn = Churn(root, args.live)
     try:
         wait_ticking(port, proc, log)
