@@ -47,7 +47,7 @@ class IoPolicyConfig:
     floor_iops: int = validation.bounded(400, 1, 10_000_000)
     # BE's read cap, in MB/s, while HP needs the disk (lower than writes': a large read holds the disk for
     # longer than a write it takes into its cache, and HP's IO waits behind it)
-    floor_read_mbps: float = validation.bounded(10.0, 0.1, 100_000.0)
+    floor_read_mbps: float = validation.bounded(2.0, 0.1, 100_000.0)
     # BE's read cap, in IO/s, while HP needs the disk
     floor_read_iops: int = validation.bounded(400, 1, 10_000_000)
     # HP needs the disk when its IO pressure is at or above this percent

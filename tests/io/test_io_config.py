@@ -11,6 +11,7 @@ import yaml
 from agent.config.agent import AgentConfig, load_config
 from agent.config.io import DEFAULT_PATHS, IoConfig
 from agent.config.load import ConfigError
+from qos.model import IoCap
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -25,7 +26,8 @@ def test_the_guard_is_on_by_default_on_the_node_s_usual_disks() -> None:
     io = AgentConfig().io
     assert io.enabled and io.devices == () and io.paths == DEFAULT_PATHS
     assert "/var/lib/kubelet" in io.paths and "/var/lib/containerd" in io.paths
-    assert io.policy.floor_mbps == 10.0 and io.policy.evict is False
+    assert io.policy.floor_mbps == 10.0 and io.policy.floor_read_mbps == 2.0 and io.policy.evict is False
+    assert io.policy.floor == IoCap(rbps=2_000_000, wbps=10_000_000, riops=400, wiops=400)
 
 
 @pytest.mark.parametrize(("io", "words"), [

@@ -9,12 +9,15 @@ import contextlib
 import os
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
 from kit.diskio import be_cap, can_cap, commit_argv, flood_argv, on_disk, written
+from kit.loopdisk import LoopUnavailable, loop_disk
 from kit.realcg import RealRoot
+from kit.snapshot import node_snapshot
 
 from agent.config.io import IoConfig
 from agent.executors.io_guard import BE_IO, IoGuard, NodeSloBlkio
@@ -23,6 +26,7 @@ from cgroups.io import IoLimit
 from cgroups.io_meter import IoMeter
 from cgroups.writer import CgroupWriter
 from qos.actions import SetBeIoLimit
+from qos.io import IoPolicyConfig, IoState, decide
 from qos.model import NO_CAP, IoCap, Source, Tier, Workload
 
 pytestmark = [pytest.mark.cgroups]
@@ -201,3 +205,79 @@ def test_a_dry_run_records_the_cap_and_writes_nothing(real_root: RealRoot, tmp_p
         assert be_cap(real_root, "be/batch", dev) == (None, None, None, None)
         assert writer.journal.held == {}
         assert guard.stats.by_dev == {dev: IoCap(wbps=4_000_000)}  # the wake test compares with it
+
+
+HP_READER = """
+import mmap, os, random, sys, time
+fd = os.open(sys.argv[1], os.O_RDONLY | os.O_DIRECT)
+buf, blocks = mmap.mmap(-1, 4096), os.fstat(fd).st_size // 4096
+while True:
+    os.preadv(fd, [buf], random.randrange(blocks) * 4096)
+    time.sleep(0.002)
+"""
+
+
+def _fill(path: Path, mib: int) -> None:
+    with path.open("wb") as f:
+        for _ in range(mib):
+            f.write(os.urandom(1 << 20))
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def test_on_a_fresh_disk_the_guard_sees_hp_reading_and_holds_be_s_reads_to_the_read_floor(
+        real_root: RealRoot, tmp_path: Path) -> None:
+    """A loop device no throttle rule was ever written for (v1 counts no IO per cgroup on it until one is:
+    the guard has the kernel count it), HP reading 4 KiB at random and BE reading 1 MiB after 1 MiB: the
+    guard sees both, the policy cuts BE to the floor, reads and writes each to their own, and the kernel
+    holds BE's reads to the read floor."""
+    if not can_cap(real_root):
+        pytest.skip("no IO controller that caps (v1 blkio, or io on pure v2)")
+    real_root.mkcg("be/batch")
+    real_root.mkcg("hp")
+    with on_disk() as (parent, _), contextlib.ExitStack() as stack:
+        try:
+            loop = stack.enter_context(loop_disk(parent, 160))
+        except LoopUnavailable as err:
+            pytest.skip(f"no loop device here: {err}")
+        _fill(loop.mount / "be.dat", 64)
+        _fill(loop.mount / "hp.dat", 16)
+        policy = IoPolicyConfig(stall_percent=0, floor_read_mbps=2, floor_mbps=10)
+        writer = CgroupWriter(real_root.hierarchy, real_root.name, journal=Journal(tmp_path / "held", "b"))
+        guard, why = IoGuard.build(IoConfig(devices=(loop.dev,), policy=policy), writer, "be")
+        assert guard is not None, why
+        stack.callback(guard.close)
+        ws = (_workload("local/batch", "be/batch", True), _workload("local/hp", "hp", False))
+        dd = f"dd if={loop.mount}/be.dat of=/dev/null bs=1M iflag=direct status=none"
+        flood = real_root.spawn("be/batch", ["sh", "-c", f"while {dd}; do :; done"],
+                                stderr=subprocess.DEVNULL, start_new_session=True)
+        stack.callback(_stop, flood)
+        hp = real_root.spawn("hp", [sys.executable, "-c", HP_READER, str(loop.mount / "hp.dat")])
+        stack.callback(hp.wait, 10)
+        stack.callback(hp.kill)
+        guard.sample(ws)
+        deadline = time.monotonic() + 20
+        while True:
+            for _ in range(4):
+                time.sleep(0.1)
+                guard.poll()
+            s = guard.sample(ws)
+            d = s.disks[0]
+            if (d.hp is not None and d.be is not None and d.hp.riops > 20 and d.be.rbps > 5e6) \
+                    or time.monotonic() > deadline:
+                break
+        assert d.hp is not None and d.be is not None and d.hp.riops > 20 and d.be.rbps > 5e6, (d.hp, d.be)
+        snap = node_snapshot(ws, taken_at=time.monotonic(), io=s)
+        acts, _ = decide(snap, policy, IoState())
+        (act,) = [a for a in acts if isinstance(a, SetBeIoLimit)]
+        assert act.cap == IoCap(2_000_000, 10_000_000, 400, 400)
+        assert guard.submit(act, False, _record) is not None  # type: ignore[arg-type]
+        assert be_cap(real_root, "be", loop.dev) == (2_000_000, 10_000_000, 400, 400)
+        time.sleep(0.5)  # the dd in flight when the cap came ends
+        before, started = (guard._meter.stat("be") or {})[loop.dev].rbytes, time.monotonic()
+        time.sleep(2.0)
+        rate = ((guard._meter.stat("be") or {})[loop.dev].rbytes - before) / (time.monotonic() - started)
+        assert 0.5e6 < rate < 2e6 * 1.6, f"BE read {rate / 1e6:.1f} MB/s below a 2 MB/s read floor"
+        assert guard.release()
+        assert be_cap(real_root, "be", loop.dev) == (None, None, None, None)
+        assert be_cap(real_root, "be/batch", loop.dev) == (None, None, None, None)

@@ -103,7 +103,7 @@ def test_hp_busy_without_stall_gets_be_more_every_hold_until_the_cap_no_longer_h
 def test_static_caps_bound_every_cap_and_hold_when_hp_is_idle() -> None:
     static = {DEV: IoCap(wbps=5_000_000)}
     acts, _ = decide(snap(static=static), CFG, IoState())
-    assert caps(acts) == [IoCap(10_000_000, 5_000_000, 400, 400)]
+    assert caps(acts) == [IoCap(2_000_000, 5_000_000, 400, 400)]
     acts, _ = decide(snap(hp=IoRate(), idle=9.0, static=static), CFG, IoState())
     assert caps(acts) == [IoCap(wbps=5_000_000)]  # read back as none: set
 
