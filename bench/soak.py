@@ -20,7 +20,9 @@ filled, the series count does not grow (the highest count of the last third of t
 that of the first third: a series may come and go, e.g. `coloc_pending_actions{kind="Hold"}` while a hold is
 in flight), and RSS's least-squares slope is at most RSS_SLOPE_MAX_MB_PER_MIN. Errors: scrapes that failed,
 and error lines in the agent's log. --agent-env sets a variable in the agent's
-environment (e.g. MALLOC_ARENA_MAX=2, to compare allocator settings). `--quick` (CI): 1 minute, 30 pods
+environment (e.g. MALLOC_ARENA_MAX=2, to compare allocator settings); --heap-trace DIR runs the agent
+under kit.heaptrace: tracemalloc on, a dump every minute (`python -m kit.heaptrace --compare DIR 5 15`
+then shows what grew; its RSS is then about twice the agent's own). `--quick` (CI): 1 minute, 30 pods
 alive, a new one every 0.5 s, 15 s warm-up, a 64-event ring, a sample every 5 s; too short to judge
 flatness, it shows that the soak runs and measures. The machine load stays modest: the agent, one sleep
 per live pod, 20 % of one core in bursts.
@@ -59,7 +61,8 @@ RING_DEFAULT = 4096  # the agent's state.ring_size
 # each: bounded, but at this churn (~2.5 events/s) the agent's 4,096 take ~27 minutes to fill, the whole run.
 # With 256 it is full within the warm-up, so what grows after it has no bound (docs/reliability.md).
 RING = 256
-RSS_SLOPE_MAX_MB_PER_MIN = 0.02  # flat: at most ~0.5 MB over 25 minutes after warm-up
+RSS_SLOPE_MAX_MB_PER_MIN = 0.02
+HEAP_TRACE_EVERY_S = 60.0  # flat: at most ~0.5 MB over 25 minutes after warm-up
 
 
 def series(text: str) -> tuple[int, int, float, int]:
@@ -133,8 +136,10 @@ def soak(args: argparse.Namespace, root: RealRoot, d: Path) -> dict[str, Any]:
     log = d / "agent.log"
     env = {**os.environ, **dict(kv.split("=", 1) for kv in args.agent_env)}
     with log.open("ab") as f:
-        proc = root.spawn("agent", agent_argv("run", "--config", str(cfg)), stdout=f, stderr=f, cwd=REPO,
-                          env=env)
+        argv = agent_argv("run", "--config", str(cfg)) if args.heap_trace is None else \
+            [sys.executable, "-m", "kit.heaptrace", str(args.heap_trace.resolve()), str(HEAP_TRACE_EVERY_S),
+             "run", "--config", str(cfg)]
+        proc = root.spawn("agent", argv, stdout=f, stderr=f, cwd=REPO, env=env)
     watcher = burner = None
     samples: list[dict[str, Any]] = []
     scrapes = scrape_errors = 0
@@ -249,6 +254,8 @@ def parse() -> argparse.Namespace:
     p.add_argument("--sample-s", type=float, default=30.0, help="seconds between two samples")
     p.add_argument("--ring-size", type=int, default=RING,
                    help=f"the agent's state.ring_size ({RING}; the agent's default: {RING_DEFAULT} events)")
+    p.add_argument("--heap-trace", type=Path, default=None, metavar="DIR",
+                   help="run the agent under kit.heaptrace (tracemalloc; a dump into DIR every minute)")
     p.add_argument("--agent-env", action="append", default=[], metavar="NAME=VALUE",
                    help="a variable of the agent's environment (repeatable)")
     args = p.parse_args()
