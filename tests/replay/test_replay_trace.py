@@ -254,3 +254,41 @@ def test_a_damaged_record_is_a_one_line_error(tmp_path: Path, capsys: pytest.Cap
     assert replay_main([str(bad)]) == 2
     err = capsys.readouterr().err.strip()
     assert "record 3 ('tick', tick 3) cannot be replayed: KeyError" in err and "\n" not in err, err
+
+
+def test_the_switch_records_for_the_time_asked_and_a_configured_trace_goes_on(tmp_path: Path) -> None:
+    from agent.trace.recorder import TickTrace
+    from agent.trace.switch import TraceSwitch
+
+    settings = tick_settings(AgentConfig(), AgentConfig().policies, io=False)
+    pipeline = settings.pipeline()
+    now = [1000.0]
+    snap = node_snapshot([workload("k8s/be", cpu=1.0, mem=1)], taken_at=1000.0)
+    decision = pipeline.decide(snap, pipeline.initial_state())
+
+    def tick(switch: TraceSwitch, n: int) -> None:
+        switch.record(TickTrace(n, now[0], pipeline.initial_state(), (), (), snap, decision, [], set()))
+
+    asked = TraceSwitch(TraceConfig(dir=str(tmp_path / "asked")), lambda: settings, list, "n",
+                        clock=lambda: now[0])
+    state = asked.start(asked.open_writer(), 30.0)
+    assert state.on and state.until == 1030.0
+    tick(asked, 1)
+    now[0] = 1029.0
+    tick(asked, 2)
+    assert asked.state().ticks == 2
+    now[0] = 1030.0
+    tick(asked, 3)  # the time is up: this tick is not recorded, and the files are closed (on a thread)
+    assert asked.recorder is None and not asked.state().on
+
+    kept = TraceSwitch(TraceConfig(enabled=True, dir=str(tmp_path / "kept")), lambda: settings, list, "n",
+                       clock=lambda: now[0])
+    kept.start(kept.open_writer(), None)
+    kept.start(None, 5.0)  # asking for a while does not end a trace the config turns on
+    kept.stop()
+    now[0] = 5000.0
+    tick(kept, 1)
+    assert kept.recorder is not None and kept.state().on and kept.state().until is None
+    kept.close()
+    from agent.trace.replay import records
+    assert [r["k"] for r in records(tmp_path / "kept")] == ["head", "tick"]
