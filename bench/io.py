@@ -14,7 +14,8 @@ BE below `besteffort/`), with its files in a directory of its own on a real disk
   `--be-memory-mib`), one of three floods, a `dd` after another over a bounded file (chunks of 64 MiB at
   rotating offsets: the disk sees a flood, the file stays small): `direct_write` (`dd bs=1M oflag=direct`),
   `buffered_write` (`dd bs=1M`, rewriting a file twice BE's memory limit, so its dirty pages are written back
-  while it runs), `direct_read` (`dd bs=1M iflag=direct` of a pre-written file).
+  while it runs), `direct_read` (`dd bs=1M iflag=direct` of a pre-written file); on request (`--floods`)
+  `small_read` (the same file in 4 KiB direct reads: a flood of small requests, where the IO/s floor binds).
 - **The agent** (`<flood>_agent` cases): a real `coloc-agent run` (this checkout's, or `--agent-tree`'s),
   standalone on `<root>/node`, guarding the disk behind `--dir` with the shipped policy (config `io: {devices:
   [dev]}`, nothing else of `io:`), 1 s ticks; started for the case (before BE's warm-up; the case starts once
@@ -27,7 +28,13 @@ BE below `besteffort/`), with its files in a directory of its own on a real disk
   (`be_alone_<flood>[_agent]`: what the guard costs BE when HP is idle). With `--capped`, also a static cap
   on BE's cgroup (`<flood>_capped`, `be_alone_<flood>_capped`: `--cap-mb` MB/s read and write, through
   `CgroupWriter.set_io_limit`: v1 `blkio.throttle.*_bps_device`, v2 `io.max`). BE starts `--warmup` s before
-  HP's `--seconds` s window.
+  HP's `--seconds` s window. `--variant NAME:SPEC` adds a kind of case (`<flood>_NAME`): the agent with other
+  io.policy settings, or no agent under another scheduler; BE-alone cases only where HP's absence can differ.
+- **Where**: the disk behind `--dir`; with `--loop-mib`, a contained disk instead (a loop device with direct
+  IO over a file there, ext4 on it, made and removed by the bench: `kit.loopdisk`), whose scheduler a variant
+  may switch (`sched=bfq`, BFQ weights, `iosched.*` tunables) while the machine's disk stays as it is. With
+  `--hp-rt`, HP's processes run SCHED_FIFO: on a machine whose CPUs other work keeps busy HP's latency is
+  otherwise the wait for a CPU as much as the disk's.
 
 Per case, from the samples of every round pooled: HP commit (write + fsync) and read latency p50/p99/max (ms)
 and ops/s (commits + reads, and its ratio to HP alone per round, then the median); BE MB/s (MB = 10^6 B) as
@@ -545,10 +552,8 @@ class Bench:
 
     def spawn_hp(self, log: Path) -> dict[str, subprocess.Popen[Any]]:
         """HP's two processes, started; each waits for its window on stdin (`start_hp`)."""
-        nice = ["nice", "-n", str(self.args.hp_nice)] if self.args.hp_nice else []
-        if self.args.hp_rt:
-            nice = ["chrt", "-f", str(self.args.hp_rt)]
-        return {kind: self.root.spawn(self.hp, [*nice, sys.executable, "-c", HP_PROG, kind, str(path)],
+        rt = ["chrt", "-f", str(self.args.hp_rt)] if self.args.hp_rt else []
+        return {kind: self.root.spawn(self.hp, [*rt, sys.executable, "-c", HP_PROG, kind, str(path)],
                                       stdin=subprocess.PIPE, stdout=subprocess.PIPE)
                 for kind, path in (("fsync", log), ("read", self.hp_file))}
 
@@ -828,9 +833,6 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, dict[str, float]]:
     p.add_argument("--floods", default=",".join(DEFAULT_FLOODS),
                    help=f"the BE floods measured, comma-separated, of {','.join(ALL_FLOODS)} (default: "
                         f"{','.join(DEFAULT_FLOODS)})")
-    p.add_argument("--hp-nice", type=int, default=0,
-                   help="HP's processes at this nice value (e.g. -10): on a machine whose CPUs other work "
-                        "keeps busy, HP's latency is the CPU's wait as much as the disk's")
     p.add_argument("--hp-rt", type=int, default=0, metavar="PRIO",
                    help="HP's processes SCHED_FIFO at this priority: the latency is then the disk's, not the "
                         "wait for a CPU other work keeps busy")
