@@ -64,7 +64,7 @@ async def serving(queue: int = 1024, ledger_cfg: dict[str, object] | None = None
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 NOBODY = 65534
-MUTATIONS = ("Admit", "Drain", "AckRecovery", "Recommission")
+MUTATIONS = ("Admit", "Drain", "AckRecovery", "Recommission", "Record")
 
 
 async def as_user(socket_path: str, uid: int, gid: int) -> dict[str, str]:

@@ -25,6 +25,7 @@ CALLS = {
                                timeout=5),
     "AckRecovery": lambda s: s.AckRecovery(pb.AckRecoveryRequest(fence=FENCE, incarnation="x"), timeout=5),
     "Recommission": lambda s: s.Recommission(pb.RecommissionRequest(fence=FENCE), timeout=5),
+    "Record": lambda s: s.Record(pb.RecordRequest(seconds=0), timeout=5),
 }
 
 
