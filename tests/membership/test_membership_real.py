@@ -218,10 +218,16 @@ async def test_cfs_quota_is_split_across_the_be_children_and_the_protected_pod_i
 @pytest.mark.xdist_group("cpu")
 def test_protected_pod_usage_is_not_be_usage(real_root: RealRoot) -> None:
     need_v1(real_root, "cpu", "cpuacct")
+    # The busy loop must get its share on a machine others keep busy (CI runs a QEMU guest beside this
+    # phase): the test's root outweighs the root cgroup's tasks as a kubepods root does on a node, and the
+    # window opens only once the loop runs (a fresh interpreter's start-up is not the loop).
+    (real_root.path("cpu") / "cpu.shares").write_text("16384")
     real_root.mkcg(KP)
     real_root.mkcg(POD_A)
     real_root.spawn(KP, [sys.executable, "-c", "while True: pass"])
     real_root.spawn(POD_A, SLEEP)
+    usage = real_root.path("cpuacct", KP) / "cpuacct.usage"
+    assert wait(lambda: int(usage.read_text()) > 300_000_000, 30, every=0.05), "the busy loop never ran"
     reader = CgroupReader(real_root.hierarchy, real_root.name)
     collector = Collector(reader, TierPaths(root="", besteffort=TIER), Resources(2000, 1 << 30), (0, 1),
                           "cgroup-root", 0.5)
