@@ -13,6 +13,9 @@ from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from agent.api import convert
+from agent.api.coloc.v1 import agent_pb2 as pb
+from agent.recovery.allocations import Allocations, Usage
 from agent.state.records import (
     Allocation,
     Application,
@@ -42,7 +45,7 @@ class NodeCache:
     revision: int = 0
     node: NodeRecord | None = None
     applications: dict[str, Application] = field(default_factory=dict)
-    allocations: dict[str, Allocation] = field(default_factory=dict)  # changed through Cluster (totals)
+    allocations: Allocations = field(default_factory=Allocations)  # changed through Cluster (totals)
     notices: deque[Notice] = field(default_factory=lambda: deque(maxlen=20))
     unhealthy_since: float | None = None  # not (yet) recovered, or its stream is down
     recovered_at: float | None = None
@@ -90,11 +93,11 @@ class _Tally:
         self.states[old] -= 1
         self.states[new] += 1
         if old is NodeState.RECOVERED:
-            self.count(nc.allocations.values(), -1)
+            self.count(nc.allocations.usage(), -1)
         elif new is NodeState.RECOVERED:
-            self.count(nc.allocations.values(), 1)
+            self.count(nc.allocations.usage(), 1)
 
-    def count(self, allocations: Iterable[Allocation], sign: int) -> None:
+    def count(self, allocations: Iterable[Usage], sign: int) -> None:
         apps = self.applications
         n = cpu = mem = 0
         for a in allocations:
@@ -120,22 +123,35 @@ class Cluster:
 
     # ---- applying agent state -------------------------------------------------------------------------
 
-    def load_snapshot(self, address: str, view: LedgerView) -> None:
-        """Replace the node's cache with `view`: node first, then applications, then allocations."""
+    def load_snapshot(self, address: str, view: LedgerView | pb.Snapshot) -> None:
+        """Replace the node's cache with `view`: node first, then applications, then allocations. From the
+        snapshot message itself, its allocations are checked and counted now and made records when first
+        read (agent.recovery.allocations)."""
+        if isinstance(view, LedgerView):
+            self._load(address, view.identity, view.revision, view.node, view.applications, view.allocations)
+        else:
+            self._load(address, convert.identity_from(view.identity), view.revision,
+                       convert.node_from(view.node), [convert.application_from(a) for a in view.applications],
+                       view.allocations)
+
+    def _load(self, address: str, identity: Identity, revision: int, node: NodeRecord,
+              applications: Iterable[Application], allocations: Iterable[Allocation | pb.Allocation],
+              ) -> None:
         nc = self.nodes[address]
         counted = nc.state is NodeState.RECOVERED
         if counted:
-            self._tally.count(nc.allocations.values(), -1)
+            self._tally.count(nc.allocations.usage(), -1)
         self._drop_allocations(nc)
-        nc.identity = view.identity
-        nc.revision = view.revision
-        nc.node = view.node
-        nc.applications = apps = {a.application_id: a for a in view.applications}
+        nc.identity = identity
+        nc.revision = revision
+        nc.node = node
+        nc.applications = apps = {a.application_id: a for a in applications}
         nc.snapshots += 1
         # _put_allocation inlined: this loop runs for every allocation of the cluster at recovery.
         owner, mine, me = self.owner, nc.allocations, nc.address
+        hold = mine.hold
         try:
-            for a in view.allocations:
+            for a in allocations:
                 key = a.key
                 if a.application_id not in apps:
                     raise ProtocolError(f"{me}: allocation {key} refers to unknown application "
@@ -144,10 +160,10 @@ class Cluster:
                 if holder != me:
                     self._conflict(key, me, holder)
                     continue
-                mine[key] = a
+                hold(key, a)
         finally:
             if counted:
-                self._tally.count(mine.values(), 1)
+                self._tally.count(mine.usage(), 1)
 
     def apply(self, address: str, ev: Event) -> None:
         nc = self.nodes[address]
@@ -164,8 +180,9 @@ class Cluster:
                 nc.applications[obj.application_id] = obj
         elif isinstance(obj, Allocation):
             if ev.type is EventType.DELETED:
-                gone = nc.allocations.pop(obj.key, None)
+                gone = nc.allocations.usage_of(obj.key)
                 if gone is not None:
+                    del nc.allocations[obj.key]
                     if self.owner.get(obj.key) == address:
                         del self.owner[obj.key]
                     if nc.state is NodeState.RECOVERED:
@@ -193,7 +210,7 @@ class Cluster:
             self._conflict(a.key, nc.address, holder)
             return
         self.owner[a.key] = nc.address
-        was = nc.allocations.get(a.key)
+        was = nc.allocations.usage_of(a.key)
         nc.allocations[a.key] = a
         if nc.state is NodeState.RECOVERED:
             if was is not None:
@@ -208,7 +225,7 @@ class Cluster:
         for key in nc.allocations:
             if owner.get(key) == me:
                 del owner[key]
-        nc.allocations = {}
+        nc.allocations.clear()
 
     # ---- reading --------------------------------------------------------------------------------------
 

@@ -27,7 +27,6 @@ import grpc
 
 from agent.api.client import AgentCallError, AgentClient, Marker
 from agent.recovery.cluster import Cluster, NodeCache, NodeState, ProtocolError
-from agent.recovery.decode import Decoder
 
 log = logging.getLogger("coloc.recovery")
 
@@ -77,7 +76,6 @@ class Recovery:
             raise ValueError("no agents to recover from")
         self.cfg = cfg
         self.cluster = Cluster(list(dict.fromkeys(addresses)))
-        self._decoder = Decoder()
         self.state = SchedulerState.NEW
         self.failure = ""
         self._on_progress = on_progress
@@ -234,12 +232,12 @@ class Recovery:
             self._start_clock(nc)  # its first attempt
         try:
             if nc.resync:
-                view = self._decoder.view(await client.snapshot_message(timeout=self.cfg.rpc_timeout_s))
-                restarted = nc.identity is not None and nc.identity.incarnation != view.identity.incarnation
+                snap = await client.snapshot_message(timeout=self.cfg.rpc_timeout_s)
+                restarted = nc.identity is not None and nc.identity.incarnation != snap.identity.incarnation
                 if restarted and nc.state is NodeState.RECOVERED:
                     nc.state = NodeState.RECOVERING
                     self._report(nc, "recovering", "agent restarted (new incarnation): re-snapshot")
-                self.cluster.load_snapshot(nc.address, view)
+                self.cluster.load_snapshot(nc.address, snap)
                 nc.resync = False
             stream = client.watch(incarnation=nc.incarnation, from_revision=nc.revision)
             try:

@@ -1,0 +1,77 @@
+"""A snapshot message applied to the recovery cache as it is: the rules (unknown application, one owner per
+key) and the totals hold at once; each allocation becomes the record `convert` gives when first read."""
+
+from __future__ import annotations
+
+import pytest
+from kit.api import app_id, cid
+
+from agent.api import convert
+from agent.api.coloc.v1 import agent_pb2 as pb
+from agent.recovery import Cluster, NodeState, ProtocolError
+from agent.state import Event, EventType
+from agent.state.records import Allocation, Application, Identity, NodeRecord, Phase
+from qos.model import Resources, Source
+
+
+def alloc(app: int, seq: int, rev: int, cpu: int = 100) -> Allocation:
+    return Allocation(key=f"yarn/{cid(app, seq)}", application_id=app_id(app), source=Source.YARN,
+                      resources=Resources(cpu, 1 << 20), phase=Phase.RUNNING, name=f"c{seq}",
+                      tags=(("queue", "q"),), revision=rev)
+
+
+def message(node: str, inc: str, rev: int, allocs: list[Allocation],
+            apps: list[int] | None = None) -> pb.Snapshot:
+    m = pb.Snapshot(identity=convert.identity_pb(Identity(node, inc, "boot", 0.0)), revision=rev,
+                    node=convert.node_pb(NodeRecord(node, revision=1)))
+    for a in sorted({app_id(n) for n in apps} if apps is not None else {a.application_id for a in allocs}):
+        m.applications.append(convert.application_pb(Application(a, Source.YARN, 0.0, 1)))
+    m.allocations.extend(convert.allocation_pb(a) for a in allocs)
+    return m
+
+
+def test_a_message_applies_checks_and_counts_without_making_records() -> None:
+    cl = Cluster(["a", "b"])
+    cl.load_snapshot("a", message("na", "i1", 5, [alloc(1, 1, 3, 100), alloc(1, 2, 4, 250)]))
+    nc = cl.nodes["a"]
+    assert nc.node_id == "na" and nc.incarnation == "i1" and nc.revision == 5
+    assert not any(isinstance(v, Allocation) for v in nc.allocations.usage())  # nothing converted yet
+    nc.state = NodeState.RECOVERED
+    t = cl.totals()
+    assert (t["allocations"], t["allocated_milli_cpu"], t["applications"]) == (2, 350, 1)
+    # The other node reports a key that a holds: kept on a, a conflict; b's own key counts on b.
+    cl.load_snapshot("b", message("nb", "i2", 2, [alloc(1, 2, 2), alloc(2, 1, 2, 40)]))
+    cl.nodes["b"].state = NodeState.RECOVERED
+    assert cl.owner[f"yarn/{cid(1, 2)}"] == "a" and len(cl.conflicts) == 1
+    assert cl.totals()["allocations"] == 3 and cl.totals()["allocated_milli_cpu"] == 390
+    with pytest.raises(ProtocolError, match="unknown application"):
+        cl.load_snapshot("b", message("nb", "i2", 3, [alloc(3, 1, 3)], apps=[1]))
+
+
+def test_each_allocation_is_the_converted_record_once_read() -> None:
+    allocs = [alloc(1, 1, 3), alloc(1, 2, 4, 250)]
+    cl = Cluster(["a"])
+    cl.load_snapshot("a", message("na", "i1", 5, allocs))
+    nc = cl.nodes["a"]
+    first = nc.allocations[allocs[0].key]
+    assert first == allocs[0] and nc.allocations[allocs[0].key] is first  # converted once, then kept
+    assert dict(nc.allocations) == {a.key: a for a in allocs}
+    assert [a for _, a in cl.counted()] == [] and len(nc.allocations) == 2
+    nc.state = NodeState.RECOVERED
+    assert sorted(a.key for _, a in cl.counted()) == sorted(a.key for a in allocs)
+
+
+def test_events_on_a_message_loaded_node_keep_the_totals() -> None:
+    cl = Cluster(["a"])
+    cl.load_snapshot("a", message("na", "i1", 5, [alloc(1, 1, 3, 100), alloc(1, 2, 4, 250)]))
+    nc = cl.nodes["a"]
+    nc.state = NodeState.RECOVERED
+    cl.apply("a", Event(6, EventType.DELETED, alloc(1, 1, 6), 0.0))  # still a message: no record needed
+    cl.apply("a", Event(7, EventType.MODIFIED, alloc(1, 2, 7, 300), 0.0))
+    cl.apply("a", Event(8, EventType.ADDED, alloc(1, 3, 8, 5), 0.0))
+    assert sorted(nc.allocations) == [f"yarn/{cid(1, 2)}", f"yarn/{cid(1, 3)}"]
+    assert cl.totals()["allocations"] == 2 and cl.totals()["allocated_milli_cpu"] == 305
+    assert f"yarn/{cid(1, 1)}" not in cl.owner
+    # A new snapshot replaces the cache and the totals, message or not.
+    cl.load_snapshot("a", message("na", "i2", 1, [alloc(1, 4, 1, 7)]))
+    assert list(nc.allocations) == [f"yarn/{cid(1, 4)}"] and cl.totals()["allocated_milli_cpu"] == 7
