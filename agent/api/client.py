@@ -17,7 +17,6 @@ import grpc
 
 from agent.api import convert
 from agent.api.coloc.v1 import agent_pb2 as pb
-from agent.api.coloc.v1 import agent_pb2_grpc as pb_grpc
 from agent.state.records import AdmitRequest, AdmitResult, Event, LedgerObject, LedgerView, Lifecycle
 
 REASON_KEY = "coloc-reason"  # trailing metadata set by the agent next to an error status
@@ -101,13 +100,34 @@ def event_from(m: pb.Event) -> Event | Marker:
     return Event(m.revision, convert.EVENT_FROM_PB[m.type], obj, convert.sec(m.at_unix_ms), m.reason)
 
 
+class _Stub:
+    """NodeAgentStub's methods, each made on first use: a scheduler holds a client per node (10,000 at
+    once in recovery), which calls three of the eight."""
+
+    def __init__(self, channel: grpc.aio.Channel) -> None:
+        self._channel = channel
+
+    def __getattr__(self, name: str) -> Any:
+        method = _SERVICE.methods_by_name[name]
+        make: Any = self._channel.unary_stream if method.server_streaming else self._channel.unary_unary
+        call = make(f"/{_SERVICE.full_name}/{name}",
+                    request_serializer=getattr(pb, method.input_type.name).SerializeToString,
+                    response_deserializer=getattr(pb, method.output_type.name).FromString,
+                    _registered_method=True)
+        setattr(self, name, call)
+        return call
+
+
+_SERVICE = pb.DESCRIPTOR.services_by_name["NodeAgent"]
+
+
 class AgentClient:
     """One channel to one agent. Use as `async with AgentClient(addr) as c:`."""
 
     def __init__(self, address: str, *, options: tuple[tuple[str, int], ...] = CHANNEL_OPTIONS) -> None:
         self.address = address
         self._channel = grpc.aio.insecure_channel(target(address), options=list(options))
-        self._stub = pb_grpc.NodeAgentStub(self._channel)
+        self._stub: Any = _Stub(self._channel)
 
     async def __aenter__(self) -> AgentClient:
         return self
@@ -161,6 +181,11 @@ class AgentClient:
         finally:
             call.cancel()
 
+    def watch_stream(self, *, incarnation: str, from_revision: int) -> WatchStream:
+        """As `watch` from `from_revision`, read a message at a time by `WatchStream.next` (no generator)."""
+        req = pb.WatchRequest(incarnation=incarnation, from_revision=from_revision)
+        return WatchStream(self, self._stub.Watch(req))
+
     def watch_raw(self, request: pb.WatchRequest) -> Any:
         """The underlying stream call (for tools that want the messages themselves)."""
         return self._stub.Watch(request)
@@ -212,3 +237,24 @@ class AgentClient:
                                      request_id=request_id)
         resp: pb.DrainResponse = await self._unary("Recommission", self._stub.Recommission, req, timeout)
         return resp
+
+
+class WatchStream:
+    """One Watch call. `next()` returns the next message's events (raises AgentCallError when the stream
+    ends, with its status); `cancel()` ends it."""
+
+    def __init__(self, client: AgentClient, call: Any) -> None:
+        self._client = client
+        self._call = call
+
+    async def next(self) -> list[Event | Marker]:
+        try:
+            resp = await self._call.read()
+        except grpc.aio.AioRpcError as err:
+            raise self._client._error("Watch", err) from None
+        if not isinstance(resp, pb.WatchResponse):  # grpc.aio.EOF: it ended with OK
+            raise AgentCallError(self._client.address, "Watch", grpc.StatusCode.UNAVAILABLE, "stream ended")
+        return [event_from(e) for e in resp.events]
+
+    def cancel(self) -> None:
+        self._call.cancel()

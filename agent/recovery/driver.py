@@ -239,32 +239,34 @@ class Recovery:
                     self._report(nc, "recovering", "agent restarted (new incarnation): re-snapshot")
                 self.cluster.load_snapshot(nc.address, snap)
                 nc.resync = False
-            stream = client.watch(incarnation=nc.incarnation, from_revision=nc.revision)
+            stream = client.watch_stream(incarnation=nc.incarnation, from_revision=nc.revision)
+            idle = self.cfg.watch_idle_s
+            loop = asyncio.get_running_loop()
             try:
-                while True:
-                    try:
-                        # Not wait_for: in 3.11 it can swallow our cancellation when a message arrives at
-                        # the same moment, and this loop would then never stop.
-                        async with asyncio.timeout(self.cfg.watch_idle_s):
-                            batch = await anext(stream)
-                    except TimeoutError:
-                        raise AgentCallError(nc.address, "Watch", grpc.StatusCode.DEADLINE_EXCEEDED,
-                                             f"no message for {self.cfg.watch_idle_s}s") from None
-                    except StopAsyncIteration:
-                        raise AgentCallError(nc.address, "Watch", grpc.StatusCode.UNAVAILABLE,
-                                             "stream ended") from None
-                    for item in batch:
-                        if isinstance(item, Marker):
-                            self.cluster.advance(nc.address, item.revision)
-                            if item.initial_sync_end:
-                                await self._acknowledge(client, nc)
-                                if held:
-                                    self._sem.release()
-                                    held = False
-                        else:
-                            self.cluster.apply(nc.address, item)
+                # One deadline for the stream, moved at each message. Not wait_for: in 3.11 it can swallow
+                # our cancellation when a message arrives at the same moment, and this loop would then never
+                # stop.
+                async with asyncio.timeout(idle) as quiet:
+                    while True:
+                        batch = await stream.next()
+                        quiet.reschedule(loop.time() + idle)
+                        for item in batch:
+                            if isinstance(item, Marker):
+                                self.cluster.advance(nc.address, item.revision)
+                                if item.initial_sync_end:
+                                    quiet.reschedule(None)  # the ack has its own deadline
+                                    await self._acknowledge(client, nc)
+                                    quiet.reschedule(loop.time() + idle)
+                                    if held:
+                                        self._sem.release()
+                                        held = False
+                            else:
+                                self.cluster.apply(nc.address, item)
+            except TimeoutError:
+                raise AgentCallError(nc.address, "Watch", grpc.StatusCode.DEADLINE_EXCEEDED,
+                                     f"no message for {idle}s") from None
             finally:
-                await stream.aclose()
+                stream.cancel()
         finally:
             if held:
                 self._sem.release()

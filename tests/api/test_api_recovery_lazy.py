@@ -8,7 +8,7 @@ from kit.api import app_id, cid
 
 from agent.api import convert
 from agent.api.coloc.v1 import agent_pb2 as pb
-from agent.recovery import Cluster, NodeState, ProtocolError
+from agent.recovery import Cluster, NodeState, ProtocolError, allocations
 from agent.state import Event, EventType
 from agent.state.records import Allocation, Application, Identity, NodeRecord, Phase
 from qos.model import Resources, Source
@@ -30,12 +30,15 @@ def message(node: str, inc: str, rev: int, allocs: list[Allocation],
     return m
 
 
-def test_a_message_applies_checks_and_counts_without_making_records() -> None:
+def test_a_message_applies_checks_and_counts_without_making_records(monkeypatch: pytest.MonkeyPatch) -> None:
+    made: list[str] = []
+    convert_one = allocations.DECODER.allocation
+    monkeypatch.setattr(allocations.DECODER, "allocation",
+                        lambda m, key=None: made.append(m.key) or convert_one(m, key))
     cl = Cluster(["a", "b"])
     cl.load_snapshot("a", message("na", "i1", 5, [alloc(1, 1, 3, 100), alloc(1, 2, 4, 250)]))
     nc = cl.nodes["a"]
     assert nc.node_id == "na" and nc.incarnation == "i1" and nc.revision == 5
-    assert not any(isinstance(v, Allocation) for v in nc.allocations.usage())  # nothing converted yet
     nc.state = NodeState.RECOVERED
     t = cl.totals()
     assert (t["allocations"], t["allocated_milli_cpu"], t["applications"]) == (2, 350, 1)
@@ -44,6 +47,9 @@ def test_a_message_applies_checks_and_counts_without_making_records() -> None:
     cl.nodes["b"].state = NodeState.RECOVERED
     assert cl.owner[f"yarn/{cid(1, 2)}"] == "a" and len(cl.conflicts) == 1
     assert cl.totals()["allocations"] == 3 and cl.totals()["allocated_milli_cpu"] == 390
+    assert made == []  # applied and counted, nothing converted
+    assert nc.allocations[f"yarn/{cid(1, 2)}"].resources == Resources(250, 1 << 20)
+    assert made == [f"yarn/{cid(1, 2)}"]
     with pytest.raises(ProtocolError, match="unknown application"):
         cl.load_snapshot("b", message("nb", "i2", 3, [alloc(3, 1, 3)], apps=[1]))
 
