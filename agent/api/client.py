@@ -100,6 +100,15 @@ def event_from(m: pb.Event) -> Event | Marker:
     return Event(m.revision, convert.EVENT_FROM_PB[m.type], obj, convert.sec(m.at_unix_ms), m.reason)
 
 
+def _method(name: str) -> tuple[str, bool, Any, Any]:
+    m = pb.DESCRIPTOR.services_by_name["NodeAgent"].methods_by_name[name]
+    return (f"/{m.containing_service.full_name}/{name}", m.server_streaming,
+            getattr(pb, m.input_type.name).SerializeToString, getattr(pb, m.output_type.name).FromString)
+
+
+_METHODS = {m.name: _method(m.name) for m in pb.DESCRIPTOR.services_by_name["NodeAgent"].methods}
+
+
 class _Stub:
     """NodeAgentStub's methods, each made on first use: a scheduler holds a client per node (10,000 at
     once in recovery), which calls three of the eight."""
@@ -108,17 +117,11 @@ class _Stub:
         self._channel = channel
 
     def __getattr__(self, name: str) -> Any:
-        method = _SERVICE.methods_by_name[name]
-        make: Any = self._channel.unary_stream if method.server_streaming else self._channel.unary_unary
-        call = make(f"/{_SERVICE.full_name}/{name}",
-                    request_serializer=getattr(pb, method.input_type.name).SerializeToString,
-                    response_deserializer=getattr(pb, method.output_type.name).FromString,
-                    _registered_method=True)
+        path, streaming, serialize, parse = _METHODS[name]
+        make: Any = self._channel.unary_stream if streaming else self._channel.unary_unary
+        call = make(path, request_serializer=serialize, response_deserializer=parse, _registered_method=True)
         setattr(self, name, call)
         return call
-
-
-_SERVICE = pb.DESCRIPTOR.services_by_name["NodeAgent"]
 
 
 class AgentClient:

@@ -243,20 +243,24 @@ class Recovery:
             idle = self.cfg.watch_idle_s
             loop = asyncio.get_running_loop()
             try:
-                # One deadline for the stream, moved at each message. Not wait_for: in 3.11 it can swallow
-                # our cancellation when a message arrives at the same moment, and this loop would then never
+                # One deadline for the stream, moved on by a message once less than `idle` is left: a stream
+                # is cut after idle to 1.5 x idle without a message, and most messages move nothing (moving
+                # it is a timer cancelled and another made). Not wait_for: in 3.11 it can swallow our
+                # cancellation when a message arrives at the same moment, and this loop would then never
                 # stop.
-                async with asyncio.timeout(idle) as quiet:
+                async with asyncio.timeout_at(loop.time() + 1.5 * idle) as quiet:
                     while True:
                         batch = await stream.next()
-                        quiet.reschedule(loop.time() + idle)
+                        now = loop.time()
+                        if quiet.when() < now + idle:  # type: ignore[operator]  # never None here
+                            quiet.reschedule(now + 1.5 * idle)
                         for item in batch:
                             if isinstance(item, Marker):
                                 self.cluster.advance(nc.address, item.revision)
                                 if item.initial_sync_end:
                                     quiet.reschedule(None)  # the ack has its own deadline
                                     await self._acknowledge(client, nc)
-                                    quiet.reschedule(loop.time() + idle)
+                                    quiet.reschedule(loop.time() + 1.5 * idle)
                                     if held:
                                         self._sem.release()
                                         held = False
