@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
+import os
 import resource
 import statistics
 import subprocess
@@ -110,27 +111,48 @@ def reset_peak_rss() -> int:
     return _status_kib("VmRSS")
 
 
+def cpu_seconds(pids: list[int]) -> float:
+    """User + system CPU seconds of processes `pids` so far (all their threads)."""
+    ticks = 0
+    for pid in pids:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        ticks += int(fields[11]) + int(fields[12])
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
 async def recovery_and_floor(out: dict[str, object], name: str, label: str, addrs: list[str],
-                             epochs: range, parallel: int, expect: int | None = None) -> float:
+                             epochs: range, parallel: int, expect: int | None = None,
+                             servers: list[int] | None = None) -> float:
     """Recovery of `addrs` (once per epoch in `epochs`) and the floor of their snapshots: the medians in `out`
     as `<name>_recovery_s`, `<name>_snapshot_floor_s` and their ratio, and the client's peak RSS during a
     recovery (the largest; the RSS before it beside), and the client process's CPU seconds in each (all its
-    threads: less disturbed than wall time by other load on the machine); returns the recovery's median."""
+    threads: less disturbed than wall time by other load on the machine); returns the recovery's median.
+    Given the endpoints' processes (`servers`, replayed endpoints), also their CPU seconds in each, and the
+    protocol floor: the recovery's own calls with nothing applied (see `time_protocol_floor`)."""
     rec, floor, peak, before, rec_cpu, floor_cpu = [], [], [], [], [], []
+    proto, rec_srv, floor_srv, proto_srv = [], [], [], []
     for epoch in epochs:
         gc.collect()  # the last run's cluster (a cycle with its tasks) is not counted in this one's peak
         before.append(reset_peak_rss())
-        cpu = time.process_time()
+        cpu, srv = time.process_time(), cpu_seconds(servers or [])
         rec.append(await time_recovery(addrs, epoch, parallel, expect))
         rec_cpu.append(time.process_time() - cpu)
+        rec_srv.append(cpu_seconds(servers or []) - srv)
         peak.append(_status_kib("VmHWM"))
         gc.collect()  # nor is its collection counted in the floor
-        cpu = time.process_time()
+        cpu, srv = time.process_time(), cpu_seconds(servers or [])
         floor.append(await time_snapshot_floor(addrs, parallel))
         floor_cpu.append(time.process_time() - cpu)
-        progress(f"{label}: recovery {rec[-1]:.3f}s ({rec_cpu[-1]:.2f} s client CPU), snapshot floor "
-                 f"{floor[-1]:.3f}s ({floor_cpu[-1]:.2f} s), client peak RSS {peak[-1] >> 10} MiB "
-                 f"(from {before[-1] >> 10})")
+        floor_srv.append(cpu_seconds(servers or []) - srv)
+        line = (f"{label}: recovery {rec[-1]:.3f}s ({rec_cpu[-1]:.2f} s client CPU), snapshot floor "
+                f"{floor[-1]:.3f}s ({floor_cpu[-1]:.2f} s)")
+        if servers:
+            srv = cpu_seconds(servers)
+            proto.append(await time_protocol_floor(addrs, parallel, epoch))
+            proto_srv.append(cpu_seconds(servers) - srv)
+            line += (f", protocol floor {proto[-1]:.3f}s; endpoints' CPU {rec_srv[-1]:.2f} / "
+                     f"{floor_srv[-1]:.2f} / {proto_srv[-1]:.2f} s")
+        progress(f"{line}, client peak RSS {peak[-1] >> 10} MiB (from {before[-1] >> 10})")
     out[f"{name}_recovery_s"] = round(statistics.median(rec), 3)
     out[f"{name}_snapshot_floor_s"] = round(statistics.median(floor), 3)
     out[f"{name}_recovery_over_floor_ratio"] = round(statistics.median(rec) / statistics.median(floor), 2)
@@ -138,6 +160,13 @@ async def recovery_and_floor(out: dict[str, object], name: str, label: str, addr
     out[f"{name}_recovery_client_cpu_s"] = round(statistics.median(rec_cpu), 3)
     out[f"{name}_floor_client_cpu_s"] = round(statistics.median(floor_cpu), 3)
     out[f"{name}_client_rss_before_mib"] = round(min(before) / 1024, 1)
+    if servers:
+        out[f"{name}_protocol_floor_s"] = round(statistics.median(proto), 3)
+        out[f"{name}_recovery_over_protocol_floor_ratio"] = round(
+            statistics.median(rec) / statistics.median(proto), 2)
+        out[f"{name}_recovery_endpoints_cpu_s"] = round(statistics.median(rec_srv), 3)
+        out[f"{name}_floor_endpoints_cpu_s"] = round(statistics.median(floor_srv), 3)
+        out[f"{name}_protocol_floor_endpoints_cpu_s"] = round(statistics.median(proto_srv), 3)
     return statistics.median(rec)
 
 
@@ -160,6 +189,53 @@ async def time_snapshot_floor(addresses: list[str], parallel: int) -> float:
 
     await asyncio.gather(*(one(a) for a in addresses))
     return time.perf_counter() - t0
+
+
+async def time_protocol_floor(addresses: list[str], parallel: int, epoch: int) -> float:
+    """The recovery's calls with nothing applied, at the same parallelism: per endpoint GetSnapshot, Watch
+    from its revision read to INITIAL_SYNC_END, AckRecovery; the streams stay open until every endpoint is
+    through (as the recovery's do), then end. What the protocol's three calls cost on the wire and in
+    grpc.aio, as the snapshot floor is what GetSnapshot alone costs."""
+    sem = asyncio.Semaphore(parallel)
+    opened: list[tuple[grpc.aio.Channel, grpc.aio.UnaryStreamCall[pb.WatchRequest, pb.WatchResponse]]] = []
+    t0 = time.perf_counter()
+
+    async def one(a: str) -> None:
+        async with sem:
+            ch = grpc.aio.insecure_channel(
+                f"unix:{a}", options=[("grpc.max_receive_message_length", 64 << 20)]
+            )
+            snap_call = ch.unary_unary(
+                "/coloc.v1.NodeAgent/GetSnapshot",
+                request_serializer=pb.GetSnapshotRequest.SerializeToString,
+                response_deserializer=pb.Snapshot.FromString,
+            )
+            snap = await snap_call(pb.GetSnapshotRequest())
+            watch = ch.unary_stream(
+                "/coloc.v1.NodeAgent/Watch", request_serializer=pb.WatchRequest.SerializeToString,
+                response_deserializer=pb.WatchResponse.FromString,
+            )
+            call = watch(pb.WatchRequest(incarnation=snap.identity.incarnation, from_revision=snap.revision))
+            opened.append((ch, call))
+            synced = False
+            while not synced:
+                msg = await call.read()
+                assert isinstance(msg, pb.WatchResponse), a
+                synced = any(e.type == pb.EVENT_TYPE_INITIAL_SYNC_END for e in msg.events)
+            ack = ch.unary_unary(
+                "/coloc.v1.NodeAgent/AckRecovery", request_serializer=pb.AckRecoveryRequest.SerializeToString,
+                response_deserializer=pb.AckRecoveryResponse.FromString,
+            )
+            fence = pb.Fence(scheduler_id="bench", scheduler_epoch=epoch)
+            await ack(pb.AckRecoveryRequest(fence=fence, incarnation=snap.identity.incarnation,
+                                            applied_revision=snap.revision))
+
+    await asyncio.gather(*(one(a) for a in addresses))
+    elapsed = time.perf_counter() - t0
+    for ch, call in opened:
+        call.cancel()
+        await ch.close(None)
+    return elapsed
 
 
 # ---- recording and replay ---------------------------------------------------------------------------
@@ -361,7 +437,8 @@ async def measure_replayed(out: dict[str, object], args: argparse.Namespace, ep_
             for k in range(n)
         )
         await recovery_and_floor(out, f"replayed_{n}_nodes", f"{n} replayed", addrs,
-                                 range(100, 100 + args.repeat), args.parallel)
+                                 range(100, 100 + args.repeat), args.parallel,
+                                 servers=[s.pid for s in servers])
         out[f"replayed_{n}_allocations_in_snapshots"] = expect
     finally:
         for s in servers:
