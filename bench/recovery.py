@@ -463,7 +463,9 @@ def main() -> int:
     p.add_argument("--allocations", type=int, default=100)
     p.add_argument("--replayed", default="200", help="replayed endpoints, a size or sizes (2000,10000)")
     p.add_argument("--repeat", type=int, default=3)
-    p.add_argument("--parallel", type=int, default=32)
+    p.add_argument("--parallel", type=int, default=RecoveryConfig(epoch=1).parallel,
+                   help="nodes in initial sync at once, for the recovery and the floors alike "
+                   "(default: the recovery's)")
     p.add_argument("--quick", action="store_true", help="smoke run for CI: 3 agents, 20 replayed endpoints")
     p.add_argument("--replay-serve", nargs=3, help=argparse.SUPPRESS)
     args = p.parse_args()
