@@ -27,8 +27,9 @@ class IoConfig:
     devices and what has no disk under it are skipped). List YARN's `yarn.nodemanager.local-dirs` in `paths`
     where they are elsewhere. `host_root`: where the host's root is seen from the agent, put before each path
     (a DaemonSet pod: `/host`, with the host's `/var/lib` mounted read-only at `/host/var/lib`). `poll_s`: how
-    often the counters are read between ticks (a tick is woken when HP starts waiting or goes idle);
-    `window_s`: the window rates are taken over; `stall_window_s`: the one HP's IO pressure is taken over
+    often the counters are read between ticks while BE does more IO than its floor on a guarded disk (a tick
+    is woken when HP starts waiting or goes idle). `calm_poll_s`: how often the counters are read otherwise.
+    `window_s`: the window rates are taken over. `stall_window_s`: the window HP's IO pressure is taken over
     (`io.policy.stall_percent` of it is need). `hp_psi_cgroups`: how many HP cgroups' IO pressure is read,
     the busiest on the disk first.
     """
@@ -40,6 +41,7 @@ class IoConfig:
     poll_s: float = bounded(0.02, 0.01, 10.0)
     window_s: float = bounded(0.3, 0.05, 10.0)
     stall_window_s: float = bounded(0.1, 0.01, 10.0)
+    calm_poll_s: float = bounded(0.1, 0.01, 10.0)
     hp_psi_cgroups: int = bounded(16, 1, 1024)
     policy: IoPolicyConfig = field(default_factory=IoPolicyConfig)
 
@@ -60,6 +62,9 @@ class IoConfig:
             raise ConfigError(f"io.host_root: must be an absolute path without '..', got {self.host_root!r}")
         if self.window_s < self.poll_s:
             raise ConfigError(f"io.window_s: must be >= io.poll_s ({self.poll_s:g}), got {self.window_s:g}")
+        if self.calm_poll_s < self.poll_s:
+            raise ConfigError(f"io.calm_poll_s: must be >= io.poll_s ({self.poll_s:g}), "
+                              f"got {self.calm_poll_s:g}")
         if not self.poll_s <= self.stall_window_s <= self.window_s:
             raise ConfigError(f"io.stall_window_s: must be in [io.poll_s, io.window_s] ({self.poll_s:g}, "
                               f"{self.window_s:g}), got {self.stall_window_s:g}")

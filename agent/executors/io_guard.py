@@ -1,12 +1,12 @@
 """The disk guard: reads what HP and BE do on the guarded disks, gives the loop an `IoSample` each tick, and
 sets the BE tier's IO caps the policy (`qos.io`) asks for.
 
-Reading: every `poll_s` the cgroup root's and the BE tier's IO counters per disk (the root less the BE tier
-is HP) and the IO pressure of the busiest HP cgroups, kept over a short history; a tick's sample carries
-the rates over the last `window_s` (0.3 s, not the loop's second) and HP's IO pressure over the last
-`stall_window_s` (0.1 s: five polls), so a cap follows HP within a fraction of a second. Between ticks
-the guard wakes the loop when the policy would act: HP waiting for IO while BE is not at its floor, or HP
-idle on a disk BE is capped on.
+Reading: the cgroup root's and the BE tier's IO counters per disk (the root less the BE tier is HP) and the
+IO pressure of the busiest HP cgroups, every `poll_s` (0.02 s) while BE does more IO than its floor,
+`calm_poll_s` (0.1 s) otherwise, kept over a short history; a tick's sample carries the rates over the last
+`window_s` (0.3 s, not the loop's second) and HP's IO pressure over the last `stall_window_s` (0.1 s), so a
+cap follows HP within a fraction of a second. Between ticks the guard wakes the loop when the policy would
+act: HP waiting for IO while BE is not at its floor, or HP idle on a disk BE is capped on.
 
 Writing: `SetBeIoLimit` through the one writer under the moving holder `BE_IO` (v2 `io.max`, v1
 `blkio.throttle.*_device`; through systemd on a systemd unit, so daemon-reload keeps it). v2's throttling is
@@ -352,16 +352,32 @@ class IoGuard:
         return False
 
     async def run(self, stop: asyncio.Event, wake: Callable[[], None]) -> None:
-        """Poll every `poll_s`; `wake` the loop when the policy would act."""
+        """Poll (at `period()`); `wake` the loop when the policy would act."""
         while not stop.is_set():
             with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(stop.wait(), self.config.poll_s)
+                await asyncio.wait_for(stop.wait(), self.period())
             if stop.is_set():
                 return
             self.poll()
             if self.wanted_tick():
                 self.stats.wakes += 1
                 wake()
+
+    def period(self) -> float:
+        """`poll_s` while BE did more IO than its floor allows on a guarded disk over the last poll (HP may
+        start waiting behind it at any moment: the cut is then a stall window and a poll away), else
+        `calm_poll_s` (BE at or below its floor would not be cut: nothing to react to fast)."""
+        if len(self._history) < 2:
+            return self.config.poll_s
+        old, new = self._history[-2], self._history[-1]
+        dt = new.at - old.at
+        floor = self.config.policy.floor.values()
+        for dev in self.devices:
+            rates = _rate(new.be[dev], old.be[dev], dt)
+            if any(c is not None and r > c for c, r in
+                   zip(floor, (rates.rbps, rates.wbps, rates.riops, rates.wiops), strict=True)):
+                return self.config.poll_s
+        return self.config.calm_poll_s
 
     # -- writing -------------------------------------------------------------------------------------------
 

@@ -38,6 +38,7 @@ def test_the_guard_is_on_by_default_on_the_node_s_usual_disks() -> None:
     ({"host_root": "/host/../etc"}, "io.host_root: must be an absolute path without '..'"),
     ({"poll_s": 0.5, "window_s": 0.2}, "io.window_s: must be >= io.poll_s"),
     ({"poll_s": 0}, "io.poll_s: must be in"),
+    ({"poll_s": 0.05, "calm_poll_s": 0.02}, "io.calm_poll_s: must be >= io.poll_s"),
     ({"poll_s": 0.05, "stall_window_s": 0.02}, "io.stall_window_s: must be in [io.poll_s, io.window_s]"),
     ({"window_s": 0.3, "stall_window_s": 0.5}, "io.stall_window_s: must be in [io.poll_s, io.window_s]"),
     ({"enabled": "yes"}, "io.enabled"),

@@ -281,3 +281,37 @@ def test_on_a_fresh_disk_the_guard_sees_hp_reading_and_holds_be_s_reads_to_the_r
         assert guard.release()
         assert be_cap(real_root, "be", loop.dev) == (None, None, None, None)
         assert be_cap(real_root, "be/batch", loop.dev) == (None, None, None, None)
+
+
+def test_the_guard_polls_fast_only_while_be_does_more_io_than_its_floor(
+        real_root: RealRoot, tmp_path: Path) -> None:
+    """BE idle on the disk: the guard reads it every `calm_poll_s`; BE writing 1 MiB after 1 MiB (far above
+    the 10 MB/s write floor): every `poll_s`, where HP starting to wait behind it is then seen soonest."""
+    if not can_cap(real_root):
+        pytest.skip("no IO controller that caps (v1 blkio, or io on pure v2)")
+    real_root.mkcg("be/batch")
+    with on_disk() as (d, dev), contextlib.ExitStack() as stack:
+        writer = CgroupWriter(real_root.hierarchy, real_root.name, journal=Journal(tmp_path / "held", "b"))
+        cfg = IoConfig(devices=(dev,), poll_s=0.02, calm_poll_s=0.1)
+        guard, why = IoGuard.build(cfg, writer, "be")
+        assert guard is not None, why
+        stack.callback(guard.close)
+        assert guard.period() == 0.02  # no reading yet: fast until there is one
+        guard.poll()
+        time.sleep(0.2)
+        guard.poll()
+        assert guard.period() == 0.1
+        flood = real_root.spawn("be/batch", flood_argv(d / "be.dat", 16), stderr=subprocess.DEVNULL,
+                                start_new_session=True)
+        stack.callback(_stop, flood)
+        deadline = time.monotonic() + 20
+        while guard.period() != 0.02 and time.monotonic() < deadline:
+            time.sleep(0.1)
+            guard.poll()
+        assert guard.period() == 0.02, "BE flooding the disk, the guard still polls calmly"
+        _stop(flood)
+        time.sleep(0.3)
+        guard.poll()
+        time.sleep(0.2)
+        guard.poll()
+        assert guard.period() == 0.1
