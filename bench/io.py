@@ -107,6 +107,8 @@ class Variant:
     iosched: dict[str, str] = field(default_factory=dict)  # the scheduler's tunables (iosched.KEY=VALUE)
     hp_weight: int = 1000
     be_weight: int = 1
+    hp_latency_us: int = 0  # v2: HP's `io.latency` target on the disk for the case (0: none)
+    iocost: bool = False  # v2: blk-iocost on the disk (the root's `io.cost.qos`) and `io.weight` HP/BE
 
     @property
     def suffix(self) -> str:
@@ -119,8 +121,9 @@ VARIANTS: dict[str, Variant] = {}  # this run's, by suffix (--variant)
 def parse_variant(text: str) -> Variant:
     """`NAME:KEY=VALUE,...`: `agent=0|1`, `sched=NAME`, `iosched.KEY=VALUE` (a tunable of the loop disk's
     scheduler, /sys/block/loopN/queue/iosched/KEY), `hp_weight=N`, `be_weight=N`, `io.KEY=VALUE` (an
-    io: setting of the agent's), any other KEY an io.policy setting (a number). ValueError naming what is
-    wrong."""
+    io: setting of the agent's), `hp_latency_us=N` (v2: HP's `io.latency` target), `iocost=1` (v2: blk-iocost
+    on the disk, `io.weight` HP `hp_weight` and BE `be_weight`, 1-10000), any other KEY an io.policy setting
+    (a number). ValueError naming what is wrong."""
     name, _, spec = text.partition(":")
     if not name.isidentifier() or name in ("agent", "capped"):
         raise ValueError(f"--variant {text!r}: NAME must be a word other than agent and capped")
@@ -137,6 +140,10 @@ def parse_variant(text: str) -> Variant:
             v = replace(v, hp_weight=int(value))
         elif key == "be_weight":
             v = replace(v, be_weight=int(value))
+        elif key == "hp_latency_us":
+            v = replace(v, hp_latency_us=int(value))
+        elif key == "iocost":
+            v = replace(v, iocost=value not in ("0", "false", "no"))
         elif key.startswith("iosched."):
             v.iosched[key.removeprefix("iosched.")] = value
         elif key.startswith("io."):
@@ -265,7 +272,9 @@ class Agent:
         self.port = 0
         self.starts = 0
         self.ready_s: list[float] = []
-        self.cpu_percent: list[float] = []  # the agent's CPU (all threads) over each run, % of one CPU
+        # the agent's CPU (all threads) over each run, % of one CPU, by kind of case ("agent" or a variant's)
+        self.cpu_percent: dict[str, list[float]] = {}
+        self._kind = "agent"
         self._began = 0.0
 
     def start(self, variant: Variant | None = None) -> None:
@@ -280,6 +289,7 @@ class Agent:
                            cgroups={"setup_tiers": True, "cleanup_on_exit": False},
                            io=self.io_config(variant))
         began = time.monotonic()
+        self._kind = variant.name if variant is not None else "agent"
         with self.log.open("ab") as out:
             out.write(f"--- start {self.starts}\n".encode())
             out.flush()
@@ -312,7 +322,8 @@ class Agent:
         with contextlib.suppress(OSError, ValueError, IndexError):
             fields = Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
             ticks = int(fields[11]) + int(fields[12])  # utime + stime
-            self.cpu_percent.append(100 * ticks / os.sysconf("SC_CLK_TCK") / (time.monotonic() - self._began))
+            share = 100 * ticks / os.sysconf("SC_CLK_TCK") / (time.monotonic() - self._began)
+            self.cpu_percent.setdefault(self._kind, []).append(share)
         rc = stop(proc, 30)
         if rc != 0:
             raise RuntimeError(f"the agent exited {rc} on SIGTERM:\n{self.tail()}")
@@ -437,6 +448,9 @@ class Bench:
         self.read_file = workdir / "be-read.dat"
         self.cap = IoLimit(rbps=int(args.cap_mb * MB), wbps=int(args.cap_mb * MB))
         self.trace: list[tuple[float, bool]] = []  # (when, BE capped) while the agent runs
+        self.latency_set = False  # HP carries an io.latency target (a variant's)
+        self.check_v2_knobs()
+        self.iocost_found: str | None = None  # while a variant's blk-iocost is on: the root's `enable=`
 
     # -- files ---------------------------------------------------------------------------------------
 
@@ -448,6 +462,20 @@ class Bench:
                 for _ in range(mib):
                     f.write(block)
             drop_cache(path)
+        self.quiet(longest_s=3.0 if self.args.quick else 30.0)
+
+    def quiet(self, below_mb_per_s: float = 1.0, longest_s: float = 30.0) -> None:
+        """Wait (at most `longest_s`) for the disk to settle below `below_mb_per_s` over half a second: the
+        files' writeback, a fresh ext4's lazy inode-table init, are not the first case's load."""
+        end = time.monotonic() + longest_s
+        before = self.disk_bytes()
+        while time.monotonic() < end:
+            time.sleep(0.5)
+            now = self.disk_bytes()
+            if (now - before) / 0.5 / MB < below_mb_per_s:
+                return
+            before = now
+        progress(f"the disk did not settle below {below_mb_per_s:g} MB/s in {longest_s:g} s: measured as is")
 
     # -- counters ------------------------------------------------------------------------------------
 
@@ -480,6 +508,7 @@ class Bench:
         agent = with_agent(case)
         variant = VARIANTS.get(variant_suffix(case))
         self.scheduler(variant)
+        self.v2_knobs(variant)
         # BE's own cgroup uncapped, or the static cap (v1's throttle is flat: a cap holds the cgroup it is on,
         # not those below it); the agent's cases find the tier uncapped (its clean exit gave the caps back)
         self.writer.set_io_limit(self.be, self.dev, self.cap if case.endswith("_capped") else NO_LIMIT)
@@ -536,6 +565,56 @@ class Bench:
             weights = {HP_REL: variant.hp_weight, TIER: variant.be_weight, self.be: variant.be_weight}
             for rel, w in weights.items():
                 self.bfq_weight(rel, w)
+
+    def check_v2_knobs(self) -> None:
+        """ValueError, before any case runs, for a variant whose knob this kernel does not have."""
+        for v in VARIANTS.values():
+            if self.v1 and (v.hp_latency_us or v.iocost):
+                raise ValueError(f"--variant {v.name}: hp_latency_us and iocost are cgroup v2's")
+            if v.hp_latency_us and not (self.root.path("unified", HP_REL) / "io.latency").exists():
+                raise ValueError(f"--variant {v.name}: this kernel has no io.latency (blk-iolatency, "
+                                 "CONFIG_BLK_CGROUP_IOLATENCY)")
+            if v.iocost and not self.iocost_file().exists():
+                raise ValueError(f"--variant {v.name}: this kernel has no io.cost.qos (blk-iocost, "
+                                 "CONFIG_BLK_CGROUP_IOCOST)")
+
+    def v2_knobs(self, variant: Variant | None) -> None:
+        """v2's own knobs for a case: HP's `io.latency` target, blk-iocost with `io.weight` (the root's
+        `io.cost.qos`: node-wide, so the bench puts back what it found, at each case without it and at the
+        end); every other case finds none of them."""
+        if self.v1:  # check_v2_knobs refused their variants
+            return
+        target = variant.hp_latency_us if variant is not None else 0
+        if target or self.latency_set:
+            (self.root.path("unified", HP_REL) / "io.latency").write_text(
+                f"{self.dev} target={target if target else 'max'}")
+            self.latency_set = bool(target)
+        if variant is not None and variant.iocost:
+            self.iocost_on(variant)
+        elif self.iocost_found is not None:
+            self.iocost_off()
+
+    def iocost_on(self, variant: Variant) -> None:
+        """blk-iocost on the disk (what the root had kept, to put back) and the variant's `io.weight`s."""
+        qos = self.iocost_file()
+        if self.iocost_found is None:
+            line = next((ln for ln in qos.read_text().splitlines() if ln.split()[:1] == [self.dev]), "")
+            self.iocost_found = "enable=1" if "enable=1" in line.split() else "enable=0"
+        qos.write_text(f"{self.dev} enable=1")
+        for rel, w in ((HP_REL, variant.hp_weight), (TIER, variant.be_weight), (self.be, variant.be_weight)):
+            (self.root.path("unified", rel) / "io.weight").write_text(f"default {w}")
+
+    def iocost_file(self) -> Path:
+        assert self.root.hierarchy.unified is not None  # v2 (v2_knobs refuses these variants on v1)
+        return self.root.hierarchy.unified / "io.cost.qos"
+
+    def iocost_off(self) -> None:
+        """The root's blk-iocost as the bench found it, the weights back at their default."""
+        assert self.iocost_found is not None
+        self.iocost_file().write_text(f"{self.dev} {self.iocost_found}")
+        self.iocost_found = None
+        for rel in (HP_REL, TIER, self.be):
+            (self.root.path("unified", rel) / "io.weight").write_text("default 100")
 
     def bfq_weight(self, rel: str, weight: int) -> None:
         """A cgroup's BFQ weight (v1 `blkio.bfq.weight`, v2 `io.bfq.weight`), 1-1000."""
@@ -700,6 +779,10 @@ def variant_words(v: Variant) -> str:
         words.append(f"scheduler {v.sched}" + (f", bfq weight HP {v.hp_weight} BE {v.be_weight}"
                                                  if v.sched == "bfq" else ""))
     words += [f"{k}={x}" for k, x in v.iosched.items()]
+    if v.hp_latency_us:
+        words.append(f"HP io.latency target {v.hp_latency_us} us")
+    if v.iocost:
+        words.append(f"blk-iocost, io.weight HP {v.hp_weight} BE {v.be_weight}")
     return ", ".join(words)
 
 
@@ -906,7 +989,16 @@ def main(argv: list[str]) -> int:
                     return 2
                 be = TIER if args.be_in_tier else BE_REL
                 agent = Agent(root, dev, tmp, args.agent_tree.resolve(), be, policy)
-                return measure(args, root, Bench(args, root, files, dev, agent, loop, host_dev))
+                try:
+                    bench = Bench(args, root, files, dev, agent, loop, host_dev)
+                except ValueError as err:
+                    print(f"bench/io.py: {err}", file=sys.stderr)
+                    return 2
+                try:
+                    return measure(args, root, bench)
+                finally:
+                    if bench.iocost_found is not None:  # node-wide: put back even on the way out of a failure
+                        bench.iocost_off()
             finally:
                 root.cleanup()
     finally:
@@ -947,7 +1039,10 @@ def measure(args: argparse.Namespace, root: RealRoot, bench: Bench) -> int:
     table(results, out)
     out["agent_starts"] = agent.starts
     out["agent_ready_s_median"] = med(agent.ready_s)
-    out["agent_cpu_percent_median"] = med(agent.cpu_percent)
+    out["agent_cpu_percent_median"] = med(agent.cpu_percent.get("agent", []))
+    for name, runs in agent.cpu_percent.items():
+        if name != "agent":
+            out[f"{name}_agent_cpu_percent_median"] = med(runs)
     out["loadavg_1m"] = round(os.getloadavg()[0], 2)
     return finish("bench/io.py", out, required(args.capped))
 
