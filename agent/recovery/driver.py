@@ -201,10 +201,17 @@ class Recovery:
 
     async def _node_task(self, nc: NodeCache) -> None:
         backoff = self.cfg.retry_initial_s
+        # The channel is made once the first attempt has its slot, handed to _sync: made at start for every
+        # node (10,000), the channels would hold back the first calls.
+        await self._sem.acquire()
+        slot = True
         client = AgentClient(nc.address)
         try:
             while True:
                 recoveries = nc.recoveries
+                if not slot:
+                    await self._sem.acquire()
+                slot = False  # _sync releases it
                 try:
                     await self._sync(client, nc)
                 except AgentCallError as err:
@@ -228,8 +235,8 @@ class Recovery:
             await client.close()
 
     async def _sync(self, client: AgentClient, nc: NodeCache) -> None:
-        """Snapshot (when needed), then watch until the stream ends; returns only by raising."""
-        await self._sem.acquire()
+        """Snapshot (when needed), then watch until the stream ends; returns only by raising. The caller took
+        a slot for it, released here once the node is acknowledged (or the attempt fails)."""
         held = True
         if nc.unhealthy_since is None and nc.state is NodeState.RECOVERING:
             self._start_clock(nc)  # its first attempt
