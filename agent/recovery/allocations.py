@@ -61,11 +61,12 @@ class Allocations(MutableMapping[str, Allocation]):
     `milli_cpu`, `memory_bytes` and `applications` (application id -> allocations of it) sum the values.
     """
 
-    __slots__ = ("_items", "_source", "applications", "memory_bytes", "milli_cpu")
+    __slots__ = ("_items", "_pending", "_source", "applications", "memory_bytes", "milli_cpu")
 
     def __init__(self) -> None:
         self._items: dict[str, Allocation | int] = {}  # an int: the allocation's index in _source
         self._source: Sequence[Allocation | pb.Allocation] = ()
+        self._pending = 0  # values that are still indices: the message is let go at 0
         self.milli_cpu = 0
         self.memory_bytes = 0
         self.applications: dict[str, int] = {}
@@ -80,6 +81,9 @@ class Allocations(MutableMapping[str, Allocation]):
             self._items = dict(zip(keys, range(len(keys)), strict=True))
         else:
             self._items = {keys[i]: i for i in keep}
+        self._pending = len(self._items)
+        if not self._pending:
+            self._source = ()
         held: Sequence[Usage] = source if items is None else items
         if len(self._items) != len(held):  # some left out, or a key repeated (the last one is held)
             held = [held[i] for i in self._items.values()]  # type: ignore[index]
@@ -96,7 +100,14 @@ class Allocations(MutableMapping[str, Allocation]):
         if not isinstance(a, Allocation):
             a = DECODER.allocation(a, key)
         self._items[key] = a
+        self._converted()
         return a
+
+    def _converted(self) -> None:
+        """One value less held as an index; with none left the message (or tuple) is let go."""
+        self._pending -= 1
+        if not self._pending:
+            self._source = ()
 
     def usage_of(self, key: str) -> Usage | None:
         """The allocation as held (record or message), without converting it."""
@@ -107,14 +118,19 @@ class Allocations(MutableMapping[str, Allocation]):
         old = self.usage_of(key)
         if old is not None:
             self._add(old, -1)
+        was = self._items.get(key)
         self._items[key] = a
         self._add(a, 1)
+        if isinstance(was, int):
+            self._converted()
 
     def __delitem__(self, key: str) -> None:
         old = self.usage_of(key)
-        del self._items[key]
+        was = self._items.pop(key)
         if old is not None:
             self._add(old, -1)
+        if isinstance(was, int):
+            self._converted()
 
     def _add(self, a: Usage, sign: int) -> None:
         self.milli_cpu += sign * a.resources.milli_cpu

@@ -3,6 +3,8 @@ key) and the totals hold at once; each allocation becomes the record `convert` g
 
 from __future__ import annotations
 
+import gc
+
 import pytest
 from kit.api import app_id, cid
 
@@ -81,3 +83,23 @@ def test_events_on_a_message_loaded_node_keep_the_totals() -> None:
     # A new snapshot replaces the cache and the totals, message or not.
     cl.load_snapshot("a", message("na", "i2", 1, [alloc(1, 4, 1, 7)]))
     assert list(nc.allocations) == [f"yarn/{cid(1, 4)}"] and cl.totals()["allocated_milli_cpu"] == 7
+
+
+def test_a_node_read_whole_lets_its_message_go() -> None:
+    allocs = [alloc(1, 1, 3), alloc(1, 2, 4), alloc(1, 3, 5)]
+    m = message("na", "i1", 5, allocs)
+    cl = Cluster(["a"])
+    cl.load_snapshot("a", m)
+    held = cl.nodes["a"].allocations
+    container = type(m.allocations)
+
+    def holds_message() -> bool:
+        return any(isinstance(r, container) for r in gc.get_referents(held))
+
+    assert holds_message()
+    assert held[allocs[0].key] == allocs[0]
+    del held[allocs[1].key]
+    assert holds_message()  # one still to convert
+    held[allocs[2].key] = alloc(1, 3, 6)  # replaced by an event's record
+    assert not holds_message() and dict(held) == {allocs[0].key: allocs[0], allocs[2].key: alloc(1, 3, 6)}
+    assert (held.milli_cpu, held.applications) == (200, {app_id(1): 2})
