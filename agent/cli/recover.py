@@ -133,7 +133,8 @@ def parser() -> argparse.ArgumentParser:
                    help="this scheduler's epoch; must exceed any earlier scheduler's (default: now in ms)")
     p.add_argument("--scheduler-id", default="coloc-recover",
                    help="this scheduler's name in the fence of each AckRecovery (default coloc-recover)")
-    p.add_argument("--parallel", type=int, default=32, help="nodes in initial sync at once (default 32)")
+    p.add_argument("--parallel", type=int, default=RecoveryConfig.parallel,
+                   help=f"nodes in initial sync at once (default {RecoveryConfig.parallel})")
     p.add_argument("--lost-after", type=float, default=10.0, metavar="S",
                    help="declare a node lost S seconds after its first attempt (or its stream's drop) "
                         "without success; waiting for a --parallel slot does not count (default 10)")
