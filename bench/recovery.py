@@ -170,21 +170,30 @@ async def recovery_and_floor(out: dict[str, object], name: str, label: str, addr
     return statistics.median(rec)
 
 
+def _channel(address: str) -> grpc.aio.Channel:
+    return grpc.aio.insecure_channel(f"unix:{address}",
+                                     options=[("grpc.max_receive_message_length", 64 << 20)])
+
+
+async def _snapshot(ch: grpc.aio.Channel) -> pb.Snapshot:
+    """GetSnapshot on `ch`, decoded as a client does."""
+    call = ch.unary_unary(
+        "/coloc.v1.NodeAgent/GetSnapshot",
+        request_serializer=pb.GetSnapshotRequest.SerializeToString,
+        response_deserializer=pb.Snapshot.FromString,
+    )
+    snap: pb.Snapshot = await call(pb.GetSnapshotRequest())
+    return snap
+
+
 async def time_snapshot_floor(addresses: list[str], parallel: int) -> float:
     sem = asyncio.Semaphore(parallel)
     t0 = time.perf_counter()
 
     async def one(a: str) -> None:
         async with sem:
-            ch = grpc.aio.insecure_channel(
-                f"unix:{a}", options=[("grpc.max_receive_message_length", 64 << 20)]
-            )
-            snap = ch.unary_unary(
-                "/coloc.v1.NodeAgent/GetSnapshot",
-                request_serializer=pb.GetSnapshotRequest.SerializeToString,
-                response_deserializer=pb.Snapshot.FromString,
-            )
-            await snap(pb.GetSnapshotRequest())
+            ch = _channel(a)
+            await _snapshot(ch)
             await ch.close(None)
 
     await asyncio.gather(*(one(a) for a in addresses))
@@ -202,15 +211,8 @@ async def time_protocol_floor(addresses: list[str], parallel: int, epoch: int) -
 
     async def one(a: str) -> None:
         async with sem:
-            ch = grpc.aio.insecure_channel(
-                f"unix:{a}", options=[("grpc.max_receive_message_length", 64 << 20)]
-            )
-            snap_call = ch.unary_unary(
-                "/coloc.v1.NodeAgent/GetSnapshot",
-                request_serializer=pb.GetSnapshotRequest.SerializeToString,
-                response_deserializer=pb.Snapshot.FromString,
-            )
-            snap = await snap_call(pb.GetSnapshotRequest())
+            ch = _channel(a)
+            snap = await _snapshot(ch)
             watch = ch.unary_stream(
                 "/coloc.v1.NodeAgent/Watch", request_serializer=pb.WatchRequest.SerializeToString,
                 response_deserializer=pb.WatchResponse.FromString,
