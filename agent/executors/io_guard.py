@@ -218,8 +218,8 @@ class IoGuard:
                     self._hp_io_at[dev] = now
         self._history.append(Poll(now, hp, {d: be.get(d, IoStat()) for d in self.devices}, stall))
 
-    def _window(self, span: float | None = None) -> tuple[Poll, Poll] | None:
-        return polls_spanning(self._history, self.config.window_s if span is None else span)
+    def _window(self) -> tuple[Poll, Poll] | None:
+        return polls_spanning(self._history, self.config.window_s)
 
     def _stall_percent(self) -> float | None:
         return stall_percent(self._history, self.config.stall_window_s)
@@ -375,6 +375,8 @@ class IoGuard:
             return self.config.poll_s
         old, new = self._history[-2], self._history[-1]
         dt = new.at - old.at
+        if dt <= 0:
+            return self.config.poll_s
         floor = self.config.policy.floor.values()
         for dev in self.devices:
             rates = _rate(new.be[dev], old.be[dev], dt)

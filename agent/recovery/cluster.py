@@ -117,6 +117,7 @@ class _Tally:
         self.milli_cpu += sign * cpu
         self.memory_bytes += sign * mem
 
+
 class Cluster:
     def __init__(self, addresses: list[str]) -> None:
         self._tally = _Tally(len(set(addresses)))
