@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import gc
 import os
 import resource
@@ -53,7 +54,9 @@ BOOKMARK_S = 5.0  # an idle agent's bookmark interval (api.bookmark_interval_s)
 
 
 def setup_agents(root: RealRoot, d: Path, n: int, per_node: int) -> list[Agent]:
-    agents = [Agent(root, d, f"node-{i:02d}", {"loop.interval_s": 1.0})
+    # An agent's default bookmark interval (the test fleet's is 0.5 s): the recorded streams are what agents
+    # send as deployed.
+    agents = [Agent(root, d, f"node-{i:02d}", {"loop.interval_s": 1.0, "api.bookmark_interval_s": BOOKMARK_S})
               for i in range(n)]
     containers = per_node * 4 // 5
     for i, a in enumerate(agents):
@@ -122,37 +125,46 @@ def cpu_seconds(pids: list[int]) -> float:
 
 async def recovery_and_floor(out: dict[str, object], name: str, label: str, addrs: list[str],
                              epochs: range, parallel: int, expect: int | None = None,
-                             servers: list[int] | None = None) -> float:
+                             replay: Replay | None = None) -> float:
     """Recovery of `addrs` (once per epoch in `epochs`) and the floor of their snapshots: the medians in `out`
     as `<name>_recovery_s`, `<name>_snapshot_floor_s` and their ratio, and the client's peak RSS during a
     recovery (the largest; the RSS before it beside), and the client process's CPU seconds in each (all its
     threads: less disturbed than wall time by other load on the machine); returns the recovery's median.
-    Given the endpoints' processes (`servers`, replayed endpoints), also their CPU seconds in each, and the
-    protocol floor: the recovery's own calls with nothing applied (see `time_protocol_floor`)."""
+    Given the replay processes (`replay`, replayed endpoints), also their CPU seconds in each, and the
+    protocol floor: the recovery's own calls with nothing applied (see `time_protocol_floor`); the replay
+    processes are started anew for each measurement. Each measurement starts once the last one's connections
+    are closed (`settle`)."""
     rec, floor, peak, before, rec_cpu, floor_cpu = [], [], [], [], [], []
     proto, rec_srv, floor_srv, proto_srv = [], [], [], []
+    sockets = open_sockets()
     for epoch in epochs:
+        pids = replay.restart() if replay else []
         gc.collect()  # the last run's cluster (a cycle with its tasks) is not counted in this one's peak
         before.append(reset_peak_rss())
-        cpu, srv = time.process_time(), cpu_seconds(servers or [])
+        cpu, srv = time.process_time(), cpu_seconds(pids)
         rec.append(await time_recovery(addrs, epoch, parallel, expect))
         rec_cpu.append(time.process_time() - cpu)
-        rec_srv.append(cpu_seconds(servers or []) - srv)
+        rec_srv.append(cpu_seconds(pids) - srv)
         peak.append(_status_kib("VmHWM"))
-        gc.collect()  # nor is its collection counted in the floor
-        cpu, srv = time.process_time(), cpu_seconds(servers or [])
+        settled = await settle(sockets)
+        pids = replay.restart() if replay else []
+        cpu, srv = time.process_time(), cpu_seconds(pids)
         floor.append(await time_snapshot_floor(addrs, parallel))
         floor_cpu.append(time.process_time() - cpu)
-        floor_srv.append(cpu_seconds(servers or []) - srv)
+        floor_srv.append(cpu_seconds(pids) - srv)
+        settled = max(settled, await settle(sockets))
         line = (f"{label}: recovery {rec[-1]:.3f}s ({rec_cpu[-1]:.2f} s client CPU), snapshot floor "
                 f"{floor[-1]:.3f}s ({floor_cpu[-1]:.2f} s)")
-        if servers:
-            srv = cpu_seconds(servers)
+        if replay:
+            pids = replay.restart()
+            srv = cpu_seconds(pids)
             proto.append(await time_protocol_floor(addrs, parallel, epoch))
-            proto_srv.append(cpu_seconds(servers) - srv)
+            proto_srv.append(cpu_seconds(pids) - srv)
+            settled = max(settled, await settle(sockets))
             line += (f", protocol floor {proto[-1]:.3f}s; endpoints' CPU {rec_srv[-1]:.2f} / "
                      f"{floor_srv[-1]:.2f} / {proto_srv[-1]:.2f} s")
-        progress(f"{line}, client peak RSS {peak[-1] >> 10} MiB (from {before[-1] >> 10})")
+        progress(f"{line}, client peak RSS {peak[-1] >> 10} MiB (from {before[-1] >> 10}); connections "
+                 f"closed within {settled:.1f} s of each")
     out[f"{name}_recovery_s"] = round(statistics.median(rec), 3)
     out[f"{name}_snapshot_floor_s"] = round(statistics.median(floor), 3)
     out[f"{name}_recovery_over_floor_ratio"] = round(statistics.median(rec) / statistics.median(floor), 2)
@@ -160,7 +172,7 @@ async def recovery_and_floor(out: dict[str, object], name: str, label: str, addr
     out[f"{name}_recovery_client_cpu_s"] = round(statistics.median(rec_cpu), 3)
     out[f"{name}_floor_client_cpu_s"] = round(statistics.median(floor_cpu), 3)
     out[f"{name}_client_rss_before_mib"] = round(min(before) / 1024, 1)
-    if servers:
+    if replay:
         out[f"{name}_protocol_floor_s"] = round(statistics.median(proto), 3)
         out[f"{name}_recovery_over_protocol_floor_ratio"] = round(
             statistics.median(rec) / statistics.median(proto), 2)
@@ -168,6 +180,28 @@ async def recovery_and_floor(out: dict[str, object], name: str, label: str, addr
         out[f"{name}_floor_endpoints_cpu_s"] = round(statistics.median(floor_srv), 3)
         out[f"{name}_protocol_floor_endpoints_cpu_s"] = round(statistics.median(proto_srv), 3)
     return statistics.median(rec)
+
+
+def open_sockets() -> int:
+    n = 0
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(FileNotFoundError):  # the listing's own descriptor, closed by now
+            n += os.readlink(f"/proc/self/fd/{fd}").startswith("socket:")
+    return n
+
+
+async def settle(sockets: int, timeout_s: float = 60.0) -> float:
+    """Waits until this process has no more than `sockets` open sockets: every connection of the last
+    measurement closed. gRPC tears a closed channel's connection down some time after its objects are freed,
+    on its own threads and this loop (1.4-1.7 s at 10,000 nodes), which would otherwise run into the next
+    measurement. Returns the seconds waited."""
+    gc.collect()  # a finished recovery's tasks hold its channels in cycles
+    t0 = time.perf_counter()
+    while open_sockets() > sockets:
+        if time.perf_counter() - t0 > timeout_s:
+            raise RuntimeError(f"bench/recovery.py: connections open {timeout_s:.0f} s after a measurement")
+        await asyncio.sleep(0.02)
+    return time.perf_counter() - t0
 
 
 def _channel(address: str) -> grpc.aio.Channel:
@@ -420,32 +454,51 @@ async def measure(args: argparse.Namespace, d: Path, root: RealRoot) -> dict[str
 
 async def measure_replayed(out: dict[str, object], args: argparse.Namespace, ep_dir: Path, n: int) -> None:
     """Recovery and floor against endpoints 0..n-1 of `ep_dir`, served by two replay processes."""
-    half = n // 2
-    servers = [
-        subprocess.Popen(
-            [sys.executable, __file__, "--replay-serve", str(ep_dir), str(lo), str(hi)],
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        for lo, hi in ((0, half), (half, n))
-    ]
+    replay = Replay(ep_dir, n)
     try:
-        for s in servers:
-            assert s.stdout is not None and s.stdout.readline().strip() == "READY"
-        progress(f"{n} replayed endpoints up")
         addrs = [str(ep_dir / f"ep-{k:04d}.sock") for k in range(n)]
         expect = sum(
             len(pb.Snapshot.FromString((ep_dir / f"ep-{k:04d}" / "snapshot.bin").read_bytes()).allocations)
             for k in range(n)
         )
         await recovery_and_floor(out, f"replayed_{n}_nodes", f"{n} replayed", addrs,
-                                 range(100, 100 + args.repeat), args.parallel,
-                                 servers=[s.pid for s in servers])
+                                 range(100, 100 + args.repeat), args.parallel, replay=replay)
         out[f"replayed_{n}_allocations_in_snapshots"] = expect
     finally:
-        for s in servers:
+        replay.stop()
+
+
+class Replay:
+    """The two processes serving endpoints 0..n-1 of `ep_dir`, started anew for each measurement: a process
+    that has served one round of connections needs more CPU for the next (its 5,000 grpc.aio servers, ~20 %
+    more at 10,000 endpoints), which would be charged to whichever measurement came later."""
+
+    def __init__(self, ep_dir: Path, n: int) -> None:
+        self.ep_dir = ep_dir
+        self.n = n
+        self._procs: list[subprocess.Popen[str]] = []
+
+    def restart(self) -> list[int]:
+        """The processes' pids, once both serve."""
+        self.stop()
+        half = self.n // 2
+        self._procs = [
+            subprocess.Popen([sys.executable, __file__, "--replay-serve", str(self.ep_dir), str(lo), str(hi)],
+                             stdout=subprocess.PIPE, text=True)
+            for lo, hi in ((0, half), (half, self.n))
+        ]
+        for s in self._procs:
+            assert s.stdout is not None and s.stdout.readline().strip() == "READY"
+        return [s.pid for s in self._procs]
+
+    def stop(self) -> None:
+        for s in self._procs:
             s.terminate()
+        for s in self._procs:
             s.wait(30)
+            if s.stdout is not None:
+                s.stdout.close()
+        self._procs = []
 
 
 def raise_fd_limit(need: int) -> None:
