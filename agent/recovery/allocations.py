@@ -12,9 +12,9 @@ of the cluster's totals does not walk its allocations.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator, MutableMapping, Sequence
+from collections.abc import Iterator, KeysView, MutableMapping, Sequence
 from operator import attrgetter
-from typing import Protocol
+from typing import NamedTuple, Protocol, cast
 
 from agent.api.coloc.v1 import agent_pb2 as pb
 from agent.recovery.decode import Decoder
@@ -22,9 +22,7 @@ from agent.state.records import Allocation
 
 DECODER = Decoder()  # shared by every cache in the process: it only keeps equal resources as one object
 
-_KEY = attrgetter("key")
-_APPLICATION = attrgetter("application_id")
-_RESOURCES = attrgetter("resources")
+_ROW = attrgetter("key", "application_id", "resources")
 _MILLI_CPU = attrgetter("milli_cpu")
 _MEMORY = attrgetter("memory_bytes")
 
@@ -47,12 +45,19 @@ class Usage(Protocol):
     def resources(self) -> _Amount: ...
 
 
-def keys(allocations: Sequence[Usage]) -> list[str]:
-    return list(map(_KEY, allocations))
+class Columns(NamedTuple):
+    """What applying reads of a node's allocations, field by field: one pass over the message, each field read
+    once (a message's field is an object made at each read)."""
+
+    keys: Sequence[str]
+    application_ids: Sequence[str]
+    resources: Sequence[_Amount]
 
 
-def application_ids(allocations: Sequence[Usage]) -> set[str]:
-    return set(map(_APPLICATION, allocations))
+def columns(allocations: Sequence[Usage]) -> Columns:
+    if not allocations:
+        return Columns((), (), ())
+    return Columns(*zip(*map(_ROW, allocations), strict=True))
 
 
 class Allocations(MutableMapping[str, Allocation]):
@@ -71,26 +76,26 @@ class Allocations(MutableMapping[str, Allocation]):
         self.memory_bytes = 0
         self.applications: dict[str, int] = {}
 
-    def load(self, source: Sequence[Allocation | pb.Allocation], keys: list[str],
-             keep: list[int] | None = None, items: Sequence[Usage] | None = None) -> None:
-        """Hold `source` (whose keys are `keys`; only the indices in `keep` when given) in place of what was
-        held: converted when read. `items`: the same as `source`, read once already (a message's repeated
-        field makes an object per element at each pass)."""
+    def load(self, source: Sequence[Allocation | pb.Allocation], cols: Columns, index: dict[str, int]
+             ) -> None:
+        """Hold the elements of `source` at the positions in `index` (key -> position, taken over; `cols` read
+        from `source`) in place of what was held: converted when read."""
         self._source = source
-        if keep is None:
-            self._items = dict(zip(keys, range(len(keys)), strict=True))
-        else:
-            self._items = {keys[i]: i for i in keep}
-        self._pending = len(self._items)
+        self._items = cast("dict[str, Allocation | int]", index)  # values become records as they are read
+        self._pending = len(index)
         if not self._pending:
             self._source = ()
-        held: Sequence[Usage] = source if items is None else items
-        if len(self._items) != len(held):  # some left out, or a key repeated (the last one is held)
-            held = [held[i] for i in self._items.values()]  # type: ignore[index]
-        resources = list(map(_RESOURCES, held))
-        self.milli_cpu = sum(map(_MILLI_CPU, resources))
-        self.memory_bytes = sum(map(_MEMORY, resources))
-        self.applications = dict(Counter(map(_APPLICATION, held)))
+        apps, res = cols.application_ids, cols.resources
+        if len(index) != len(apps):  # some left out, or a key repeated (the last one is held)
+            apps = [apps[i] for i in index.values()]
+            res = [res[i] for i in index.values()]
+        self.milli_cpu = sum(map(_MILLI_CPU, res))
+        self.memory_bytes = sum(map(_MEMORY, res))
+        self.applications = dict(Counter(apps))
+
+    def common(self, keys: KeysView[str]) -> set[str]:
+        """Which of `keys` are held here."""
+        return self._items.keys() & keys
 
     def __getitem__(self, key: str) -> Allocation:
         v = self._items[key]
@@ -154,4 +159,4 @@ class Allocations(MutableMapping[str, Allocation]):
         return f"Allocations({len(self._items)})"
 
     def clear(self) -> None:
-        self.load((), [])
+        self.load((), Columns((), (), ()), {})

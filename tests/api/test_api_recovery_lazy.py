@@ -103,3 +103,33 @@ def test_a_node_read_whole_lets_its_message_go() -> None:
     held[allocs[2].key] = alloc(1, 3, 6)  # replaced by an event's record
     assert not holds_message() and dict(held) == {allocs[0].key: allocs[0], allocs[2].key: alloc(1, 3, 6)}
     assert (held.milli_cpu, held.applications) == (200, {app_id(1): 2})
+
+
+def test_keys_held_by_two_other_nodes_stay_with_them_in_the_order_reported() -> None:
+    cl = Cluster(["a", "b", "c"])
+    cl.load_snapshot("a", message("na", "i1", 3, [alloc(1, 1, 1, 100), alloc(1, 2, 2, 200)]))
+    cl.load_snapshot("b", message("nb", "i2", 3, [alloc(2, 1, 1, 10)]))
+    for nc in cl.nodes.values():
+        nc.state = NodeState.RECOVERED
+    before = cl.totals()
+    # c reports b's key, one of a's (twice) and one of its own.
+    cl.load_snapshot("c", message("nc", "i3", 9, [alloc(2, 1, 4, 1), alloc(1, 2, 5, 2), alloc(3, 1, 6, 30),
+                                                  alloc(1, 2, 7, 3)]))
+    k = {name: f"yarn/{cid(app, seq)}" for name, app, seq in
+         (("a1", 1, 1), ("a2", 1, 2), ("b1", 2, 1), ("c1", 3, 1))}
+    assert cl.conflicts == [f"{k['b1']} reported by c while held by b; kept on b",
+                            f"{k['a2']} reported by c while held by a; kept on a"]
+    assert cl.owner == {k["a1"]: "a", k["a2"]: "a", k["b1"]: "b", k["c1"]: "c"}
+    assert list(cl.nodes["c"].allocations) == [k["c1"]]
+    assert cl.nodes["c"].allocations[k["c1"]].resources.milli_cpu == 30
+    assert sorted(cl.nodes["a"].allocations) == [k["a1"], k["a2"]]
+    assert list(cl.nodes["b"].allocations) == [k["b1"]]
+    after = cl.totals()
+    assert after["allocations"] == before["allocations"] + 1 == 4
+    assert after["allocated_milli_cpu"] == before["allocated_milli_cpu"] + 30 == 340
+    assert after["applications"] == 3
+    # c's next snapshot without the disputed keys is no conflict, and a dropping its key frees it for c.
+    cl.load_snapshot("a", message("na", "i1", 4, [alloc(1, 1, 1, 100)]))
+    cl.load_snapshot("c", message("nc", "i3", 10, [alloc(1, 2, 8, 2), alloc(3, 1, 6, 30)]))
+    assert len(cl.conflicts) == 2 and cl.owner[k["a2"]] == "c"
+    assert cl.totals()["allocated_milli_cpu"] == 100 + 10 + 2 + 30
