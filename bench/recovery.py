@@ -195,7 +195,7 @@ async def settle(sockets: int, timeout_s: float = 60.0) -> float:
     measurement closed. gRPC tears a closed channel's connection down some time after its objects are freed,
     on its own threads and this loop (1.4-1.7 s at 10,000 nodes), which would otherwise run into the next
     measurement. Returns the seconds waited."""
-    gc.collect()  # a finished recovery's tasks hold its channels in cycles
+    gc.collect()  # anything of the last measurement left in a cycle is freed before the wait
     t0 = time.perf_counter()
     while open_sockets() > sockets:
         if time.perf_counter() - t0 > timeout_s:
