@@ -43,18 +43,19 @@ from kit.realcg import RealRoot
 
 from agent.api.client import AgentClient
 from agent.api.coloc.v1 import agent_pb2 as pb
+from agent.config.api import ApiConfig
 from agent.recovery import NodeState, Recovery, RecoveryConfig, SchedulerState
 
 TS = b"1700000000000"
 RECORDED = 10
-BOOKMARK_S = 5.0  # an idle agent's bookmark interval (api.bookmark_interval_s)
+BOOKMARK_S = ApiConfig().bookmark_interval_s  # an idle agent's bookmark interval, as deployed
 
 
 # ---- real agents -------------------------------------------------------------------------------------------
 
 
 def setup_agents(root: RealRoot, d: Path, n: int, per_node: int) -> list[Agent]:
-    # An agent's default bookmark interval (the test fleet's is 0.5 s): the recorded streams are what agents
+    # The agent's default bookmark interval (the test fleet's is 0.5 s): the recorded streams are what agents
     # send as deployed.
     agents = [Agent(root, d, f"node-{i:02d}", {"loop.interval_s": 1.0, "api.bookmark_interval_s": BOOKMARK_S})
               for i in range(n)]
