@@ -70,7 +70,9 @@ def test_bench_quick_mode_prints_its_figures(bench: str, real_root: RealRoot) ->
     # real_root only gates the run: it skips (or fails under COLOC_REQUIRE_CGROUPS=1) without writable cgroups
     run = subprocess.run([sys.executable, str(REPO / "bench" / bench), "--quick"], cwd=REPO,
                          capture_output=True, text=True, timeout=240, check=False)
-    assert run.returncode == 0, f"{bench} --quick failed:\n{run.stdout[-2000:]}\n{run.stderr[-3000:]}"
+    # stderr's head too: a bench that could not measure a figure names it at the start of one long line
+    assert run.returncode == 0, (f"{bench} --quick failed:\n{run.stdout[-2000:]}\n{run.stderr[:600]}\n...\n"
+                                 f"{run.stderr[-2400:]}")
     last = run.stdout.strip().splitlines()[-1]
     figures = json.loads(last)
     assert isinstance(figures, dict) and figures, f"{bench}: last line is not a JSON object: {last[:200]}"
