@@ -193,9 +193,10 @@ def required(capped: bool) -> tuple[str, ...]:
 
 # One HP load: `fsync` (append 4 KiB, fsync) or `read` (4 KiB O_DIRECT pread at a random 4 KiB offset), one op
 # every `interval` s from `start` to `end` (time.monotonic, which is CLOCK_MONOTONIC: one clock for all
-# processes), the three read from stdin once the process is up (its start-up's IO done before the case's
-# agent and BE start); prints {"lat_ms": [...], "at_s": [...], "span_s": ..., "first": ..., "last": ...} when
-# done (`at_s` each op's start from the first's, `first` the first op's start, `last` the last op's end).
+# processes), the three read from stdin once the process is up and has said "ready" (its start-up's IO done
+# before the case's agent and BE start); prints {"lat_ms": [...], "at_s": [...], "span_s": ..., "first": ...,
+# "last": ...} when done (`at_s` each op's start from the first's, `first` the first op's start, `last` the
+# last op's end).
 HP_PROG = r"""
 import json, mmap, os, random, sys, time
 kind, path = sys.argv[1], sys.argv[2]
@@ -211,6 +212,7 @@ else:
     blocks, rnd = os.fstat(fd).st_size // 4096, random.Random(os.getpid())
     def op():
         os.preadv(fd, [buf], rnd.randrange(blocks) * 4096)
+print("ready", flush=True)
 start, end, interval = map(float, sys.stdin.readline().split())
 lat, at = [], []
 now = time.monotonic()
@@ -630,11 +632,18 @@ class Bench:
         return Flood(self.root, self.be, kind, target, mib, min(a.chunk_mib, mib))
 
     def spawn_hp(self, log: Path) -> dict[str, subprocess.Popen[Any]]:
-        """HP's two processes, started; each waits for its window on stdin (`start_hp`)."""
+        """HP's two processes, up (interpreter started, file open) and waiting for their window on stdin
+        (`start_hp`): on a loaded machine a process still starting could miss a window it was given."""
         rt = ["chrt", "-f", str(self.args.hp_rt)] if self.args.hp_rt else []
-        return {kind: self.root.spawn(self.hp, [*rt, sys.executable, "-c", HP_PROG, kind, str(path)],
-                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-                for kind, path in (("fsync", log), ("read", self.hp_file))}
+        hp = {kind: self.root.spawn(self.hp, [*rt, sys.executable, "-c", HP_PROG, kind, str(path)],
+                                    stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+              for kind, path in (("fsync", log), ("read", self.hp_file))}
+        for kind, proc in hp.items():
+            assert proc.stdout is not None
+            line = proc.stdout.readline()
+            if line.strip() != b"ready":
+                raise RuntimeError(f"HP {kind} did not start (it printed {line[:200]!r})")
+        return hp
 
     def start_hp(self, hp: dict[str, subprocess.Popen[Any]], start: float, end: float) -> None:
         """HP's window and pace: an op every --commit-ms (commits) or --read-ms (reads), `start` to `end`."""
